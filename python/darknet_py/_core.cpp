@@ -1,0 +1,366 @@
+// The pybind11 module: the engine's Python face. Arrays cross as NumPy float32 (copies where the
+// engine owns the result; parameter arrays are live views). DarknetError becomes a ValueError.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "backend.h"
+#include "cpu/thread_pool.h"
+#include "image.h"
+#include "network.h"
+#include "weights.h"
+#include "yolo/detect.h"
+
+namespace py = pybind11;
+using namespace dn;
+
+namespace {
+
+using FloatArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
+
+Tensor to_tensor(const FloatArray& a) {
+    if (a.ndim() < 1 || a.ndim() > 4) throw DarknetError("expected an array of 1 to 4 dimensions, got " + std::to_string(a.ndim()));
+    int d[4] = {1, 1, 1, 1};
+    for (int i = 0; i < a.ndim(); ++i) d[4 - a.ndim() + i] = (int)a.shape(i);
+    Tensor t(Shape{d[0], d[1], d[2], d[3]});
+    std::memcpy(t.data(), a.data(), t.size() * sizeof(float));
+    return t;
+}
+
+py::array_t<float> to_numpy(const Tensor& t) {
+    const Shape& s = t.shape();
+    py::array_t<float> out({s.n, s.c, s.h, s.w});
+    std::memcpy(out.mutable_data(), t.data(), t.size() * sizeof(float));
+    return out;
+}
+
+py::array_t<float> planar_to_numpy(const PlanarImage& im) {
+    py::array_t<float> out({im.c, im.h, im.w});
+    std::memcpy(out.mutable_data(), im.data.data(), im.data.size() * sizeof(float));
+    return out;
+}
+
+PlanarImage numpy_bgr_to_planar(const py::array& img) {
+    if (img.dtype().kind() != 'u' || img.itemsize() != 1)
+        throw DarknetError("image must be uint8 (as cv2.imread returns), got dtype " + std::string(py::str(img.dtype())));
+    auto a = py::array_t<uint8_t, py::array::c_style | py::array::forcecast>::ensure(img);
+    if (a.ndim() != 2 && a.ndim() != 3) throw DarknetError("image must be HxW or HxWxC, got " + std::to_string(a.ndim()) + " dimensions");
+    int h = (int)a.shape(0), w = (int)a.shape(1), c = a.ndim() == 3 ? (int)a.shape(2) : 1;
+    py::gil_scoped_release nogil;
+    return from_bgr_u8(a.data(), w, h, c, (size_t)w * c);
+}
+
+py::dict layer_info(const Layer& l) {
+    py::dict d;
+    d["index"] = l.index;
+    d["type"] = std::string(l.type());
+    d["line"] = l.line;
+    d["input"] = py::make_tuple(l.in.c, l.in.h, l.in.w);
+    d["output"] = py::make_tuple(l.out.c, l.out.h, l.out.w);
+    d["bflops"] = l.bflops();
+    d["params"] = l.describe();
+    d["sources"] = l.sources();
+    return d;
+}
+
+// Op-level access for the parity tests (src-test/test_ops.py): each call runs one Backend op.
+struct Ops {
+    std::unique_ptr<Backend> be;
+    explicit Ops(const std::string& name) : be(make_backend(name)) {}
+};
+
+Shape shape_of(const std::vector<int>& v) {
+    if (v.size() != 4) throw DarknetError("shape must have 4 entries (n, c, h, w)");
+    return Shape{v[0], v[1], v[2], v[3]};
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+    m.doc() = "darknet_py native engine";
+    py::register_exception<DarknetError>(m, "DarknetError", PyExc_ValueError);
+
+    m.def("backends", &backend_names, "Names of the compiled backends.");
+    m.def("set_threads", [](int n) { ThreadPool::instance().set_threads(n); }, "Set the CPU thread count.");
+    m.def("get_threads", [] { return ThreadPool::instance().threads(); });
+    m.def("build_info", [] {
+        py::dict d;
+#if defined(__clang__)
+        d["compiler"] = std::string("clang ") + __clang_version__;
+#elif defined(__GNUC__)
+        d["compiler"] = std::string("gcc ") + __VERSION__;
+#else
+        d["compiler"] = std::string("unknown");
+#endif
+#if defined(__APPLE__) && defined(DARKNET_PY_ACCELERATE)
+        d["blas"] = std::string("Apple Accelerate (cblas_sgemm)");
+#else
+        d["blas"] = std::string("built-in packed SGEMM (6x16 micro-kernel)");
+#endif
+        std::vector<std::string> simd;
+#ifdef __AVX512F__
+        simd.push_back("avx512f");
+#endif
+#ifdef __AVX2__
+        simd.push_back("avx2");
+#endif
+#ifdef __FMA__
+        simd.push_back("fma");
+#endif
+#ifdef __ARM_NEON
+        simd.push_back("neon");
+#endif
+        d["compiled_simd"] = simd;
+        d["native_build"] =
+#ifdef DARKNET_PY_NATIVE
+            true;
+#else
+            false;
+#endif
+        d["backends"] = backend_names();
+        d["metal"] = false;
+        d["cuda"] = false;
+        return d;
+    });
+
+    m.def("preprocess", [](const py::array& img, int w, int h, bool letterbox) {
+        PlanarImage im = numpy_bgr_to_planar(img);
+        PlanarImage out;
+        {
+            py::gil_scoped_release nogil;
+            out = letterbox ? letterbox_darknet(im, w, h) : resize_darknet(im, w, h);
+        }
+        return planar_to_numpy(out);
+    }, py::arg("image"), py::arg("width"), py::arg("height"), py::arg("letterbox") = false,
+       "BGR uint8 image -> float32 CHW RGB in [0,1] at the network size, as Darknet's detector test prepares it.");
+
+    m.def("resize_darknet", [](const FloatArray& chw, int w, int h) {
+        if (chw.ndim() != 3) throw DarknetError("resize_darknet expects a CxHxW float array");
+        PlanarImage im;
+        im.c = (int)chw.shape(0), im.h = (int)chw.shape(1), im.w = (int)chw.shape(2);
+        im.data.assign(chw.data(), chw.data() + chw.size());
+        return planar_to_numpy(resize_darknet(im, w, h));
+    }, py::arg("image"), py::arg("width"), py::arg("height"), "Darknet's resize_image on a CxHxW float array.");
+
+    py::class_<Network>(m, "Net")
+        .def(py::init([](const std::string& cfg, const std::string& backend) {
+            py::gil_scoped_release nogil;
+            return std::make_unique<Network>(cfg, backend);
+        }), py::arg("cfg"), py::arg("backend") = "cpu")
+        .def_property_readonly("width", [](const Network& n) { return n.options.width; })
+        .def_property_readonly("height", [](const Network& n) { return n.options.height; })
+        .def_property_readonly("channels", [](const Network& n) { return n.options.channels; })
+        .def_property_readonly("cfg_path", [](const Network& n) { return n.cfg_path; })
+        .def_property("seen", [](const Network& n) { return n.seen; }, [](Network& n, uint64_t s) { n.seen = s; })
+        .def_property_readonly("warnings", [](const Network& n) { return n.warnings.items; })
+        .def_property_readonly("backend", [](const Network& n) { return std::string(n.backend().name()); })
+        .def("set_backend", &Network::set_backend)
+        .def_property_readonly("yolo_layers", &Network::yolo_layers)
+        .def("layer_table", &Network::layer_table)
+        .def("total_bflops", &Network::total_bflops)
+        .def("layers", [](const Network& n) {
+            py::list out;
+            for (auto& l : n.layers) out.append(layer_info(*l));
+            return out;
+        })
+        .def("yolo_info", [](const Network& n, int i) {
+            const YoloSpec& s = n.yolo(i).spec;
+            py::dict d;
+            d["classes"] = s.classes;
+            d["mask"] = s.mask;
+            d["anchors"] = s.anchors;
+            d["scale_x_y"] = s.scale_x_y;
+            d["new_coords"] = s.new_coords;
+            d["beta_nms"] = s.beta_nms;
+            const char* kinds[] = {"default", "greedynms", "diounms", "cornersnms"};
+            d["nms_kind"] = std::string(kinds[(int)s.nms_kind]);
+            return d;
+        })
+        .def("params", [](py::object self, int i) {
+            Network& n = self.cast<Network&>();
+            if (i < 0 || i >= (int)n.layers.size()) throw py::index_error("layer index out of range");
+            py::dict d;
+            for (const ParamBlock& b : n.layers[i]->params()) {
+                const Shape& s = b.tensor->shape();
+                std::vector<py::ssize_t> shape;
+                for (int v : {s.n, s.c, s.h, s.w})
+                    if (v != 1 || !shape.empty()) shape.push_back(v);
+                if (shape.empty()) shape.push_back(1);
+                d[b.name] = py::array_t<float>(shape, b.tensor->data(), self);  // live view; keeps the net alive
+            }
+            return d;
+        }, "The layer's parameters as writable NumPy views, in .weights file order.")
+        .def("load_weights", [](Network& n, const std::string& path, int max_layers) {
+            WeightsHeader h;
+            {
+                py::gil_scoped_release nogil;
+                h = load_weights(n, path, max_layers);
+            }
+            py::dict d;
+            d["major"] = h.major;
+            d["minor"] = h.minor;
+            d["revision"] = h.revision;
+            d["seen"] = h.seen;
+            return d;
+        }, py::arg("path"), py::arg("max_layers") = -1)
+        .def("save_weights", [](Network& n, const std::string& path) {
+            py::gil_scoped_release nogil;
+            save_weights(n, path);
+        })
+        .def("forward", [](Network& n, const FloatArray& x, std::vector<int> which) {
+            if (x.ndim() != 4) throw DarknetError("forward expects an NxCxHxW float32 array, got " + std::to_string(x.ndim()) + " dimensions");
+            Tensor t = to_tensor(x);
+            const LayerOutputs* outs;
+            {
+                py::gil_scoped_release nogil;
+                outs = &n.forward(t);
+            }
+            py::list result;
+            for (int i : which) {
+                if (i < 0) i += (int)outs->size();
+                if (i < 0 || i >= (int)outs->size()) throw py::index_error("layer index out of range");
+                result.append(to_numpy((*outs)[i]));
+            }
+            return result;
+        }, py::arg("x"), py::arg("layers"), "Runs the network; returns the outputs of the given layers.")
+        .def("detect", [](Network& n, const FloatArray& x, std::vector<std::pair<int, int>> sizes, float thresh,
+                          float nms_thresh, bool letterbox) {
+            if (x.ndim() != 4) throw DarknetError("detect expects an NxCxHxW float32 array");
+            if ((int)sizes.size() != x.shape(0)) throw DarknetError("detect needs one (width, height) per image");
+            if (n.yolo_layers().empty()) throw DarknetError(n.cfg_path + ": this network has no [yolo] layer, so it cannot detect");
+            Tensor t = to_tensor(x);
+            std::vector<std::vector<Detection>> all(sizes.size());
+            {
+                py::gil_scoped_release nogil;
+                const LayerOutputs& outs = n.forward(t);
+                const YoloSpec& last = n.yolo(n.yolo_layers().back()).spec;
+                for (size_t b = 0; b < sizes.size(); ++b) {
+                    all[b] = get_detections(n, outs, (int)b, sizes[b].first, sizes[b].second, thresh, letterbox);
+                    if (nms_thresh > 0) nms(all[b], nms_thresh, last.nms_kind, last.beta_nms);
+                }
+            }
+            // one tuple per (box, class above thresh): class, confidence, left, top, width, height in pixels
+            py::list result;
+            for (size_t b = 0; b < sizes.size(); ++b) {
+                float W = (float)sizes[b].first, H = (float)sizes[b].second;
+                py::list per_image;
+                for (const Detection& d : all[b]) {
+                    float x0 = std::max(0.0f, (d.box.x - d.box.w / 2) * W), y0 = std::max(0.0f, (d.box.y - d.box.h / 2) * H);
+                    float x1 = std::min(W, (d.box.x + d.box.w / 2) * W), y1 = std::min(H, (d.box.y + d.box.h / 2) * H);
+                    if (x1 <= x0 || y1 <= y0) continue;
+                    for (size_t k = 0; k < d.prob.size(); ++k)
+                        if (d.prob[k] > thresh)
+                            per_image.append(py::make_tuple((int)k, d.prob[k], x0, y0, x1 - x0, y1 - y0));
+                }
+                result.append(per_image);
+            }
+            return result;
+        }, py::arg("x"), py::arg("sizes"), py::arg("thresh"), py::arg("nms"), py::arg("letterbox"));
+
+    py::class_<Ops>(m, "Ops", "One backend's ops, callable on NumPy arrays (for the op parity tests).")
+        .def(py::init<const std::string&>())
+        .def("gemm", [](Ops& o, bool ta, bool tb, float alpha, const FloatArray& A, const FloatArray& B, float beta,
+                        const FloatArray& C) {
+            int M = (int)C.shape(0), N = (int)C.shape(1), K = ta ? (int)A.shape(0) : (int)A.shape(1);
+            py::array_t<float> out({M, N});
+            std::memcpy(out.mutable_data(), C.data(), (size_t)M * N * 4);
+            o.be->gemm(ta, tb, M, N, K, alpha, A.data(), (int)A.shape(1), B.data(), (int)B.shape(1), beta,
+                       out.mutable_data(), N);
+            return out;
+        })
+        .def("conv2d", [](Ops& o, const FloatArray& x, const FloatArray& w, int stride_y, int stride_x, int pad,
+                          int dilation, int groups, int out_h, int out_w) {
+            Tensor tx = to_tensor(x), tw = to_tensor(w);
+            ConvGeom g{tw.shape().h, tw.shape().w, stride_y, stride_x, pad, dilation, groups};
+            Tensor y(Shape{tx.shape().n, tw.shape().n, out_h, out_w});
+            o.be->conv2d(tx, tw, g, y);
+            return to_numpy(y);
+        })
+        .def("add_bias", [](Ops& o, const FloatArray& x, const FloatArray& b) {
+            Tensor t = to_tensor(x);
+            o.be->add_bias(t, b.data());
+            return to_numpy(t);
+        })
+        .def("batchnorm_inference", [](Ops& o, const FloatArray& x, const FloatArray& mean, const FloatArray& var,
+                                       const FloatArray& scale, const FloatArray& bias, float eps) {
+            Tensor t = to_tensor(x);
+            o.be->batchnorm_inference(t, mean.data(), var.data(), scale.data(), bias.data(), eps);
+            return to_numpy(t);
+        })
+        .def("activate", [](Ops& o, const FloatArray& x, const std::string& name) {
+            bool ok;
+            Activation a = activation_from_name(name, &ok);
+            if (!ok) throw DarknetError("unknown activation " + name);
+            Tensor t = to_tensor(x);
+            o.be->activate(t, a);
+            return to_numpy(t);
+        })
+        .def("pool", [](Ops& o, const std::string& kind, const FloatArray& x, int size, int stride_y, int stride_x,
+                        int padding, std::vector<int> out_shape) {
+            Tensor tx = to_tensor(x), y(shape_of(out_shape));
+            PoolGeom g{size, stride_y, stride_x, padding};
+            if (kind == "max") o.be->maxpool(tx, g, y);
+            else if (kind == "local_avg") o.be->avgpool_local(tx, g, y);
+            else if (kind == "global_avg") o.be->avgpool_global(tx, y);
+            else if (kind == "max_depth") o.be->maxpool_depth(tx, y);
+            else throw DarknetError("unknown pool kind " + kind);
+            return to_numpy(y);
+        })
+        .def("copy_channels", [](Ops& o, const FloatArray& x, int src_c0, const FloatArray& y, int dst_c0, int count) {
+            Tensor tx = to_tensor(x), ty = to_tensor(y);
+            o.be->copy_channels(tx, src_c0, ty, dst_c0, count);
+            return to_numpy(ty);
+        })
+        .def("shortcut", [](Ops& o, const FloatArray& x, std::vector<FloatArray> from, const FloatArray& weights,
+                            int weights_type, int norm) {
+            Tensor tx = to_tensor(x), y(tx.shape());
+            std::vector<Tensor> fs;
+            for (auto& f : from) fs.push_back(to_tensor(f));
+            std::vector<const Tensor*> ptrs;
+            for (auto& f : fs) ptrs.push_back(&f);
+            o.be->shortcut(tx, ptrs, weights.size() ? weights.data() : nullptr, (ShortcutWeights)weights_type,
+                           (ShortcutNorm)norm, y);
+            return to_numpy(y);
+        })
+        .def("upsample", [](Ops& o, const FloatArray& x, int stride, float scale) {
+            Tensor tx = to_tensor(x);
+            const Shape& s = tx.shape();
+            Tensor y(Shape{s.n, s.c, s.h * stride, s.w * stride});
+            o.be->upsample(tx, stride, scale, y);
+            return to_numpy(y);
+        })
+        .def("downsample_sum", [](Ops& o, const FloatArray& x, int stride, float scale) {
+            Tensor tx = to_tensor(x);
+            const Shape& s = tx.shape();
+            Tensor y(Shape{s.n, s.c, s.h / stride, s.w / stride});
+            o.be->downsample_sum(tx, stride, scale, y);
+            return to_numpy(y);
+        })
+        .def("reorg", [](Ops& o, const FloatArray& x, int w, int h, int c, int stride, bool forward,
+                         std::vector<int> out_shape) {
+            Tensor tx = to_tensor(x), y(shape_of(out_shape));
+            if (y.size() != tx.size()) throw DarknetError("reorg keeps the element count");
+            o.be->reorg(tx, w, h, c, stride, forward, y);
+            return to_numpy(y);
+        })
+        .def("scale_channels", [](Ops& o, const FloatArray& s, const FloatArray& from, bool scale_wh) {
+            Tensor ts = to_tensor(s), tf = to_tensor(from), y(tf.shape());
+            o.be->scale_channels(ts, tf, scale_wh, y);
+            return to_numpy(y);
+        })
+        .def("mul", [](Ops& o, const FloatArray& a, const FloatArray& b) {
+            Tensor ta = to_tensor(a), tb = to_tensor(b), y(ta.shape());
+            o.be->mul(ta, tb, y);
+            return to_numpy(y);
+        })
+        .def("softmax", [](Ops& o, const FloatArray& x, int groups, float temperature) {
+            Tensor tx = to_tensor(x), y(tx.shape());
+            o.be->softmax(tx, groups, temperature, y);
+            return to_numpy(y);
+        })
+        .def("yolo_activate", [](Ops& o, const FloatArray& x, int anchors, int classes, bool new_coords, float scale_x_y) {
+            Tensor tx = to_tensor(x), y(tx.shape());
+            o.be->yolo_activate(tx, YoloGeom{anchors, classes, new_coords, scale_x_y}, y);
+            return to_numpy(y);
+        });
+}

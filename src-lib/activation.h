@@ -1,0 +1,49 @@
+// Darknet's activation functions: names as written in .cfg files, and the per-element formulas
+// (single source: the CPU backend and, later, the GPU kernels include this file).
+#pragma once
+#include <cmath>
+#include <string>
+
+namespace dn {
+
+enum class Activation {
+    linear, leaky, relu, relu6, logistic, tanh, swish, mish, hard_mish, elu, selu, gelu,
+    // these two mix channels: y = f(x) / sum over channels, applied per pixel
+    normalize_channels, normalize_channels_softmax,
+};
+
+Activation activation_from_name(const std::string& name, bool* ok);
+const char* activation_name(Activation a);
+
+inline bool activation_is_elementwise(Activation a) {
+    return a != Activation::normalize_channels && a != Activation::normalize_channels_softmax;
+}
+
+inline float softplus_darknet(float x, float threshold) {
+    if (x > threshold) return x;
+    if (x < -threshold) return std::exp(x);
+    return std::log(std::exp(x) + 1.0f);
+}
+
+inline float activate_scalar(float x, Activation a) {
+    switch (a) {
+        case Activation::linear: return x;
+        case Activation::leaky: return x > 0 ? x : 0.1f * x;
+        case Activation::relu: return x > 0 ? x : 0.0f;
+        case Activation::relu6: return x < 0 ? 0.0f : (x > 6 ? 6.0f : x);
+        case Activation::logistic: return 1.0f / (1.0f + std::exp(-x));
+        case Activation::tanh: return (2.0f / (1.0f + std::exp(-2.0f * x)) - 1.0f);
+        case Activation::swish: return x / (1.0f + std::exp(-x));
+        case Activation::mish: return x * std::tanh(softplus_darknet(x, 20.0f));
+        case Activation::hard_mish:
+            if (x > 0) return x;
+            if (x > -2) return x * x / 2 + x;
+            return 0.0f;
+        case Activation::elu: return (x >= 0) * x + (x < 0) * (std::exp(x) - 1.0f);
+        case Activation::selu: return (x >= 0) * 1.0507f * x + (x < 0) * 1.0507f * 1.6732f * (std::exp(x) - 1.0f);
+        case Activation::gelu: return 0.5f * x * (1.0f + std::tanh(0.797885f * x + 0.035677f * x * x * x));
+        default: return x;  // channel-mixing activations are not per element
+    }
+}
+
+}  // namespace dn

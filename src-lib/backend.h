@@ -1,0 +1,90 @@
+// The op contract (after ggml): layers express forward passes as calls of these ops.
+// Every backend implements every op with the same meaning; `reference` is the naive oracle,
+// `cpu` is the fast one. src-test/test_ops.py compares them op by op.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "activation.h"
+#include "tensor.h"
+
+namespace dn {
+
+// Convolution geometry, Darknet's conventions: output = (in + 2*pad - dilation*(k-1) - 1) / stride + 1.
+struct ConvGeom {
+    int kh = 1, kw = 1;
+    int stride_y = 1, stride_x = 1;
+    int pad = 0;
+    int dilation = 1;
+    int groups = 1;
+};
+
+// Pooling geometry: output = (in + padding - size) / stride + 1, window starts at -padding/2.
+struct PoolGeom {
+    int size = 2;
+    int stride_y = 2, stride_x = 2;
+    int padding = 1;
+};
+
+enum class ShortcutWeights { none, per_feature, per_channel };
+enum class ShortcutNorm { none, relu, softmax };
+
+struct YoloGeom {
+    int anchors = 3;       // anchors used by this head (len(mask))
+    int classes = 80;
+    bool new_coords = false;
+    float scale_x_y = 1.0f;
+};
+
+class Backend {
+public:
+    virtual ~Backend() = default;
+    virtual const char* name() const = 0;
+
+    // C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C, row-major.
+    virtual void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+                      const float* B, int ldb, float beta, float* C, int ldc) = 0;
+
+    // y = conv(x, w); w is [out_c, in_c/groups, kh, kw]. No bias.
+    virtual void conv2d(const Tensor& x, const Tensor& w, const ConvGeom& g, Tensor& y) = 0;
+    // y[n,c,:,:] += bias[c]
+    virtual void add_bias(Tensor& y, const float* bias) = 0;
+    // y = (y - mean) / sqrt(var + eps) * scale + bias, per channel
+    virtual void batchnorm_inference(Tensor& y, const float* mean, const float* var, const float* scale,
+                                     const float* bias, float eps) = 0;
+    virtual void activate(Tensor& y, Activation a) = 0;
+
+    virtual void maxpool(const Tensor& x, const PoolGeom& g, Tensor& y) = 0;
+    virtual void avgpool_local(const Tensor& x, const PoolGeom& g, Tensor& y) = 0;
+    virtual void avgpool_global(const Tensor& x, Tensor& y) = 0;
+    // maxpool_depth: y[c] = max over input channels k with k % out_c == c (Darknet's maxpool_depth).
+    virtual void maxpool_depth(const Tensor& x, Tensor& y) = 0;
+
+    // y[:, dst_c0 : dst_c0+count] = x[:, src_c0 : src_c0+count] (route and its groups)
+    virtual void copy_channels(const Tensor& x, int src_c0, Tensor& y, int dst_c0, int count) = 0;
+    // y = sum of x and every `from` tensor (Darknet's shortcut with differing shapes), optionally weighted.
+    virtual void shortcut(const Tensor& x, const std::vector<const Tensor*>& from, const float* weights,
+                          ShortcutWeights wt, ShortcutNorm norm, Tensor& y) = 0;
+    // nearest-neighbour upsample by `stride`, times scale
+    virtual void upsample(const Tensor& x, int stride, float scale, Tensor& y) = 0;
+    // Darknet's upsample with negative stride: y = scale * sum over each stride x stride block
+    virtual void downsample_sum(const Tensor& x, int stride, float scale, Tensor& y) = 0;
+    // Darknet's reorg_cpu(x, w, h, c, stride, forward): w/h/c are the loop dimensions it is called with.
+    virtual void reorg(const Tensor& x, int w, int h, int c, int stride, bool forward, Tensor& y) = 0;
+    // y = from * s where s is [n,c,1,1] (per channel) or, with scale_wh, [n,1,h,w] (per pixel)
+    virtual void scale_channels(const Tensor& s, const Tensor& from, bool scale_wh, Tensor& y) = 0;
+    // y = a * b elementwise (sam)
+    virtual void mul(const Tensor& a, const Tensor& b, Tensor& y) = 0;
+    // softmax over each sample's features split in `groups`, with temperature
+    virtual void softmax(const Tensor& x, int groups, float temperature, Tensor& y) = 0;
+    // yolo head: logistic on x, y, objectness, classes (not with new_coords), then scale_x_y on x, y
+    virtual void yolo_activate(const Tensor& x, const YoloGeom& g, Tensor& y) = 0;
+};
+
+std::unique_ptr<Backend> make_reference_backend();
+std::unique_ptr<Backend> make_cpu_backend();
+std::unique_ptr<Backend> make_backend(const std::string& name);  // "reference" | "cpu"
+std::vector<std::string> backend_names();
+
+}  // namespace dn

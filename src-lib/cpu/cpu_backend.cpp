@@ -1,0 +1,322 @@
+// The fast CPU backend: im2col + packed GEMM for convolutions (no im2col for 1x1 stride-1),
+// and the single-source kernels of src-lib/kernels run as parallel loops on a persistent pool.
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "../backend.h"
+#include "../kernels/im2col.h"
+#include "../kernels/yolo.h"
+#include "gemm.h"
+#include "thread_pool.h"
+
+namespace dn {
+
+namespace {
+
+// Runs fn(i) for i in [0, n) on the pool; `grain` = minimum items per chunk.
+template <class F>
+void pfor(size_t n, F&& fn, size_t grain = 1) {
+    ThreadPool::instance().parallel_for(n, [&](size_t b, size_t e) {
+        for (size_t i = b; i < e; ++i) fn(i);
+    }, grain);
+}
+
+class CpuBackend final : public Backend {
+public:
+    const char* name() const override { return "cpu"; }
+
+    void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
+              float beta, float* C, int ldc) override {
+        cpu_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    }
+
+    void conv2d(const Tensor& x, const Tensor& w, const ConvGeom& g, Tensor& y) override {
+        const Shape &xs = x.shape(), &ys = y.shape();
+        int cin_g = xs.c / g.groups, cout_g = ys.c / g.groups;
+        int K = cin_g * g.kh * g.kw, N = ys.h * ys.w;
+        bool direct = g.kh == 1 && g.kw == 1 && g.stride_x == 1 && g.stride_y == 1 && g.pad == 0;
+        Im2colArgs a{cin_g, xs.h, xs.w, g.kh, g.kw, g.pad, g.stride_y, g.stride_x, g.dilation, ys.h, ys.w};
+        if (!direct) col_.resize((size_t)K * N);
+        for (int n = 0; n < xs.n; ++n)
+            for (int grp = 0; grp < g.groups; ++grp) {
+                const float* im = x.data() + ((size_t)n * xs.c + (size_t)grp * cin_g) * xs.h * xs.w;
+                const float* B = im;
+                if (!direct) {
+                    float* col = col_.data();
+                    pfor(K, [&](size_t row) { im2col_row((uint)row, im, col, a); });
+                    B = col;
+                }
+                const float* W = w.data() + (size_t)grp * cout_g * K;
+                float* out = y.data() + ((size_t)n * ys.c + (size_t)grp * cout_g) * N;
+                cpu_sgemm(false, false, cout_g, N, K, 1.0f, W, K, B, N, 0.0f, out, N);
+            }
+    }
+
+    void add_bias(Tensor& y, const float* bias) override {
+        const Shape& s = y.shape();
+        size_t plane = s.plane();
+        float* d = y.data();
+        pfor((size_t)s.n * s.c, [&](size_t nc) {
+            float b = bias[nc % s.c];
+            float* p = d + nc * plane;
+            for (size_t i = 0; i < plane; ++i) p[i] += b;
+        });
+    }
+
+    void batchnorm_inference(Tensor& y, const float* mean, const float* var, const float* scale, const float* bias,
+                             float eps) override {
+        const Shape& s = y.shape();
+        size_t plane = s.plane();
+        float* d = y.data();
+        pfor((size_t)s.n * s.c, [&](size_t nc) {
+            int c = (int)(nc % s.c);
+            float inv = 1.0f / std::sqrt(var[c] + eps);
+            float m = mean[c], sc = scale[c], b = bias[c];
+            float* p = d + nc * plane;
+            for (size_t i = 0; i < plane; ++i) p[i] = (p[i] - m) * inv * sc + b;
+        });
+    }
+
+    void activate(Tensor& y, Activation a) override {
+        float* d = y.data();
+        if (a == Activation::linear) return;
+        if (activation_is_elementwise(a)) {
+            size_t n = y.size(), block = 4096;
+            pfor((n + block - 1) / block, [&](size_t blk) {
+                size_t e = std::min(n, (blk + 1) * block);
+                for (size_t i = blk * block; i < e; ++i) d[i] = activate_scalar(d[i], a);
+            });
+            return;
+        }
+        const Shape& s = y.shape();
+        size_t plane = s.plane();
+        pfor((size_t)s.n * plane, [&](size_t np) {
+            size_t n = np / plane, p = np % plane;
+            float* base = d + n * s.sample() + p;
+            float sum = 0.0001f;
+            for (int c = 0; c < s.c; ++c) {
+                float v = base[c * plane];
+                sum += a == Activation::normalize_channels ? (v > 0 ? v : 0) : std::exp(v);
+            }
+            for (int c = 0; c < s.c; ++c) {
+                float& v = base[c * plane];
+                v = a == Activation::normalize_channels ? (v > 0 ? v / sum : 0) : std::exp(v) / sum;
+            }
+        });
+    }
+
+    template <bool kMax>
+    void pool(const Tensor& x, const PoolGeom& g, Tensor& y) {
+        const Shape &xs = x.shape(), &ys = y.shape();
+        int off = -g.padding / 2;
+        pfor((size_t)ys.n * ys.c, [&](size_t nc) {
+            const float* src = x.data() + nc * xs.plane();
+            float* dst = y.data() + nc * ys.plane();
+            for (int oy = 0; oy < ys.h; ++oy) {
+                int y0 = oy * g.stride_y + off;
+                int ky0 = std::max(0, -y0), ky1 = std::min(g.size, xs.h - y0);
+                for (int ox = 0; ox < ys.w; ++ox) {
+                    int x0 = ox * g.stride_x + off;
+                    int kx0 = std::max(0, -x0), kx1 = std::min(g.size, xs.w - x0);
+                    float best = -FLT_MAX, sum = 0;
+                    for (int ky = ky0; ky < ky1; ++ky) {
+                        const float* row = src + (size_t)(y0 + ky) * xs.w + x0;
+                        for (int kx = kx0; kx < kx1; ++kx) {
+                            best = std::max(best, row[kx]);
+                            sum += row[kx];
+                        }
+                    }
+                    int count = std::max(0, ky1 - ky0) * std::max(0, kx1 - kx0);
+                    dst[(size_t)oy * ys.w + ox] = kMax ? best : (count ? sum / count : 0.0f);
+                }
+            }
+        });
+    }
+    void maxpool(const Tensor& x, const PoolGeom& g, Tensor& y) override { pool<true>(x, g, y); }
+    void avgpool_local(const Tensor& x, const PoolGeom& g, Tensor& y) override { pool<false>(x, g, y); }
+
+    void avgpool_global(const Tensor& x, Tensor& y) override {
+        const Shape& s = x.shape();
+        size_t plane = s.plane();
+        pfor((size_t)s.n * s.c, [&](size_t nc) {
+            const float* p = x.data() + nc * plane;
+            float sum = 0;
+            for (size_t i = 0; i < plane; ++i) sum += p[i];
+            y.data()[nc] = sum / plane;
+        });
+    }
+
+    void maxpool_depth(const Tensor& x, Tensor& y) override {
+        const Shape &xs = x.shape(), &ys = y.shape();
+        size_t plane = xs.plane();
+        pfor((size_t)ys.n * ys.c, [&](size_t nc) {
+            size_t n = nc / ys.c;
+            int c = (int)(nc % ys.c);
+            float* dst = y.data() + nc * plane;
+            for (size_t i = 0; i < plane; ++i) dst[i] = -FLT_MAX;
+            for (int k = c; k < xs.c; k += ys.c) {
+                const float* src = x.data() + (n * xs.c + k) * plane;
+                for (size_t i = 0; i < plane; ++i) dst[i] = std::max(dst[i], src[i]);
+            }
+        });
+    }
+
+    void copy_channels(const Tensor& x, int src_c0, Tensor& y, int dst_c0, int count) override {
+        const Shape &xs = x.shape(), &ys = y.shape();
+        size_t block = (size_t)count * xs.plane();
+        for (int n = 0; n < xs.n; ++n)
+            std::memcpy(y.data() + ((size_t)n * ys.c + dst_c0) * ys.plane(),
+                        x.data() + ((size_t)n * xs.c + src_c0) * xs.plane(), block * sizeof(float));
+    }
+
+    void shortcut(const Tensor& x, const std::vector<const Tensor*>& from, const float* weights, ShortcutWeights wt,
+                  ShortcutNorm norm, Tensor& y) override {
+        const Shape& s = x.shape();
+        size_t per_sample = s.sample(), plane = s.plane();
+        int nin = (int)from.size() + 1;
+        // per_feature: one weight per input; per_channel: one per input and channel. Normalised once per channel.
+        int nchan = wt == ShortcutWeights::per_channel ? s.c : 1;
+        std::vector<float> w((size_t)nin * nchan, 1.0f);
+        if (wt != ShortcutWeights::none)
+            for (int ch = 0; ch < nchan; ++ch) {
+                float mx = -FLT_MAX, sum = 0.0001f;
+                for (int k = 0; k < nin; ++k) mx = std::max(mx, weights[ch + k * nchan]);
+                for (int k = 0; k < nin; ++k) {
+                    float v = weights[ch + k * nchan];
+                    sum += norm == ShortcutNorm::relu ? (v > 0 ? v : 0) : std::exp(v - mx);
+                }
+                for (int k = 0; k < nin; ++k) {
+                    float v = weights[ch + k * nchan];
+                    if (norm == ShortcutNorm::relu) v = (v > 0 ? v : 0) / sum;
+                    else if (norm == ShortcutNorm::softmax) v = std::exp(v - mx) / sum;
+                    w[(size_t)ch * nin + k] = v;
+                }
+            }
+        pfor((size_t)s.n * s.c, [&](size_t nc) {
+            size_t n = nc / s.c, c = nc % s.c;
+            const float* wc = w.data() + (wt == ShortcutWeights::per_channel ? c * nin : 0);
+            size_t off = c * plane;
+            const float* src = x.data() + n * per_sample + off;
+            float* dst = y.data() + n * per_sample + off;
+            for (size_t i = 0; i < plane; ++i) dst[i] = src[i] * wc[0];
+            for (int k = 0; k < nin - 1; ++k) {
+                size_t fs = from[k]->shape().sample();
+                if (off >= fs) continue;
+                const float* add = from[k]->data() + n * fs + off;
+                size_t len = std::min(plane, fs - off);
+                float wk = wc[k + 1];
+                for (size_t i = 0; i < len; ++i) dst[i] += add[i] * wk;
+            }
+        });
+    }
+
+    void upsample(const Tensor& x, int stride, float scale, Tensor& y) override {
+        const Shape &xs = x.shape(), &ys = y.shape();
+        pfor((size_t)ys.n * ys.c, [&](size_t nc) {
+            const float* src = x.data() + nc * xs.plane();
+            float* dst = y.data() + nc * ys.plane();
+            for (int i = 0; i < ys.h; ++i) {
+                const float* row = src + (size_t)(i / stride) * xs.w;
+                float* d = dst + (size_t)i * ys.w;
+                for (int j = 0; j < ys.w; ++j) d[j] = scale * row[j / stride];
+            }
+        });
+    }
+
+    void downsample_sum(const Tensor& x, int stride, float scale, Tensor& y) override {
+        const Shape &xs = x.shape(), &ys = y.shape();
+        pfor((size_t)ys.n * ys.c, [&](size_t nc) {
+            const float* src = x.data() + nc * xs.plane();
+            float* dst = y.data() + nc * ys.plane();
+            for (int i = 0; i < ys.h; ++i)
+                for (int j = 0; j < ys.w; ++j) {
+                    float sum = 0;
+                    for (int dy = 0; dy < stride; ++dy)
+                        for (int dx = 0; dx < stride; ++dx) {
+                            int sy = i * stride + dy, sx = j * stride + dx;
+                            if (sy < xs.h && sx < xs.w) sum += src[(size_t)sy * xs.w + sx];
+                        }
+                    dst[(size_t)i * ys.w + j] = scale * sum;
+                }
+        });
+    }
+
+    void reorg(const Tensor& x, int w, int h, int c, int stride, bool forward, Tensor& y) override {
+        size_t sample = (size_t)w * h * c;
+        size_t batch = x.size() / sample;
+        int out_c = c / (stride * stride);
+        pfor(batch * c, [&](size_t bk) {
+            size_t b = bk / c;
+            int k = (int)(bk % c);
+            int c2 = k % out_c, offset = k / out_c;
+            for (int j = 0; j < h; ++j)
+                for (int i = 0; i < w; ++i) {
+                    size_t in_index = i + (size_t)w * (j + (size_t)h * (k + (size_t)c * b));
+                    int w2 = i * stride + offset % stride, h2 = j * stride + offset / stride;
+                    size_t out_index = w2 + (size_t)w * stride * (h2 + (size_t)h * stride * (c2 + (size_t)out_c * b));
+                    if (forward) y.data()[out_index] = x.data()[in_index];
+                    else y.data()[in_index] = x.data()[out_index];
+                }
+        });
+    }
+
+    void scale_channels(const Tensor& s, const Tensor& from, bool scale_wh, Tensor& y) override {
+        const Shape& fs = from.shape();
+        size_t plane = fs.plane();
+        pfor((size_t)fs.n * fs.c, [&](size_t nc) {
+            const float* f = from.data() + nc * plane;
+            float* d = y.data() + nc * plane;
+            if (scale_wh) {
+                const float* sp = s.data() + (nc / fs.c) * plane;
+                for (size_t i = 0; i < plane; ++i) d[i] = f[i] * sp[i];
+            } else {
+                float k = s.data()[nc];
+                for (size_t i = 0; i < plane; ++i) d[i] = f[i] * k;
+            }
+        });
+    }
+
+    void mul(const Tensor& a, const Tensor& b, Tensor& y) override {
+        size_t n = y.size(), block = 4096;
+        pfor((n + block - 1) / block, [&](size_t blk) {
+            size_t e = std::min(n, (blk + 1) * block);
+            for (size_t i = blk * block; i < e; ++i) y.data()[i] = a.data()[i] * b.data()[i];
+        });
+    }
+
+    void softmax(const Tensor& x, int groups, float temperature, Tensor& y) override {
+        size_t per_sample = x.shape().sample(), gsize = per_sample / groups;
+        pfor((size_t)x.shape().n * groups, [&](size_t ng) {
+            const float* src = x.data() + ng * gsize;
+            float* dst = y.data() + ng * gsize;
+            float largest = -FLT_MAX, sum = 0;
+            for (size_t i = 0; i < gsize; ++i) largest = std::max(largest, src[i]);
+            for (size_t i = 0; i < gsize; ++i) {
+                dst[i] = std::exp(src[i] / temperature - largest / temperature);
+                sum += dst[i];
+            }
+            for (size_t i = 0; i < gsize; ++i) dst[i] /= sum;
+        });
+    }
+
+    void yolo_activate(const Tensor& x, const YoloGeom& g, Tensor& y) override {
+        const Shape& s = x.shape();
+        YoloArgs a{(int32_t)s.plane(), 5 + g.classes, g.new_coords ? 1 : 0, g.scale_x_y};
+        size_t n = x.size(), block = 4096;
+        pfor((n + block - 1) / block, [&](size_t blk) {
+            size_t e = std::min(n, (blk + 1) * block);
+            for (size_t i = blk * block; i < e; ++i) y.data()[i] = yolo_activate_one((uint)(i % s.sample()), x.data()[i], a);
+        });
+    }
+
+private:
+    std::vector<float> col_;  // im2col workspace, reused across calls
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace dn

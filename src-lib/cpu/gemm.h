@@ -1,0 +1,11 @@
+// Single-precision GEMM for the CPU backend: packed panels and a 6x16 register-tile micro-kernel
+// written with GCC/Clang vector extensions (AVX2/AVX-512 on x86, NEON on ARM with -march=native).
+#pragma once
+
+namespace dn {
+
+// C[M,N] = alpha * op(A) * op(B) + beta * C, row-major with leading dimensions.
+void cpu_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
+               int ldb, float beta, float* C, int ldc);
+
+}  // namespace dn

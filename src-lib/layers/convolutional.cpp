@@ -1,0 +1,93 @@
+// [convolutional]: y = act(bn(conv(x, W)) or conv(x, W) + b). Darknet conventions: pad=1 means
+// padding = size/2; the effective padding is padding * dilation; output size ignores dilation.
+#include "layer.h"
+
+namespace dn {
+
+namespace {
+
+class Convolutional final : public Layer {
+public:
+    const char* type() const override { return "conv"; }
+
+    void forward(Backend& be, const Tensor& x, Tensor& y, const LayerOutputs&) override {
+        be.conv2d(x, weights, geom, y);
+        if (batch_normalize)
+            be.batchnorm_inference(y, rolling_mean.data(), rolling_variance.data(), scales.data(), biases.data(),
+                                   1e-5f);
+        else
+            be.add_bias(y, biases.data());
+        be.activate(y, activation);
+    }
+
+    std::vector<ParamBlock> params() override {
+        if (batch_normalize)
+            return {{"biases", &biases}, {"scales", &scales}, {"rolling_mean", &rolling_mean},
+                    {"rolling_variance", &rolling_variance}, {"weights", &weights}};
+        return {{"biases", &biases}, {"weights", &weights}};
+    }
+
+    double bflops() const override {
+        return 2.0 * weights.size() * out.h * out.w / 1e9;
+    }
+
+    std::string describe() const override {
+        std::string d = std::to_string(out.c) + " " + std::to_string(geom.kw) + "x" + std::to_string(geom.kh) + "/" +
+                        std::to_string(geom.stride_x);
+        if (geom.stride_y != geom.stride_x) d += "x" + std::to_string(geom.stride_y);
+        if (geom.groups > 1) d += " g" + std::to_string(geom.groups);
+        if (geom.dilation > 1) d += " d" + std::to_string(geom.dilation);
+        return d + " " + activation_name(activation) + (batch_normalize ? " bn" : "");
+    }
+
+    ConvGeom geom;
+    bool batch_normalize = false;
+    Activation activation = Activation::logistic;
+    Tensor weights, biases, scales, rolling_mean, rolling_variance;
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> make_convolutional(const Section& s, const BuildContext& ctx) {
+    auto l = std::make_unique<Convolutional>();
+    int filters = s.get_int("filters", 1, 1, 1 << 20);
+    int size = s.get_int("size", 1, 1, 1024);
+    int stride = s.get_int("stride", 1, 1, 1024);
+    int stride_x = s.get_int("stride_x", stride, 1, 1024);
+    int stride_y = s.get_int("stride_y", stride, 1, 1024);
+    int dilation = s.get_int("dilation", 1, 1, 1024);
+    if (size == 1) dilation = 1;
+    int pad = s.get_int("pad", 0, 0, 1);
+    int padding = s.get_int("padding", 0, 0, 1024);
+    if (pad) padding = size / 2;
+    int groups = s.get_int("groups", 1, 1, 1 << 20);
+    l->batch_normalize = s.get_int("batch_normalize", 0, 0, 1) != 0;
+    l->activation = parse_activation(s, "logistic");
+
+    const Shape& in = ctx.input;
+    if (in.c % groups != 0)
+        s.fail("groups", "groups=" + std::to_string(groups) + " does not divide the " + std::to_string(in.c) +
+                             " input channels");
+    if (filters % groups != 0)
+        s.fail("groups", "groups=" + std::to_string(groups) + " does not divide filters=" + std::to_string(filters));
+    int out_h = (in.h + 2 * padding - size) / stride_y + 1;
+    int out_w = (in.w + 2 * padding - size) / stride_x + 1;
+    if (in.h + 2 * padding < size || in.w + 2 * padding < size || out_h <= 0 || out_w <= 0)
+        s.fail("size", "a " + std::to_string(size) + "x" + std::to_string(size) + " kernel does not fit the " +
+                           std::to_string(in.w) + "x" + std::to_string(in.h) + " input");
+
+    l->geom = ConvGeom{size, size, stride_y, stride_x, padding * dilation, dilation, groups};
+    l->in = in;
+    l->out = chw(filters, out_h, out_w);
+    l->weights = Tensor(Shape{filters, in.c / groups, size, size});
+    l->biases = Tensor(chw(filters, 1, 1));
+    if (l->batch_normalize) {
+        l->scales = Tensor(chw(filters, 1, 1));
+        l->rolling_mean = Tensor(chw(filters, 1, 1));
+        l->rolling_variance = Tensor(chw(filters, 1, 1));
+        for (int i = 0; i < filters; ++i) l->scales[i] = 1.0f, l->rolling_variance[i] = 1.0f;
+    }
+    return l;
+}
+
+}  // namespace dn

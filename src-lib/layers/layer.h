@@ -1,0 +1,83 @@
+// A network layer: built from its [section], it knows its shapes and expresses its forward pass
+// as Backend ops. One file per Darknet layer type.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../activation.h"
+#include "../backend.h"
+#include "../cfg.h"
+#include "../tensor.h"
+
+namespace dn {
+
+class Layer;
+
+// Per-sample shape (n = 1) of a layer's input or output.
+inline Shape chw(int c, int h, int w) { return Shape{1, c, h, w}; }
+
+// One block of floats as the .weights file stores it, in file order.
+struct ParamBlock {
+    const char* name;
+    Tensor* tensor;
+};
+
+// What a layer being built may look at: the previous layers and the input shape.
+struct BuildContext {
+    int index;                                        // this layer's index (0 = first after [net])
+    Shape input;                                      // per-sample input shape (previous layer's output)
+    const std::vector<std::unique_ptr<Layer>>& built;  // layers 0 .. index-1
+    // Resolves a route/shortcut reference (negative = relative) or fails with file:line.
+    int resolve(const Section& s, const std::string& key, int ref) const;
+};
+
+// Outputs of all layers so far, for layers that read other layers (route, shortcut, sam...).
+using LayerOutputs = std::vector<Tensor>;
+
+class Layer {
+public:
+    virtual ~Layer() = default;
+    virtual const char* type() const = 0;
+
+    // y has shape {batch, out.c, out.h, out.w}, allocated by the network.
+    virtual void forward(Backend& be, const Tensor& x, Tensor& y, const LayerOutputs& outputs) = 0;
+
+    // The layer's trainable/stored parameters in .weights file order (empty for most layers).
+    virtual std::vector<ParamBlock> params() { return {}; }
+    virtual double bflops() const { return 0.0; }
+    // Short description for the layer table, e.g. "32  3 x 3/ 1".
+    virtual std::string describe() const { return ""; }
+    // Layer indices this layer reads besides its input (route, shortcut...), for the table.
+    virtual std::vector<int> sources() const { return {}; }
+
+    int index = 0;
+    int line = 0;
+    Shape in, out;  // per sample
+};
+
+// Builds the layer for section `s`, or throws DarknetError naming file and line.
+std::unique_ptr<Layer> make_layer(const Section& s, const BuildContext& ctx);
+
+// One factory per layer file.
+std::unique_ptr<Layer> make_convolutional(const Section&, const BuildContext&);
+std::unique_ptr<Layer> make_connected(const Section&, const BuildContext&);
+std::unique_ptr<Layer> make_maxpool(const Section&, const BuildContext&);
+std::unique_ptr<Layer> make_local_avgpool(const Section&, const BuildContext&);
+std::unique_ptr<Layer> make_avgpool(const Section&, const BuildContext&);
+std::unique_ptr<Layer> make_route(const Section&, const BuildContext&);
+std::unique_ptr<Layer> make_shortcut(const Section&, const BuildContext&);
+std::unique_ptr<Layer> make_upsample(const Section&, const BuildContext&);
+std::unique_ptr<Layer> make_reorg(const Section&, const BuildContext&);
+std::unique_ptr<Layer> make_reorg3d(const Section&, const BuildContext&);
+std::unique_ptr<Layer> make_sam(const Section&, const BuildContext&);
+std::unique_ptr<Layer> make_scale_channels(const Section&, const BuildContext&);
+std::unique_ptr<Layer> make_dropout(const Section&, const BuildContext&);
+std::unique_ptr<Layer> make_cost(const Section&, const BuildContext&);
+std::unique_ptr<Layer> make_softmax(const Section&, const BuildContext&);
+std::unique_ptr<Layer> make_yolo(const Section&, const BuildContext&);
+
+// Reads `activation=` (default given) or fails with the list of known names.
+Activation parse_activation(const Section& s, const char* def);
+
+}  // namespace dn

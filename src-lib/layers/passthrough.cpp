@@ -1,0 +1,45 @@
+// Layers that do nothing at inference: [dropout] (identity; scaling happens in training only)
+// and [cost] (the loss of a classifier; its output is its input).
+#include "layer.h"
+
+namespace dn {
+
+namespace {
+
+class Passthrough final : public Layer {
+public:
+    explicit Passthrough(const char* t) : name(t) {}
+    const char* type() const override { return name; }
+    void forward(Backend& be, const Tensor& x, Tensor& y, const LayerOutputs&) override {
+        be.copy_channels(x, 0, y, 0, x.shape().c);
+    }
+    const char* name;
+    float probability = 0.5f;
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> make_dropout(const Section& s, const BuildContext& ctx) {
+    auto l = std::make_unique<Passthrough>("dropout");
+    l->probability = s.get_float("probability", 0.5f);
+    if (l->probability < 0 || l->probability >= 1) s.fail("probability", "probability must be in [0, 1)");
+    // DropBlock options: training only.
+    s.get_int("dropblock", 0);
+    s.get_float("dropblock_size_rel", 0);
+    s.get_int("dropblock_size_abs", 0);
+    l->in = l->out = ctx.input;
+    return l;
+}
+
+std::unique_ptr<Layer> make_cost(const Section& s, const BuildContext& ctx) {
+    auto l = std::make_unique<Passthrough>("cost");
+    std::string t = s.get_string("type", "sse");
+    if (t != "sse" && t != "masked" && t != "smooth" && t != "L1" && t != "seg" && t != "wgan")
+        s.fail("type", "unknown cost type '" + t + "'");
+    s.get_float("scale", 1.0f);
+    s.get_float("ratio", 0.0f);
+    l->in = l->out = ctx.input;
+    return l;
+}
+
+}  // namespace dn

@@ -1,0 +1,62 @@
+// [route]: concatenates the outputs of earlier layers along channels; with groups/group_id it
+// takes only slice group_id of each (CSP blocks).
+#include "layer.h"
+
+namespace dn {
+
+namespace {
+
+class Route final : public Layer {
+public:
+    const char* type() const override { return "route"; }
+
+    void forward(Backend& be, const Tensor&, Tensor& y, const LayerOutputs& outputs) override {
+        int dst = 0;
+        for (int src : layers) {
+            const Tensor& t = outputs[src];
+            int part = t.shape().c / groups;
+            be.copy_channels(t, group_id * part, y, dst, part);
+            dst += part;
+        }
+    }
+    std::vector<int> sources() const override { return layers; }
+    std::string describe() const override {
+        std::string d;
+        for (int i : layers) d += (d.empty() ? "" : " ") + std::to_string(i);
+        if (groups > 1) d += " (" + std::to_string(group_id) + "/" + std::to_string(groups) + ")";
+        return d;
+    }
+
+    std::vector<int> layers;
+    int groups = 1, group_id = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> make_route(const Section& s, const BuildContext& ctx) {
+    auto l = std::make_unique<Route>();
+    if (!s.has("layers")) s.fail("", "route needs layers= (indices of the layers to concatenate)");
+    std::vector<int> refs = s.get_ints("layers");
+    l->groups = s.get_int("groups", 1, 1, 1 << 20);
+    l->group_id = s.get_int("group_id", 0, 0, l->groups - 1);
+    int c = 0, h = -1, w = -1;
+    for (int ref : refs) {
+        int idx = ctx.resolve(s, "layers", ref);
+        const Shape& o = ctx.built[idx]->out;
+        if (o.c % l->groups != 0)
+            s.fail("groups", "groups=" + std::to_string(l->groups) + " does not divide the " + std::to_string(o.c) +
+                                 " channels of layer " + std::to_string(idx));
+        if (h >= 0 && (o.h != h || o.w != w))
+            s.fail("layers", "layer " + std::to_string(idx) + " is " + std::to_string(o.w) + "x" + std::to_string(o.h) +
+                                 " but the previous route input is " + std::to_string(w) + "x" + std::to_string(h) +
+                                 " (route needs equal width and height)");
+        h = o.h, w = o.w;
+        c += o.c / l->groups;
+        l->layers.push_back(idx);
+    }
+    l->in = ctx.input;
+    l->out = chw(c, h, w);
+    return l;
+}
+
+}  // namespace dn

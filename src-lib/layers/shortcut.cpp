@@ -1,0 +1,63 @@
+// [shortcut]: adds the outputs of the `from` layers to the input (residual connection),
+// optionally with learned weights per input (per_feature) or per input and channel (per_channel).
+#include "layer.h"
+
+namespace dn {
+
+namespace {
+
+class Shortcut final : public Layer {
+public:
+    const char* type() const override { return "shortcut"; }
+
+    void forward(Backend& be, const Tensor& x, Tensor& y, const LayerOutputs& outputs) override {
+        std::vector<const Tensor*> inputs;
+        for (int i : from) inputs.push_back(&outputs[i]);
+        be.shortcut(x, inputs, weights.empty() ? nullptr : weights.data(), weights_type, weights_norm, y);
+        be.activate(y, activation);
+    }
+    std::vector<ParamBlock> params() override {
+        if (weights.empty()) return {};
+        return {{"weights", &weights}};
+    }
+    std::vector<int> sources() const override { return from; }
+    std::string describe() const override {
+        std::string d;
+        for (int i : from) d += (d.empty() ? "" : " ") + std::to_string(i);
+        return d + " " + activation_name(activation);
+    }
+    double bflops() const override { return (double)out.size() * from.size() / 1e9; }
+
+    std::vector<int> from;
+    Activation activation = Activation::linear;
+    ShortcutWeights weights_type = ShortcutWeights::none;
+    ShortcutNorm weights_norm = ShortcutNorm::none;
+    Tensor weights;
+};
+
+}  // namespace
+
+std::unique_ptr<Layer> make_shortcut(const Section& s, const BuildContext& ctx) {
+    auto l = std::make_unique<Shortcut>();
+    if (!s.has("from")) s.fail("", "shortcut needs from= (the layer to add)");
+    for (int ref : s.get_ints("from")) l->from.push_back(ctx.resolve(s, "from", ref));
+    l->activation = parse_activation(s, "linear");
+    std::string wt = s.get_string("weights_type", "none");
+    if (wt == "per_feature" || wt == "per_layer") l->weights_type = ShortcutWeights::per_feature;
+    else if (wt == "per_channel") l->weights_type = ShortcutWeights::per_channel;
+    else if (wt != "none") s.fail("weights_type", "unknown weights_type '" + wt + "' (none, per_feature, per_channel)");
+    std::string wn = s.get_string("weights_normalization", "none");
+    if (wn == "relu") l->weights_norm = ShortcutNorm::relu;
+    else if (wn == "softmax") l->weights_norm = ShortcutNorm::softmax;
+    else if (wn != "none") s.fail("weights_normalization", "unknown weights_normalization '" + wn + "' (none, relu, softmax)");
+
+    l->in = ctx.input;
+    l->out = ctx.input;
+    int nin = (int)l->from.size() + 1;
+    if (l->weights_type == ShortcutWeights::per_feature) l->weights = Tensor(chw(nin, 1, 1));
+    if (l->weights_type == ShortcutWeights::per_channel) l->weights = Tensor(chw(nin * l->in.c, 1, 1));
+    for (size_t i = 0; i < l->weights.size(); ++i) l->weights[i] = 1.0f;
+    return l;
+}
+
+}  // namespace dn

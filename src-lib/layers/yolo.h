@@ -1,0 +1,39 @@
+// [yolo]: a detection head. Forward applies the head's activations (Darknet's yolo layer output);
+// decoding to boxes lives in yolo/decode.cpp, the loss (training) in yolo/loss.cpp.
+#pragma once
+#include "layer.h"
+
+namespace dn {
+
+enum class NmsKind { default_nms, greedy, diou, corners };
+
+// Everything a [yolo] section says; the training options are kept for the loss.
+struct YoloSpec {
+    int classes = 20;
+    int num = 1;                 // anchors listed
+    std::vector<int> mask;       // anchors this head uses
+    std::vector<float> anchors;  // 2 * num values, in network-input pixels
+    float scale_x_y = 1.0f;
+    bool new_coords = false;
+    NmsKind nms_kind = NmsKind::default_nms;
+    float beta_nms = 0.6f;
+    // training
+    float jitter = 0.2f, ignore_thresh = 0.5f, truth_thresh = 1.0f, iou_thresh = 1.0f;
+    float iou_normalizer = 0.75f, obj_normalizer = 1.0f, cls_normalizer = 1.0f, delta_normalizer = 1.0f;
+    float label_smooth_eps = 0.0f, max_delta = 3.4e38f, resize = 1.0f;
+    int random = 0, max_boxes = 200, objectness_smooth = 0;
+    std::string iou_loss = "mse";
+};
+
+class YoloLayer final : public Layer {
+public:
+    const char* type() const override { return "yolo"; }
+    void forward(Backend& be, const Tensor& x, Tensor& y, const LayerOutputs&) override;
+    std::string describe() const override;
+    YoloGeom geom() const {
+        return YoloGeom{(int)spec.mask.size(), spec.classes, spec.new_coords, spec.scale_x_y};
+    }
+    YoloSpec spec;
+};
+
+}  // namespace dn

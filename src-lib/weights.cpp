@@ -1,0 +1,104 @@
+#include "weights.h"
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <vector>
+
+namespace dn {
+
+namespace {
+
+// Darknet writes native little-endian floats and ints; so do we.
+struct Reader {
+    std::ifstream f;
+    std::string path;
+    size_t remaining = 0;
+
+    bool read(void* dst, size_t bytes) {
+        if (bytes > remaining) return false;
+        f.read(static_cast<char*>(dst), (std::streamsize)bytes);
+        if ((size_t)f.gcount() != bytes) return false;
+        remaining -= bytes;
+        return true;
+    }
+};
+
+void transpose_in_place(Tensor& t, int rows, int cols) {
+    std::vector<float> tmp(t.data(), t.data() + (size_t)rows * cols);
+    for (int r = 0; r < rows; ++r)
+        for (int c = 0; c < cols; ++c) t[(size_t)c * rows + r] = tmp[(size_t)r * cols + c];
+}
+
+}  // namespace
+
+WeightsHeader load_weights(Network& net, const std::string& path, int max_layers) {
+    Reader r;
+    r.path = path;
+    r.f.open(path, std::ios::binary | std::ios::ate);
+    if (!r.f) throw DarknetError(path + ": cannot open weights file");
+    r.remaining = (size_t)r.f.tellg();
+    r.f.seekg(0);
+
+    WeightsHeader h;
+    if (!r.read(&h.major, 4) || !r.read(&h.minor, 4) || !r.read(&h.revision, 4))
+        throw DarknetError(path + ": too short for a Darknet weights header (" + std::to_string(r.remaining) + " bytes)");
+    if (h.seen_is_64bit()) {
+        if (!r.read(&h.seen, 8)) throw DarknetError(path + ": truncated header (no 'seen' count)");
+    } else {
+        uint32_t seen32 = 0;
+        if (!r.read(&seen32, 4)) throw DarknetError(path + ": truncated header (no 'seen' count)");
+        h.seen = seen32;
+    }
+
+    int n = max_layers < 0 ? (int)net.layers.size() : std::min(max_layers, (int)net.layers.size());
+    for (int i = 0; i < n; ++i) {
+        Layer& l = *net.layers[i];
+        for (const ParamBlock& b : l.params()) {
+            size_t count = b.tensor->size();
+            if (!r.read(b.tensor->data(), count * 4)) {
+                size_t have = r.remaining / 4;
+                throw DarknetError(path + ": file ends inside layer " + std::to_string(i) + " (" + l.type() +
+                                   ", cfg line " + std::to_string(l.line) + "): its " + b.name + " need " +
+                                   std::to_string(count) + " floats but only " + std::to_string(have) +
+                                   " remain (missing " + std::to_string(count - have) +
+                                   "). Is the weights file for this cfg?");
+            }
+            if (h.transpose() && std::strcmp(l.type(), "connected") == 0 && std::strcmp(b.name, "weights") == 0)
+                transpose_in_place(*b.tensor, (int)l.in.sample(), l.out.c);
+        }
+    }
+    if (max_layers < 0 && r.remaining > 0)
+        net.warnings.add(path + ": " + std::to_string(r.remaining / 4) + " floats (" + std::to_string(r.remaining) +
+                         " bytes) left over after the last layer; the weights file may belong to a different cfg");
+    net.seen = h.seen;
+    return h;
+}
+
+void save_weights(Network& net, const std::string& path) {
+    std::string tmp = path + ".tmp";
+    {
+        std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+        if (!f) throw DarknetError(path + ": cannot write weights file");
+        WeightsHeader h;
+        h.seen = net.seen;
+        f.write(reinterpret_cast<const char*>(&h.major), 4);
+        f.write(reinterpret_cast<const char*>(&h.minor), 4);
+        f.write(reinterpret_cast<const char*>(&h.revision), 4);
+        f.write(reinterpret_cast<const char*>(&h.seen), 8);
+        for (auto& l : net.layers)
+            for (const ParamBlock& b : l->params())
+                f.write(reinterpret_cast<const char*>(b.tensor->data()), (std::streamsize)(b.tensor->size() * 4));
+        f.flush();
+        if (!f) {
+            std::remove(tmp.c_str());
+            throw DarknetError(path + ": write failed (disk full?)");
+        }
+    }
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+        std::remove(tmp.c_str());
+        throw DarknetError(path + ": cannot rename the temporary file into place");
+    }
+}
+
+}  // namespace dn
