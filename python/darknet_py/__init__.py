@@ -1,5 +1,11 @@
-"""darknet_py: a Darknet-compatible YOLO engine."""
+"""darknet_py: a Darknet-compatible YOLO engine with a C++ core.
+
+    import cv2, darknet_py
+    net = darknet_py.Network("yolov4-tiny.cfg", "yolov4-tiny.weights", "coco.names")
+    detections = net.detect(cv2.imread("dog.jpg"))
+"""
 from ._core import DarknetError
+from .network import Detection, Network, read_names
 
 __version__ = "0.1.0"
-__all__ = ["DarknetError", "__version__"]
+__all__ = ["DarknetError", "Detection", "Network", "read_names", "__version__"]

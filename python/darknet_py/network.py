@@ -1,0 +1,185 @@
+"""The Python face of a Darknet network: load a .cfg/.weights pair, detect objects in images."""
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _core
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+@dataclass(frozen=True)
+class Detection:
+    """One detected object. The box is in pixels of the original image: (x, y) is the top-left corner."""
+
+    class_id: int
+    class_name: str
+    confidence: float
+    x: float
+    y: float
+    w: float
+    h: float
+
+    @property
+    def box(self) -> Tuple[float, float, float, float]:
+        return (self.x, self.y, self.w, self.h)
+
+    def to_dict(self) -> dict:
+        return {"class_id": self.class_id, "class_name": self.class_name, "confidence": round(self.confidence, 6),
+                "box": [round(v, 2) for v in self.box]}
+
+
+def read_names(path: PathLike) -> List[str]:
+    """Reads a Darknet .names file: one class name per line."""
+    with open(path, encoding="utf-8") as f:
+        return [line.strip() for line in f if line.strip()]
+
+
+def _existing(path: PathLike, what: str) -> str:
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{what} not found: {path}")
+    return path
+
+
+class Network:
+    """A Darknet network built from a .cfg file, optionally with .weights and class names.
+
+    >>> net = Network("yolov4-tiny.cfg", "yolov4-tiny.weights", "coco.names")
+    >>> for d in net.detect(cv2.imread("dog.jpg")):
+    ...     print(d.class_name, d.confidence, d.box)
+    """
+
+    def __init__(self, cfg: PathLike, weights: Optional[PathLike] = None, names: Optional[PathLike] = None,
+                 backend: str = "cpu") -> None:
+        self.cfg_path = _existing(cfg, "cfg file")
+        self._net = _core.Net(self.cfg_path, backend)
+        for msg in self._net.warnings:
+            warnings.warn(msg, stacklevel=2)
+        self.weights_path: Optional[str] = None
+        if weights is not None:
+            self.load_weights(weights)
+        self.names: List[str] = read_names(_existing(names, "names file")) if names is not None else []
+
+    # ---- model files -------------------------------------------------------------------------
+    def load_weights(self, path: PathLike, max_layers: Optional[int] = None) -> dict:
+        """Loads Darknet .weights; with max_layers, only the first N layers (Darknet's `partial`).
+        Returns the file header (major, minor, revision, seen)."""
+        path = _existing(path, "weights file")
+        before = len(self._net.warnings)
+        header = self._net.load_weights(path, -1 if max_layers is None else int(max_layers))
+        for msg in self._net.warnings[before:]:
+            warnings.warn(msg, stacklevel=2)
+        self.weights_path = path
+        return header
+
+    def save_weights(self, path: PathLike) -> None:
+        """Writes Darknet .weights (version 0.2.5) atomically."""
+        self._net.save_weights(os.fspath(path))
+
+    def params(self, layer: int) -> dict:
+        """The parameters of layer `layer` as writable NumPy views, in .weights file order."""
+        return self._net.params(layer)
+
+    # ---- shape and description ---------------------------------------------------------------
+    @property
+    def input_size(self) -> Tuple[int, int]:
+        """Network input (width, height) in pixels."""
+        return (self._net.width, self._net.height)
+
+    @property
+    def channels(self) -> int:
+        return self._net.channels
+
+    @property
+    def layers(self) -> "LayerTable":
+        """The layers with their shapes and BFLOPs; prints as Darknet's table."""
+        return LayerTable(self._net.layers(), self._net.layer_table())
+
+    @property
+    def yolo_layers(self) -> List[int]:
+        return list(self._net.yolo_layers)
+
+    @property
+    def classes(self) -> int:
+        ys = self._net.yolo_layers
+        return self._net.yolo_info(ys[-1])["classes"] if ys else self._net.layers()[-1]["output"][0]
+
+    @property
+    def backend(self) -> str:
+        return self._net.backend
+
+    @backend.setter
+    def backend(self, name: str) -> None:
+        self._net.set_backend(name)
+
+    # ---- inference -----------------------------------------------------------------------------
+    def preprocess(self, image: np.ndarray, letterbox: bool = False) -> np.ndarray:
+        """BGR uint8 image -> float32 CHW RGB in [0, 1] at the network size (Darknet's resize)."""
+        w, h = self.input_size
+        return _core.preprocess(_as_image(image), w, h, letterbox)
+
+    def forward(self, blob: np.ndarray) -> List[np.ndarray]:
+        """Runs the network on an NxCxHxW float32 blob. Returns each yolo layer's output (after the
+        head's activations, Darknet's layout), or the last layer's output for a classifier."""
+        blob = np.asarray(blob, dtype=np.float32)
+        if blob.ndim == 3:
+            blob = blob[None]
+        outs = self._net.yolo_layers or [len(self._net.layers()) - 1]
+        return self._net.forward(blob, list(outs))
+
+    def detect(self, image: np.ndarray, thresh: float = 0.25, nms: float = 0.45,
+               letterbox: bool = False) -> List[Detection]:
+        """Detects objects in one BGR uint8 image (as cv2.imread returns it)."""
+        return self.detect_batch([image], thresh, nms, letterbox)[0]
+
+    def detect_batch(self, images: Sequence[np.ndarray], thresh: float = 0.25, nms: float = 0.45,
+                     letterbox: bool = False) -> List[List[Detection]]:
+        """Detects objects in several images in one forward pass; one list of detections per image."""
+        if not len(images):
+            return []
+        blob = np.stack([self.preprocess(im, letterbox) for im in images])
+        sizes = [(im.shape[1], im.shape[0]) for im in images]
+        return self.detect_blob(blob, sizes, thresh, nms, letterbox)
+
+    def detect_blob(self, blob: np.ndarray, sizes: Sequence[Tuple[int, int]], thresh: float = 0.25,
+                    nms: float = 0.45, letterbox: bool = False) -> List[List[Detection]]:
+        """Detections from an already preprocessed NxCxHxW blob; `sizes` are the original (width, height)."""
+        if not 0 <= thresh < 1:
+            raise ValueError(f"thresh must be in [0, 1), got {thresh}")
+        raw = self._net.detect(np.ascontiguousarray(blob, dtype=np.float32), [tuple(map(int, s)) for s in sizes],
+                               float(thresh), float(nms), bool(letterbox))
+        return [[Detection(c, self.class_name(c), float(p), x, y, w, h) for (c, p, x, y, w, h) in per_image]
+                for per_image in raw]
+
+    def class_name(self, class_id: int) -> str:
+        return self.names[class_id] if class_id < len(self.names) else str(class_id)
+
+    def __repr__(self) -> str:
+        w, h = self.input_size
+        return (f"Network({self.cfg_path!r}, {len(self._net.layers())} layers, input {w}x{h}x{self.channels}, "
+                f"{self._net.total_bflops():.3f} BFLOPs, backend={self.backend!r})")
+
+
+class LayerTable(list):
+    """A list of per-layer dicts (index, type, line, input, output, bflops, params) that prints as a table."""
+
+    def __init__(self, rows: list, text: str) -> None:
+        super().__init__(rows)
+        self._text = text
+
+    def __str__(self) -> str:
+        return self._text
+
+
+def _as_image(image: np.ndarray) -> np.ndarray:
+    if not isinstance(image, np.ndarray):
+        raise TypeError(f"image must be a NumPy array (BGR uint8, as cv2.imread returns), got {type(image).__name__}")
+    if image.dtype != np.uint8:
+        raise TypeError(f"image must be uint8, got {image.dtype}")
+    return np.ascontiguousarray(image)
