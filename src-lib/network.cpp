@@ -1,5 +1,6 @@
 #include "network.h"
 
+#include <chrono>
 #include <cstdio>
 
 namespace dn {
@@ -36,12 +37,15 @@ const LayerOutputs& Network::forward(const Tensor& x) {
         throw DarknetError("input is " + s.str() + " but the network expects Nx" + std::to_string(options.channels) +
                            "x" + std::to_string(options.height) + "x" + std::to_string(options.width));
     outputs_.resize(layers.size());
+    layer_ms_.assign(layers.size(), 0.0);
     const Tensor* in = &x;
     for (size_t i = 0; i < layers.size(); ++i) {
+        auto t0 = std::chrono::steady_clock::now();
         Layer& l = *layers[i];
         outputs_[i].resize(Shape{s.n, l.out.c, l.out.h, l.out.w});
         l.forward(*backend_, *in, outputs_[i], outputs_);
         in = &outputs_[i];
+        layer_ms_[i] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     }
     return outputs_;
 }

@@ -33,6 +33,9 @@ public:
     std::string layer_table() const;
     double total_bflops() const;
 
+    // Wall-clock milliseconds each layer took in the last forward pass (for profiling).
+    const std::vector<double>& layer_ms() const { return layer_ms_; }
+
     std::string cfg_path;
     NetOptions options;
     std::vector<std::unique_ptr<Layer>> layers;
@@ -43,6 +46,7 @@ private:
     void build(const CfgFile& cfg);
     std::unique_ptr<Backend> backend_;
     LayerOutputs outputs_;
+    std::vector<double> layer_ms_;
 };
 
 }  // namespace dn

@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include "backend.h"
+#include "cpu/gemm.h"
 #include "cpu/thread_pool.h"
 #include "image.h"
 #include "network.h"
@@ -95,7 +96,7 @@ PYBIND11_MODULE(_core, m) {
 #if defined(__APPLE__) && defined(DARKNET_PY_ACCELERATE)
         d["blas"] = std::string("Apple Accelerate (cblas_sgemm)");
 #else
-        d["blas"] = std::string("built-in packed SGEMM (6x16 micro-kernel)");
+        d["blas"] = std::string("built-in packed SGEMM, ") + cpu_sgemm_kernel();
 #endif
         std::vector<std::string> simd;
 #ifdef __AVX512F__
@@ -158,6 +159,7 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("yolo_layers", &Network::yolo_layers)
         .def("layer_table", &Network::layer_table)
         .def("total_bflops", &Network::total_bflops)
+        .def("layer_ms", &Network::layer_ms, "Milliseconds per layer in the last forward pass.")
         .def("layers", [](const Network& n) {
             py::list out;
             for (auto& l : n.layers) out.append(layer_info(*l));

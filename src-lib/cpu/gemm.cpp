@@ -14,28 +14,36 @@ namespace dn {
 
 namespace {
 
-constexpr int MR = 6, NR = 16, KC = 256, NC = 3072;
-typedef float v8 __attribute__((vector_size(32), aligned(4)));
+// Register tile: MR rows x NR columns of C held in 2*MR vector registers. With AVX-512 a vector
+// holds 16 floats and there are 32 registers (12x32 tile: 24 accumulators); otherwise 8 floats and
+// 16 registers (6x16: 12 accumulators). NEON builds use the 8-float form as pairs of q registers.
+#if defined(__AVX512F__)
+constexpr int VW = 16, MR = 12;
+#else
+constexpr int VW = 8, MR = 6;
+#endif
+constexpr int NR = 2 * VW, KC = 256, NC = 3072;
+typedef float vec __attribute__((vector_size(VW * 4), aligned(4)));
 
 // acc = A_panel(MR x kc) * B_panel(kc x NR); then C = (first ? beta*C : C) + alpha*acc on an mr x nr corner.
 void micro_kernel(int kc, const float* a, const float* b, float* C, int ldc, int mr, int nr, float alpha, float beta,
                   bool first) {
-    v8 acc[MR][2];
-    for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = v8{};
+    vec acc[MR][2];
+    for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = vec{};
     for (int k = 0; k < kc; ++k) {
-        v8 b0, b1;
-        std::memcpy(&b0, b + k * NR, 32);
-        std::memcpy(&b1, b + k * NR + 8, 32);
+        vec b0, b1;
+        std::memcpy(&b0, b + k * NR, VW * 4);
+        std::memcpy(&b1, b + k * NR + VW, VW * 4);
         const float* ak = a + k * MR;
         for (int r = 0; r < MR; ++r) {
             acc[r][0] += ak[r] * b0;
             acc[r][1] += ak[r] * b1;
         }
     }
-    alignas(32) float tile[MR][NR];
+    alignas(64) float tile[MR][NR];
     for (int r = 0; r < MR; ++r) {
-        std::memcpy(&tile[r][0], &acc[r][0], 32);
-        std::memcpy(&tile[r][8], &acc[r][1], 32);
+        std::memcpy(&tile[r][0], &acc[r][0], VW * 4);
+        std::memcpy(&tile[r][VW], &acc[r][1], VW * 4);
     }
     for (int r = 0; r < mr; ++r) {
         float* c = C + (size_t)r * ldc;
@@ -80,6 +88,18 @@ void pack_b_panel(bool tb, const float* B, int ldb, int k0, int kc, int j0, int 
 }
 
 }  // namespace
+
+const char* cpu_sgemm_kernel() {
+#if defined(__AVX512F__)
+    return "12x32 tile, 16-float vectors (AVX-512)";
+#elif defined(__AVX2__)
+    return "6x16 tile, 8-float vectors (AVX2)";
+#elif defined(__ARM_NEON)
+    return "6x16 tile, 4-float vector pairs (NEON)";
+#else
+    return "6x16 tile, compiler-generic vectors";
+#endif
+}
 
 void cpu_sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
                float beta, float* C, int ldc) {

@@ -1,4 +1,4 @@
-// Single-precision GEMM for the CPU backend: packed panels and a 6x16 register-tile micro-kernel
+// Single-precision GEMM for the CPU backend: packed panels and a register-tile micro-kernel
 // written with GCC/Clang vector extensions (AVX2/AVX-512 on x86, NEON on ARM with -march=native).
 #pragma once
 
@@ -7,5 +7,8 @@ namespace dn {
 // C[M,N] = alpha * op(A) * op(B) + beta * C, row-major with leading dimensions.
 void cpu_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
                int ldb, float beta, float* C, int ldc);
+
+// Describes the micro-kernel compiled in, e.g. "12x32 tile, 16-float vectors", for `darknet_py info`.
+const char* cpu_sgemm_kernel();
 
 }  // namespace dn

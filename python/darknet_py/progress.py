@@ -1,0 +1,114 @@
+"""A tiny progress bar for stderr: items per second and ETA, no dependency.
+
+On a terminal it redraws one line with \\r; in a log (not a TTY) it prints a plain line every few
+seconds instead, so CI logs stay short. A final summary line is always printed by close().
+"""
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from typing import Optional, TextIO
+
+
+def format_duration(seconds: float) -> str:
+    seconds = int(round(max(0.0, seconds)))
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+class Progress:
+    """Counts finished items of `total` (None when unknown, e.g. a stream) and reports on `stream`.
+
+    >>> with Progress(120, "frames") as bar:
+    ...     for frame in frames:
+    ...         bar.update()
+    """
+
+    def __init__(self, total: Optional[int], unit: str = "items", label: str = "",
+                 stream: Optional[TextIO] = None, tty: Optional[bool] = None,
+                 interval: Optional[float] = None) -> None:
+        self.total = total if total and total > 0 else None
+        self.unit, self.label = unit, label
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)()) if tty is None else tty
+        # a terminal is redrawn 10 times a second; a log gets one line every 5 s
+        self.interval = interval if interval is not None else (0.1 if self.tty else 5.0)
+        self.count = 0
+        self.start = time.perf_counter()
+        self._last = self.start
+        self._closed = False
+
+    # ---- figures ---------------------------------------------------------------------------
+    @property
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    @property
+    def rate(self) -> float:
+        """Items per second since the start."""
+        t = self.elapsed
+        return self.count / t if t > 0 else 0.0
+
+    def eta(self) -> Optional[float]:
+        if self.total is None or self.count == 0:
+            return None
+        return (self.total - self.count) / self.rate if self.rate > 0 else None
+
+    # ---- reporting -------------------------------------------------------------------------
+    def update(self, n: int = 1) -> None:
+        self.count += n
+        now = time.perf_counter()
+        if now - self._last >= self.interval:
+            self._last = now
+            self._emit(self.line())
+
+    def line(self, bar_width: Optional[int] = None) -> str:
+        """The progress line: label, count/total, bar (terminal only), rate and ETA."""
+        parts = [self.label] if self.label else []
+        if self.total is not None:
+            pct = 100.0 * self.count / self.total
+            parts.append(f"{self.count}/{self.total} {self.unit} {pct:3.0f}%")
+            if self.tty:
+                width = bar_width if bar_width is not None else max(10, min(40, shutil.get_terminal_size().columns - 60))
+                filled = int(width * min(self.count, self.total) / self.total)
+                parts.append("|" + "#" * filled + "." * (width - filled) + "|")
+        else:
+            parts.append(f"{self.count} {self.unit}")
+        parts.append(self._rate_text(self.rate))
+        eta = self.eta()
+        if eta is not None:
+            parts.append(f"ETA {format_duration(eta)}")
+        return "  ".join(parts)
+
+    def summary(self) -> str:
+        head = f"{self.label}  " if self.label else ""
+        return f"{head}{self.count} {self.unit} in {self.elapsed:.1f} s ({self._rate_text(self.rate)})"
+
+    def _rate_text(self, rate: float) -> str:
+        return f"{rate:.1f} FPS" if self.unit == "frames" else f"{rate:.1f} {self.unit}/s"
+
+    def _emit(self, text: str) -> None:
+        if self.tty:
+            cols = shutil.get_terminal_size().columns
+            self.stream.write("\r" + text[: cols - 1].ljust(cols - 1))
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        """Ends the bar with the summary line (once)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.tty:
+            self.stream.write("\r" + " " * (shutil.get_terminal_size().columns - 1) + "\r")
+        self.stream.write(self.summary() + "\n")
+        self.stream.flush()
+
+    def __enter__(self) -> "Progress":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
