@@ -48,6 +48,10 @@ public:
 
     // y = conv(x, w); w is [out_c, in_c/groups, kh, kw]. No bias.
     virtual void conv2d(const Tensor& x, const Tensor& w, const ConvGeom& g, Tensor& y) = 0;
+    // y = act(conv(x, w) * scale[c] + shift[c]); scale may be null (= 1). The inference path of
+    // [convolutional]: batchnorm becomes a per-channel affine that a backend can fuse into its GEMM epilogue.
+    virtual void conv2d_affine_act(const Tensor& x, const Tensor& w, const ConvGeom& g, const float* scale,
+                                   const float* shift, Activation a, Tensor& y) = 0;
     // y[n,c,:,:] += bias[c]
     virtual void add_bias(Tensor& y, const float* bias) = 0;
     // y = (y - mean) / sqrt(var + eps) * scale + bias, per channel

@@ -278,6 +278,20 @@ PYBIND11_MODULE(_core, m) {
             o.be->conv2d(tx, tw, g, y);
             return to_numpy(y);
         })
+        .def("conv2d_affine_act", [](Ops& o, const FloatArray& x, const FloatArray& w, int stride_y, int stride_x,
+                                     int pad, int dilation, int groups, int out_h, int out_w, py::object scale,
+                                     const FloatArray& shift, const std::string& act) {
+            bool ok;
+            Activation a = activation_from_name(act, &ok);
+            if (!ok) throw DarknetError("unknown activation " + act);
+            Tensor tx = to_tensor(x), tw = to_tensor(w);
+            ConvGeom g{tw.shape().h, tw.shape().w, stride_y, stride_x, pad, dilation, groups};
+            Tensor y(Shape{tx.shape().n, tw.shape().n, out_h, out_w});
+            FloatArray sc;
+            if (!scale.is_none()) sc = scale.cast<FloatArray>();
+            o.be->conv2d_affine_act(tx, tw, g, scale.is_none() ? nullptr : sc.data(), shift.data(), a, y);
+            return to_numpy(y);
+        }, "scale may be None")
         .def("add_bias", [](Ops& o, const FloatArray& x, const FloatArray& b) {
             Tensor t = to_tensor(x);
             o.be->add_bias(t, b.data());

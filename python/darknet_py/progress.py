@@ -97,6 +97,13 @@ class Progress:
             self.stream.write(text + "\n")
         self.stream.flush()
 
+    def message(self, text: str) -> None:
+        """Prints a line of its own (a warning, say) without garbling the bar."""
+        if self.tty:
+            self.stream.write("\r" + " " * (shutil.get_terminal_size().columns - 1) + "\r")
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
     def close(self) -> None:
         """Ends the bar with the summary line (once)."""
         if self._closed:

@@ -36,6 +36,25 @@ public:
         cpu_conv2d(x, w, g, y, col_);
     }
 
+    void conv2d_affine_act(const Tensor& x, const Tensor& w, const ConvGeom& g, const float* scale,
+                           const float* shift, Activation a, Tensor& y) override {
+        cpu_conv2d(x, w, g, y, col_);
+        const Shape& s = y.shape();
+        size_t plane = s.plane();
+        float* d = y.data();
+        bool elementwise = activation_is_elementwise(a);
+        pfor((size_t)s.n * s.c, [&](size_t nc) {
+            int c = (int)(nc % s.c);
+            float k = scale ? scale[c] : 1.0f, b = shift[c];
+            float* p = d + nc * plane;
+            if (elementwise)
+                for (size_t i = 0; i < plane; ++i) p[i] = activate_scalar(p[i] * k + b, a);
+            else
+                for (size_t i = 0; i < plane; ++i) p[i] = p[i] * k + b;
+        });
+        if (!elementwise) activate(y, a);
+    }
+
     void add_bias(Tensor& y, const float* bias) override {
         const Shape& s = y.shape();
         size_t plane = s.plane();

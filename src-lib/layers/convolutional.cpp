@@ -1,5 +1,7 @@
 // [convolutional]: y = act(bn(conv(x, W)) or conv(x, W) + b). Darknet conventions: pad=1 means
 // padding = size/2; the effective padding is padding * dilation; output size ignores dilation.
+#include <cmath>
+
 #include "layer.h"
 
 namespace dn {
@@ -11,13 +13,19 @@ public:
     const char* type() const override { return "conv"; }
 
     void forward(Backend& be, const Tensor& x, Tensor& y, const LayerOutputs&) override {
-        be.conv2d(x, weights, geom, y);
-        if (batch_normalize)
-            be.batchnorm_inference(y, rolling_mean.data(), rolling_variance.data(), scales.data(), biases.data(),
-                                   1e-5f);
-        else
-            be.add_bias(y, biases.data());
-        be.activate(y, activation);
+        if (!batch_normalize) {
+            be.conv2d_affine_act(x, weights, geom, nullptr, biases.data(), activation, y);
+            return;
+        }
+        // batchnorm with rolling statistics = per-channel affine: k = scale / sqrt(var + eps), b = bias - mean * k
+        int n = out.c;
+        affine_.resize(2 * (size_t)n);
+        for (int c = 0; c < n; ++c) {
+            float k = scales[c] / std::sqrt(rolling_variance[c] + 1e-5f);
+            affine_[c] = k;
+            affine_[n + c] = biases[c] - rolling_mean[c] * k;
+        }
+        be.conv2d_affine_act(x, weights, geom, affine_.data(), affine_.data() + n, activation, y);
     }
 
     std::vector<ParamBlock> params() override {
@@ -44,6 +52,9 @@ public:
     bool batch_normalize = false;
     Activation activation = Activation::logistic;
     Tensor weights, biases, scales, rolling_mean, rolling_variance;
+
+private:
+    std::vector<float> affine_;  // folded batchnorm: scale then shift per output channel
 };
 
 }  // namespace

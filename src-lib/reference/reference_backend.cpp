@@ -60,6 +60,20 @@ public:
             }
     }
 
+    void conv2d_affine_act(const Tensor& x, const Tensor& w, const ConvGeom& g, const float* scale,
+                           const float* shift, Activation a, Tensor& y) override {
+        conv2d(x, w, g, y);
+        const Shape& s = y.shape();
+        for (int n = 0; n < s.n; ++n)
+            for (int c = 0; c < s.c; ++c)
+                for (int i = 0; i < s.h; ++i)
+                    for (int j = 0; j < s.w; ++j) {
+                        float& v = at(y, n, c, i, j);
+                        v = (scale ? v * scale[c] : v) + shift[c];
+                    }
+        activate(y, a);
+    }
+
     void add_bias(Tensor& y, const float* bias) override {
         const Shape& s = y.shape();
         for (int n = 0; n < s.n; ++n)

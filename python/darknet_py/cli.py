@@ -1,0 +1,233 @@
+"""The `darknet_py` command: detect, info, cfglayers.
+
+Exit codes: 0 success, 1 an error in the inputs (missing or unreadable file, bad cfg, ...; one
+line on stderr, no traceback), 2 a usage error (argparse), 130 interrupted by Ctrl-C.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import warnings
+from typing import Any, Dict, List, Optional, Sequence
+
+DEFAULT_OUT = "detections"
+PROG = "darknet_py"
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """Keeps the examples' line breaks and shows each option's default."""
+
+
+def _unit_interval(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= v < 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {v}")
+    return v
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
+    return v
+
+
+DETECT_EXAMPLES = f"""\
+SOURCE is an image, a folder of images, a quoted glob ("photos/**/*.jpg") or a video
+(.mp4, .mov, .avi, .mkv). Images are written annotated to --out with their own names;
+a video becomes an annotated video of the same frame count, fps and size, with an FPS overlay.
+For a single image the detections are also printed as Darknet prints them.
+
+--cfg takes a path or the name of a cfg shipped with darknet_py (see `{PROG} info`); an
+80-class network gets the shipped coco.names unless --names is given.
+
+examples:
+  {PROG} detect dog.jpg --cfg yolov4-tiny.cfg --weights yolov4-tiny.weights
+  {PROG} detect photos/ --cfg yolov4-tiny --weights yolov4-tiny.weights --out annotated/
+  {PROG} detect "shots/*.png" --cfg my.cfg --weights my.weights --names my.names --thresh 0.5
+  {PROG} detect clip.mp4 --cfg yolov4-tiny --weights yolov4-tiny.weights --json clip.json
+"""
+
+CFGLAYERS_EXAMPLES = f"""\
+examples:
+  {PROG} cfglayers yolov4-tiny.cfg
+  {PROG} cfglayers yolov4 --width 608 --height 608
+"""
+
+INFO_EXAMPLES = f"""\
+examples:
+  {PROG} info
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
+    parser = argparse.ArgumentParser(
+        prog=PROG, formatter_class=_Formatter,
+        description="A Darknet-compatible YOLO engine: detect objects in images and videos.",
+        epilog=f"examples:\n  {PROG} detect dog.jpg --cfg yolov4-tiny.cfg --weights yolov4-tiny.weights\n"
+               f"  {PROG} info\n  {PROG} cfglayers yolov3-tiny.cfg\n\n"
+               f"Run `{PROG} COMMAND --help` for a command's options.")
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    p = sub.add_parser("detect", help="detect objects in images, folders, globs or videos",
+                       description="Detect objects and write annotated copies.", epilog=DETECT_EXAMPLES,
+                       formatter_class=_Formatter)
+    p.add_argument("source", metavar="SOURCE", help="image, folder, glob or video file")
+    p.add_argument("--cfg", help="network .cfg: a path or a shipped cfg's name (required)")
+    p.add_argument("--weights", help="Darknet .weights file (required)")
+    p.add_argument("--names", help="class names, one per line (default: shipped coco.names for 80 classes)")
+    p.add_argument("--thresh", type=_unit_interval, default=0.25, help="confidence threshold")
+    p.add_argument("--nms", type=_unit_interval, default=0.45, help="NMS IoU threshold (0 turns NMS off)")
+    p.add_argument("--letterbox", action="store_true", help="keep the aspect ratio when resizing (Darknet's -letter_box)")
+    p.add_argument("--out", default=DEFAULT_OUT, metavar="DIR", help="folder for the annotated images/videos")
+    p.add_argument("--json", metavar="FILE", help="also write every detection to this JSON file")
+    p.add_argument("--threads", type=_positive_int, metavar="N", help="CPU threads (default: all cores)")
+    p.add_argument("--backend", choices=("cpu", "reference"), default="cpu",
+                   help="compute backend (reference: slow, naive loops, for checking)")
+    p.set_defaults(func=cmd_detect, parser=p)
+
+    p = sub.add_parser("info", help="version, build options, CPU and backends",
+                       description="Show the version, how the engine was built, the CPU and the backends.",
+                       epilog=INFO_EXAMPLES, formatter_class=_Formatter)
+    p.set_defaults(func=cmd_info, parser=p)
+
+    p = sub.add_parser("cfglayers", help="print a cfg's layers with shapes and BFLOPs",
+                       description="Print each layer of a cfg with its input and output shapes and BFLOPs, "
+                                   "and the total, as Darknet does when it loads a network.",
+                       epilog=CFGLAYERS_EXAMPLES, formatter_class=_Formatter)
+    p.add_argument("cfg", metavar="CFG", help="a .cfg path or a shipped cfg's name")
+    p.add_argument("--width", type=_positive_int, help="network input width (default: the cfg's)")
+    p.add_argument("--height", type=_positive_int, help="network input height (default: the cfg's)")
+    p.set_defaults(func=cmd_cfglayers, parser=p)
+    return parser
+
+
+# ---- commands -------------------------------------------------------------------------------
+def _load_network(cfg: str, weights: Optional[str], names: Optional[str], backend: str):
+    """Builds the network, printing the engine's warnings (unused cfg options, ...) as one line each."""
+    from .network import Network
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        net = Network(cfg, weights, None, backend)
+    for w in caught:
+        print(f"warning: {w.message}", file=sys.stderr)
+    from .cfgfiles import resolve_names
+    from .network import read_names
+
+    names_path = resolve_names(names, net.classes)
+    if names_path is not None:
+        net.names = read_names(names_path)
+    return net, names_path
+
+
+def cmd_detect(args: argparse.Namespace) -> int:
+    from . import _core
+    from .cfgfiles import resolve_cfg
+    from .runner import DetectOptions, Runner, write_json
+    from .sources import resolve_source
+
+    if not args.cfg or not args.weights:
+        args.parser.error("detect needs --cfg and --weights: there is no bundled demo model yet "
+                          f"(e.g. --cfg yolov4-tiny.cfg --weights yolov4-tiny.weights; `{PROG} info` lists the shipped cfgs)")
+    if args.threads:
+        _core.set_threads(args.threads)
+    source = resolve_source(args.source)  # before loading the model: a typo should fail fast
+    cfg = resolve_cfg(args.cfg)
+    net, names_path = _load_network(cfg, args.weights, args.names, args.backend)
+    options = DetectOptions(args.thresh, args.nms, args.letterbox, args.out)
+    runner = Runner(net, source, options)
+    interrupted = False
+    try:
+        runner.run()
+    except KeyboardInterrupt:
+        interrupted = True
+        raise
+    finally:
+        if args.json:  # also on Ctrl-C and errors: what was computed is kept, marked as partial
+            w, h = net.input_size
+            doc: Dict[str, Any] = {
+                "source": args.source,
+                "model": {"cfg": cfg, "weights": args.weights, "names": names_path, "input_size": [w, h],
+                          "classes": net.classes, "backend": net.backend, "thresh": args.thresh,
+                          "nms": args.nms, "letterbox": args.letterbox},
+                "results": runner.results,
+            }
+            if interrupted:
+                doc["interrupted"] = True
+            write_json(args.json, doc)
+            print(f"detections: {args.json}", file=sys.stderr)
+    if runner.failures:
+        print(f"{PROG}: error: {len(runner.failures)} file(s) could not be read: {', '.join(runner.failures)}",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from .sysinfo import format_info, info
+
+    print(format_info(info()))
+    return 0
+
+
+def cmd_cfglayers(args: argparse.Namespace) -> int:
+    from .cfgfiles import cfg_with_size, resolve_cfg
+
+    cfg = resolve_cfg(args.cfg)
+    path = cfg_with_size(cfg, args.width, args.height) if (args.width or args.height) else cfg
+    try:
+        net, _ = _load_network(path, None, None, "cpu")
+    finally:
+        if path != cfg:
+            os.unlink(path)
+    w, h = net.input_size
+    print(f"{cfg}: {len(net.layers)} layers, input {w} x {h} x {net.channels}")
+    print(net.layers)
+    return 0
+
+
+# ---- entry point ----------------------------------------------------------------------------
+def _error_text(e: BaseException) -> str:
+    text = str(e) if not isinstance(e, OSError) or not e.filename else f"{e.strerror}: {e.filename}"
+    return " ".join(text.split()) or type(e).__name__  # one line, whatever the message held
+
+
+def _quiet_opencv() -> None:
+    """OpenCV logs errors only: our messages say what failed, its warnings would repeat it."""
+    try:
+        import cv2
+
+        cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_ERROR)
+    except (ImportError, AttributeError):
+        pass
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Runs the command line `argv` (default sys.argv[1:]); returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    _quiet_opencv()
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        print(f"\n{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except (OSError, ValueError, RuntimeError) as e:  # DarknetError is a ValueError
+        print(f"{PROG}: error: {_error_text(e)}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
