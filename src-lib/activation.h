@@ -47,3 +47,46 @@ inline float activate_scalar(float x, Activation a) {
 }
 
 }  // namespace dn
+
+namespace dn {
+
+// d act(x) / dx at the pre-activation x (elementwise activations only).
+inline float activate_gradient(float x, Activation a) {
+    switch (a) {
+        case Activation::linear: return 1.0f;
+        case Activation::leaky: return x > 0 ? 1.0f : 0.1f;
+        case Activation::relu: return x > 0 ? 1.0f : 0.0f;
+        case Activation::relu6: return (x > 0 && x < 6) ? 1.0f : 0.0f;
+        case Activation::logistic: {
+            float s = 1.0f / (1.0f + std::exp(-x));
+            return s * (1 - s);
+        }
+        case Activation::tanh: {
+            float t = 2.0f / (1.0f + std::exp(-2.0f * x)) - 1.0f;
+            return 1 - t * t;
+        }
+        case Activation::swish: {
+            float s = 1.0f / (1.0f + std::exp(-x));
+            return s + x * s * (1 - s);
+        }
+        case Activation::mish: {
+            // d/dx x*tanh(sp(x)) = tanh(sp) + x * (1 - tanh(sp)^2) * sigmoid(x), with Darknet's softplus threshold
+            float sp = softplus_darknet(x, 20.0f), t = std::tanh(sp);
+            float dsp = x > 20.0f ? 1.0f : 1.0f / (1.0f + std::exp(-x));
+            return t + x * (1 - t * t) * dsp;
+        }
+        case Activation::hard_mish:
+            if (x > 0) return 1.0f;
+            if (x > -2) return x + 1.0f;
+            return 0.0f;
+        case Activation::elu: return x >= 0 ? 1.0f : std::exp(x);
+        case Activation::selu: return x >= 0 ? 1.0507f : 1.0507f * 1.6732f * std::exp(x);
+        case Activation::gelu: {
+            float u = 0.797885f * x + 0.035677f * x * x * x, t = std::tanh(u);
+            return 0.5f * (1 + t) + 0.5f * x * (1 - t * t) * (0.797885f + 3 * 0.035677f * x * x);
+        }
+        default: return 1.0f;
+    }
+}
+
+}  // namespace dn

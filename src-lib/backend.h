@@ -84,6 +84,54 @@ public:
     virtual void softmax(const Tensor& x, int groups, float temperature, Tensor& y) = 0;
     // yolo head: logistic on x, y, objectness, classes (not with new_coords), then scale_x_y on x, y
     virtual void yolo_activate(const Tensor& x, const YoloGeom& g, Tensor& y) = 0;
+
+    // ---- training ----------------------------------------------------------------------------
+    // Gradients are true derivatives of the loss (dL/d...). Every backward op ACCUMULATES (+=) into
+    // its gradient outputs, because a tensor can feed several layers (route, shortcut).
+
+    // dw += dL/dw of y = conv(x, w), given dy = dL/dy
+    virtual void conv2d_backward_weights(const Tensor& x, const Tensor& dy, const ConvGeom& g, Tensor& dw) = 0;
+    // dx += dL/dx of y = conv(x, w)
+    virtual void conv2d_backward_data(const Tensor& dy, const Tensor& w, const ConvGeom& g, Tensor& dx) = 0;
+    // db[c] += sum of dy[:, c, :, :]
+    virtual void bias_backward(const Tensor& dy, float* db) = 0;
+    // Training batchnorm on y in place, with batch statistics: mean[c], var[c] (unbiased, as Darknet),
+    // x_norm = (y - mean) / sqrt(var + eps), y = x_norm * scale + bias.
+    virtual void batchnorm_train(Tensor& y, float* mean, float* var, Tensor& x_norm, const float* scale,
+                                 const float* bias, float eps) = 0;
+    // Given dy = dL/d(batchnorm output): dscale += sum(dy * x_norm), dbias += sum(dy), and dy becomes
+    // dL/d(batchnorm input) (through the batch statistics).
+    virtual void batchnorm_backward(Tensor& dy, const Tensor& x_norm, const float* scale, const float* var,
+                                    float eps, float* dscale, float* dbias) = 0;
+    // dy = dL/d(pre-activation x), from dy = dL/d(act(x)), in place.
+    virtual void activate_backward(const Tensor& x, Tensor& dy, Activation a) = 0;
+    virtual void maxpool_backward(const Tensor& x, const Tensor& dy, const PoolGeom& g, Tensor& dx) = 0;
+    virtual void avgpool_local_backward(const Tensor& x, const Tensor& dy, const PoolGeom& g, Tensor& dx) = 0;
+    virtual void avgpool_global_backward(const Tensor& dy, Tensor& dx) = 0;
+    virtual void maxpool_depth_backward(const Tensor& x, const Tensor& dy, Tensor& dx) = 0;
+    // y[:, dst_c0 : dst_c0+count] += x[:, src_c0 : src_c0+count] (route backward)
+    virtual void add_channels(const Tensor& x, int src_c0, Tensor& y, int dst_c0, int count) = 0;
+    // Backward of shortcut: dx, each dfrom[k] (may be null) and dweights (when weighted) accumulate.
+    virtual void shortcut_backward(const Tensor& x, const std::vector<const Tensor*>& from, const float* weights,
+                                   ShortcutWeights wt, ShortcutNorm norm, const Tensor& dy, Tensor& dx,
+                                   const std::vector<Tensor*>& dfrom, float* dweights) = 0;
+    virtual void upsample_backward(const Tensor& dy, int stride, float scale, Tensor& dx) = 0;
+    virtual void downsample_sum_backward(const Tensor& dy, int stride, float scale, Tensor& dx) = 0;
+    // Backward of reorg(x, w, h, c, stride, forward): dx += the inverse permutation of dy.
+    virtual void reorg_backward(const Tensor& dy, int w, int h, int c, int stride, bool forward, Tensor& dx) = 0;
+    virtual void scale_channels_backward(const Tensor& s, const Tensor& from, bool scale_wh, const Tensor& dy,
+                                         Tensor& ds, Tensor& dfrom) = 0;
+    virtual void mul_backward(const Tensor& a, const Tensor& b, const Tensor& dy, Tensor& da, Tensor& db) = 0;
+    // dx += dL/dx of y = softmax(x) (true Jacobian; Darknet's classifier passes the cost delta straight through)
+    virtual void softmax_backward(const Tensor& y, const Tensor& dy, int groups, float temperature, Tensor& dx) = 0;
+
+    // Darknet's SGD step on n values: m = m - grad - decay*batch*w; w += lr/batch * m; m *= momentum; grad = 0.
+    // (m is Darknet's `*_updates` buffer; pass decay = 0 for biases and batchnorm scales.)
+    virtual void sgd_update(float* w, float* grad, float* m, size_t n, float lr, float momentum, float decay,
+                            int batch) = 0;
+    // Darknet's Adam step (t = update count from 1): see kernels/optimizer.h.
+    virtual void adam_update(float* w, float* grad, float* m, float* v, size_t n, float lr, float b1, float b2,
+                             float eps, float decay, int batch, int t) = 0;
 };
 
 std::unique_ptr<Backend> make_reference_backend();

@@ -1,5 +1,6 @@
 #include "cfg.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -71,6 +72,20 @@ void Section::fail(const std::string& key, const std::string& msg) const {
     throw DarknetError(where(key) + " " + msg);
 }
 
+void Section::check_size(const std::string& key, const std::string& what, std::initializer_list<double> dims) const {
+    double n = 1;
+    std::string shape;
+    for (double d : dims) {
+        n *= d;
+        shape += (shape.empty() ? "" : " x ") + std::to_string((long long)d);
+    }
+    if (n > kMaxTensorFloats)
+        fail(key, what + " would be " + shape + " = " + std::to_string((long long)std::min(n, 9e18)) +
+                      " floats, over the engine's limit of " + std::to_string((long long)kMaxTensorFloats) +
+                      " (1 GiB) per tensor; check " + (key.empty() ? std::string("this layer's options") : key) +
+                      " and the sizes before this layer");
+}
+
 int Section::get_int(const std::string& key, int def) const {
     auto it = options.find(key);
     if (it == options.end()) return def;
@@ -78,7 +93,9 @@ int Section::get_int(const std::string& key, int def) const {
     long v;
     if (!parse_long(it->second.value, v)) {
         double d;  // Darknet uses atoi: "1.0" would read as 1; we accept integral floats only
-        if (parse_double(it->second.value, d) && d == std::floor(d) && std::fabs(d) < 1e9) return (int)d;
+        // ... written in decimal: atoi reads "0x10" as 0 and "1e3" as 1, so those are refused, not read as 16, 1000
+        bool decimal = it->second.value.find_first_of("xXeEpP") == std::string::npos;
+        if (decimal && parse_double(it->second.value, d) && d == std::floor(d) && std::fabs(d) < 1e9) return (int)d;
         fail(key, key + "=" + it->second.value + " is not an integer");
     }
     if (v < -1000000000L || v > 1000000000L) fail(key, key + "=" + it->second.value + " is out of range");

@@ -1,6 +1,7 @@
 // .cfg parsing: sections of key=value options with their line numbers, and typed
 // getters that report malformed or out-of-range values as "file:line: message (hint)".
 #pragma once
+#include <initializer_list>
 #include <map>
 #include <string>
 #include <vector>
@@ -8,6 +9,11 @@
 #include "errors.h"
 
 namespace dn {
+
+// The largest tensor (weights, or one image's layer output) a cfg may ask for: 2^28 floats = 1 GiB.
+// Real networks stay far below (yolov4-p6 at 1280x1280: ~1.3e8); a typo such as filters=1000000
+// must fail with its line instead of making the engine allocate terabytes.
+constexpr double kMaxTensorFloats = double(1 << 28);
 
 struct CfgOption {
     std::string value;
@@ -31,6 +37,9 @@ struct Section {
 
     // "file:line: [type] message" pointing at the option's line (or the header if absent).
     [[noreturn]] void fail(const std::string& key, const std::string& msg) const;
+    // Fails at `key`'s line when a tensor with these dimensions would exceed kMaxTensorFloats.
+    // Dimensions are doubles so that the product cannot overflow before it is checked.
+    void check_size(const std::string& key, const std::string& what, std::initializer_list<double> dims) const;
     std::string where(const std::string& key = "") const;
 };
 

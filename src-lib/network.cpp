@@ -1,6 +1,7 @@
 #include "network.h"
 
 #include <chrono>
+#include <algorithm>
 #include <cstdio>
 
 namespace dn {
@@ -15,6 +16,7 @@ void Network::build(const CfgFile& cfg) {
     cfg_path = cfg.path;
     options = parse_net_options(cfg.sections[0]);
     Shape input = chw(options.channels, options.height, options.width);
+    cfg.sections[0].check_size("", "the input", {(double)input.c, (double)input.h, (double)input.w});
     for (size_t i = 1; i < cfg.sections.size(); ++i) {
         const Section& s = cfg.sections[i];
         if (s.type == "net" || s.type == "network")
@@ -22,8 +24,10 @@ void Network::build(const CfgFile& cfg) {
         BuildContext ctx{(int)layers.size(), input, layers};
         layers.push_back(make_layer(s, ctx));
         input = layers.back()->out;
-        if (input.size() == 0)
-            throw DarknetError(s.file + ":" + std::to_string(s.line) + ": [" + s.type + "] produces an empty output");
+        if (input.c <= 0 || input.h <= 0 || input.w <= 0)
+            throw DarknetError(s.file + ":" + std::to_string(s.line) + ": [" + s.type + "] produces an empty output (" +
+                               std::to_string(input.w) + "x" + std::to_string(input.h) + "x" + std::to_string(input.c) + ")");
+        s.check_size("", "the output", {(double)input.c, (double)input.h, (double)input.w});
     }
     if (layers.empty()) throw DarknetError(cfg.path + ": the cfg has no layers after [net]");
     warn_unused_options(cfg, warnings);
@@ -48,6 +52,62 @@ const LayerOutputs& Network::forward(const Tensor& x) {
         layer_ms_[i] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     }
     return outputs_;
+}
+
+const LayerOutputs& Network::forward_train(const Tensor& x) {
+    const Shape& s = x.shape();
+    if (s.c != options.channels || s.h != options.height || s.w != options.width)
+        throw DarknetError("input is " + s.str() + " but the network expects Nx" + std::to_string(options.channels) +
+                           "x" + std::to_string(options.height) + "x" + std::to_string(options.width));
+    input_ = x;
+    outputs_.resize(layers.size());
+    deltas_.resize(layers.size());
+    const Tensor* in = &input_;
+    for (size_t i = 0; i < layers.size(); ++i) {
+        Layer& l = *layers[i];
+        Shape os{s.n, l.out.c, l.out.h, l.out.w};
+        outputs_[i].resize(os);
+        deltas_[i].resize(os);
+        std::fill(deltas_[i].data(), deltas_[i].data() + deltas_[i].size(), 0.0f);
+        l.forward_train(*backend_, *in, outputs_[i], outputs_);
+        in = &outputs_[i];
+    }
+    return outputs_;
+}
+
+void Network::backward() {
+    if (deltas_.size() != layers.size()) throw DarknetError("backward() needs a forward_train() first");
+    for (int i = (int)layers.size() - 1; i >= 0; --i) {
+        const Tensor& x = i == 0 ? input_ : outputs_[i - 1];
+        Tensor* dx = i == 0 ? nullptr : &deltas_[i - 1];
+        layers[i]->backward(*backend_, x, outputs_[i], deltas_[i], dx, outputs_, deltas_);
+    }
+}
+
+void Network::update(float lr, int batch) {
+    ++updates_;
+    momentum_.resize(layers.size());
+    adam_v_.resize(layers.size());
+    for (size_t i = 0; i < layers.size(); ++i) {
+        auto params = layers[i]->trainables();
+        momentum_[i].resize(params.size());
+        adam_v_[i].resize(params.size());
+        for (size_t k = 0; k < params.size(); ++k) {
+            const Trainable& p = params[k];
+            Tensor& m = momentum_[i][k];
+            if (m.size() != p.value->size()) m = Tensor(p.value->shape());
+            float decay = p.decay ? options.decay : 0.0f;
+            if (options.adam) {
+                Tensor& v = adam_v_[i][k];
+                if (v.size() != p.value->size()) v = Tensor(p.value->shape());
+                backend_->adam_update(p.value->data(), p.grad->data(), m.data(), v.data(), p.value->size(), lr,
+                                      options.B1, options.B2, options.eps, decay, batch, updates_);
+            } else {
+                backend_->sgd_update(p.value->data(), p.grad->data(), m.data(), p.value->size(), lr, options.momentum,
+                                     decay, batch);
+            }
+        }
+    }
 }
 
 std::vector<int> Network::yolo_layers() const {

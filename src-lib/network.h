@@ -22,6 +22,18 @@ public:
     // x: [n, channels, height, width]. Returns the output of every layer (index = layer).
     const LayerOutputs& forward(const Tensor& x);
 
+    // ---- training ----
+    // Forward with training behaviour; zeroes every layer's delta for the following backward().
+    const LayerOutputs& forward_train(const Tensor& x);
+    // dL/d(output) of each layer; the loss fills the heads' deltas between forward_train and backward.
+    std::vector<Tensor>& deltas() { return deltas_; }
+    // Back-propagates the deltas, accumulating parameter gradients (summed over the batch) until update().
+    void backward();
+    // Applies Darknet's SGD (or Adam when opt.adam) with learning rate lr, then clears the gradients.
+    // `batch` is the number of images whose gradients were accumulated (batch x subdivisions in Darknet).
+    void update(float lr, int batch);
+    int updates_done() const { return updates_; }
+
     // Indices of the [yolo] layers; empty for a classifier.
     std::vector<int> yolo_layers() const;
     const YoloLayer& yolo(int layer_index) const;
@@ -47,6 +59,10 @@ private:
     std::unique_ptr<Backend> backend_;
     LayerOutputs outputs_;
     std::vector<double> layer_ms_;
+    Tensor input_;                        // the last forward_train input, for backward of layer 0
+    std::vector<Tensor> deltas_;
+    std::vector<std::vector<Tensor>> momentum_, adam_v_;  // optimizer state per layer and trainable
+    int updates_ = 0;
 };
 
 }  // namespace dn

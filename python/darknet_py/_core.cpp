@@ -225,6 +225,41 @@ PYBIND11_MODULE(_core, m) {
             }
             return result;
         }, py::arg("x"), py::arg("layers"), "Runs the network; returns the outputs of the given layers.")
+        .def("forward_train", [](Network& n, const FloatArray& x, std::vector<int> which) {
+            if (x.ndim() != 4) throw DarknetError("forward_train expects an NxCxHxW float32 array");
+            Tensor t = to_tensor(x);
+            const LayerOutputs* outs;
+            {
+                py::gil_scoped_release nogil;
+                outs = &n.forward_train(t);
+            }
+            py::list result;
+            for (int i : which) result.append(to_numpy(outs->at(i < 0 ? i + (int)outs->size() : i)));
+            return result;
+        }, py::arg("x"), py::arg("layers"), "Training-mode forward; zeroes the deltas.")
+        .def("set_delta", [](Network& n, int i, const FloatArray& d) {
+            Tensor& t = n.deltas().at(i);
+            if ((size_t)d.size() != t.size()) throw DarknetError("delta for layer " + std::to_string(i) + " must have " + std::to_string(t.size()) + " values");
+            std::memcpy(t.data(), d.data(), t.size() * sizeof(float));
+        }, "Sets dL/d(output) of layer i (after forward_train, before backward).")
+        .def("delta", [](Network& n, int i) { return to_numpy(n.deltas().at(i)); })
+        .def("backward", [](Network& n) {
+            py::gil_scoped_release nogil;
+            n.backward();
+        })
+        .def("update", [](Network& n, float lr, int batch) {
+            py::gil_scoped_release nogil;
+            n.update(lr, batch);
+        }, py::arg("lr"), py::arg("batch"))
+        .def("gradients", [](py::object self, int i) {
+            Network& n = self.cast<Network&>();
+            py::dict d;
+            for (const Trainable& t : n.layers.at(i)->trainables()) {
+                const Shape& s = t.grad->shape();
+                d[t.name] = py::array_t<float>({s.n, s.c, s.h, s.w}, t.grad->data(), self);
+            }
+            return d;
+        }, "Gradient accumulators of layer i (live views, 4-D).")
         .def("detect", [](Network& n, const FloatArray& x, std::vector<std::pair<int, int>> sizes, float thresh,
                           float nms_thresh, bool letterbox) {
             if (x.ndim() != 4) throw DarknetError("detect expects an NxCxHxW float32 array");
@@ -374,6 +409,121 @@ PYBIND11_MODULE(_core, m) {
             o.be->softmax(tx, groups, temperature, y);
             return to_numpy(y);
         })
+        // ---- training ops: each returns the accumulated gradient(s), starting from the given arrays
+        .def("conv2d_backward_weights", [](Ops& o, const FloatArray& x, const FloatArray& dy, const FloatArray& dw,
+                                           int stride_y, int stride_x, int pad, int dilation, int groups) {
+            Tensor tx = to_tensor(x), tdy = to_tensor(dy), tdw = to_tensor(dw);
+            o.be->conv2d_backward_weights(tx, tdy, ConvGeom{tdw.shape().h, tdw.shape().w, stride_y, stride_x, pad, dilation, groups}, tdw);
+            return to_numpy(tdw);
+        })
+        .def("conv2d_backward_data", [](Ops& o, const FloatArray& dy, const FloatArray& w, const FloatArray& dx,
+                                        int stride_y, int stride_x, int pad, int dilation, int groups) {
+            Tensor tdy = to_tensor(dy), tw = to_tensor(w), tdx = to_tensor(dx);
+            o.be->conv2d_backward_data(tdy, tw, ConvGeom{tw.shape().h, tw.shape().w, stride_y, stride_x, pad, dilation, groups}, tdx);
+            return to_numpy(tdx);
+        })
+        .def("bias_backward", [](Ops& o, const FloatArray& dy, const FloatArray& db) {
+            Tensor tdy = to_tensor(dy), tdb = to_tensor(db);
+            o.be->bias_backward(tdy, tdb.data());
+            return to_numpy(tdb);
+        })
+        .def("batchnorm_train", [](Ops& o, const FloatArray& x, const FloatArray& scale, const FloatArray& bias, float eps) {
+            Tensor y = to_tensor(x), xn(y.shape());
+            std::vector<float> mean(y.shape().c), var(y.shape().c);
+            o.be->batchnorm_train(y, mean.data(), var.data(), xn, scale.data(), bias.data(), eps);
+            return py::make_tuple(to_numpy(y), to_numpy(xn), mean, var);
+        }, "returns (y, x_norm, mean, var)")
+        .def("batchnorm_backward", [](Ops& o, const FloatArray& dy, const FloatArray& x_norm, const FloatArray& scale,
+                                      const FloatArray& var, float eps) {
+            Tensor tdy = to_tensor(dy), txn = to_tensor(x_norm);
+            std::vector<float> dscale(tdy.shape().c, 0.0f), dbias(tdy.shape().c, 0.0f);
+            o.be->batchnorm_backward(tdy, txn, scale.data(), var.data(), eps, dscale.data(), dbias.data());
+            return py::make_tuple(to_numpy(tdy), dscale, dbias);
+        }, "returns (dx, dscale, dbias)")
+        .def("activate_backward", [](Ops& o, const FloatArray& x, const FloatArray& dy, const std::string& name) {
+            bool ok;
+            Activation a = activation_from_name(name, &ok);
+            if (!ok) throw DarknetError("unknown activation " + name);
+            Tensor tx = to_tensor(x), tdy = to_tensor(dy);
+            o.be->activate_backward(tx, tdy, a);
+            return to_numpy(tdy);
+        })
+        .def("pool_backward", [](Ops& o, const std::string& kind, const FloatArray& x, const FloatArray& dy, int size,
+                                 int stride_y, int stride_x, int padding) {
+            Tensor tx = to_tensor(x), tdy = to_tensor(dy), dx(tx.shape());
+            PoolGeom g{size, stride_y, stride_x, padding};
+            if (kind == "max") o.be->maxpool_backward(tx, tdy, g, dx);
+            else if (kind == "local_avg") o.be->avgpool_local_backward(tx, tdy, g, dx);
+            else if (kind == "global_avg") o.be->avgpool_global_backward(tdy, dx);
+            else if (kind == "max_depth") o.be->maxpool_depth_backward(tx, tdy, dx);
+            else throw DarknetError("unknown pool kind " + kind);
+            return to_numpy(dx);
+        })
+        .def("add_channels", [](Ops& o, const FloatArray& x, int src_c0, const FloatArray& y, int dst_c0, int count) {
+            Tensor tx = to_tensor(x), ty = to_tensor(y);
+            o.be->add_channels(tx, src_c0, ty, dst_c0, count);
+            return to_numpy(ty);
+        })
+        .def("shortcut_backward", [](Ops& o, const FloatArray& x, std::vector<FloatArray> from, const FloatArray& weights,
+                                     int weights_type, int norm, const FloatArray& dy) {
+            Tensor tx = to_tensor(x), tdy = to_tensor(dy), dx(tx.shape());
+            std::vector<Tensor> fs, dfs;
+            for (auto& f : from) fs.push_back(to_tensor(f)), dfs.emplace_back(fs.back().shape());
+            std::vector<const Tensor*> ptrs;
+            std::vector<Tensor*> dptrs;
+            for (size_t k = 0; k < fs.size(); ++k) ptrs.push_back(&fs[k]), dptrs.push_back(&dfs[k]);
+            std::vector<float> dw(weights.size(), 0.0f);
+            o.be->shortcut_backward(tx, ptrs, weights.size() ? weights.data() : nullptr, (ShortcutWeights)weights_type,
+                                    (ShortcutNorm)norm, tdy, dx, dptrs, weights.size() ? dw.data() : nullptr);
+            py::list dfrom;
+            for (auto& t : dfs) dfrom.append(to_numpy(t));
+            return py::make_tuple(to_numpy(dx), dfrom, dw);
+        }, "returns (dx, [dfrom], dweights)")
+        .def("upsample_backward", [](Ops& o, const FloatArray& dy, int stride, float scale, std::vector<int> x_shape) {
+            Tensor tdy = to_tensor(dy), dx(shape_of(x_shape));
+            o.be->upsample_backward(tdy, stride, scale, dx);
+            return to_numpy(dx);
+        })
+        .def("downsample_sum_backward", [](Ops& o, const FloatArray& dy, int stride, float scale, std::vector<int> x_shape) {
+            Tensor tdy = to_tensor(dy), dx(shape_of(x_shape));
+            o.be->downsample_sum_backward(tdy, stride, scale, dx);
+            return to_numpy(dx);
+        })
+        .def("reorg_backward", [](Ops& o, const FloatArray& dy, int w, int h, int c, int stride, bool forward,
+                                  std::vector<int> x_shape) {
+            Tensor tdy = to_tensor(dy), dx(shape_of(x_shape));
+            if (dx.size() != tdy.size()) throw DarknetError("reorg keeps the element count");
+            o.be->reorg_backward(tdy, w, h, c, stride, forward, dx);
+            return to_numpy(dx);
+        })
+        .def("scale_channels_backward", [](Ops& o, const FloatArray& s, const FloatArray& from, bool scale_wh,
+                                           const FloatArray& dy) {
+            Tensor ts = to_tensor(s), tf = to_tensor(from), tdy = to_tensor(dy), ds(ts.shape()), df(tf.shape());
+            o.be->scale_channels_backward(ts, tf, scale_wh, tdy, ds, df);
+            return py::make_tuple(to_numpy(ds), to_numpy(df));
+        })
+        .def("mul_backward", [](Ops& o, const FloatArray& a, const FloatArray& b, const FloatArray& dy) {
+            Tensor ta = to_tensor(a), tb = to_tensor(b), tdy = to_tensor(dy), da(ta.shape()), db(tb.shape());
+            o.be->mul_backward(ta, tb, tdy, da, db);
+            return py::make_tuple(to_numpy(da), to_numpy(db));
+        })
+        .def("softmax_backward", [](Ops& o, const FloatArray& y, const FloatArray& dy, int groups, float temperature) {
+            Tensor ty = to_tensor(y), tdy = to_tensor(dy), dx(ty.shape());
+            o.be->softmax_backward(ty, tdy, groups, temperature, dx);
+            return to_numpy(dx);
+        })
+        .def("sgd_update", [](Ops& o, const FloatArray& w, const FloatArray& grad, const FloatArray& m, float lr,
+                              float momentum, float decay, int batch) {
+            Tensor tw = to_tensor(w), tg = to_tensor(grad), tm = to_tensor(m);
+            o.be->sgd_update(tw.data(), tg.data(), tm.data(), tw.size(), lr, momentum, decay, batch);
+            return py::make_tuple(to_numpy(tw), to_numpy(tg), to_numpy(tm));
+        }, "returns (w, grad, m) after one step")
+        .def("adam_update", [](Ops& o, const FloatArray& w, const FloatArray& grad, const FloatArray& m, const FloatArray& v,
+                               float lr, float b1, float b2, float eps, float decay, int batch, int t) {
+            Tensor tw = to_tensor(w), tg = to_tensor(grad), tm = to_tensor(m), tv = to_tensor(v);
+            o.be->adam_update(tw.data(), tg.data(), tm.data(), tv.data(), tw.size(), lr, b1, b2, eps, decay, batch, t);
+            return py::make_tuple(to_numpy(tw), to_numpy(tg), to_numpy(tm), to_numpy(tv));
+        }, "returns (w, grad, m, v) after one step")
         .def("yolo_activate", [](Ops& o, const FloatArray& x, int anchors, int classes, bool new_coords, float scale_x_y) {
             Tensor tx = to_tensor(x), y(tx.shape());
             o.be->yolo_activate(tx, YoloGeom{anchors, classes, new_coords, scale_x_y}, y);

@@ -51,7 +51,8 @@ def resolve_names(name: Optional[str], classes: int) -> Optional[str]:
 def cfg_with_size(cfg: str, width: Optional[int], height: Optional[int]) -> str:
     """A temporary copy of `cfg` whose [net] width/height are replaced (or added); the caller
     deletes it. Darknet reads the input size from the cfg only, so a copy is the honest way to
-    show the layer table at another size."""
+    show the layer table at another size. Keys that [net] lacks are added at its end, which moves
+    later lines down by one or two in error messages; existing keys are replaced in place."""
     with open(cfg, encoding="utf-8", errors="replace") as f:
         lines = f.read().splitlines()
     wanted = {"width": width, "height": height}

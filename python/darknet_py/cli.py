@@ -9,14 +9,14 @@ import argparse
 import os
 import sys
 import warnings
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 DEFAULT_OUT = "detections"
 PROG = "darknet_py"
 
 
-class _Formatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """Keeps the examples' line breaks and shows each option's default."""
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the examples' line breaks (defaults are spelled out in each option's help)."""
 
 
 def _unit_interval(text: str) -> float:
@@ -87,14 +87,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cfg", help="network .cfg: a path or a shipped cfg's name (required)")
     p.add_argument("--weights", help="Darknet .weights file (required)")
     p.add_argument("--names", help="class names, one per line (default: shipped coco.names for 80 classes)")
-    p.add_argument("--thresh", type=_unit_interval, default=0.25, help="confidence threshold")
-    p.add_argument("--nms", type=_unit_interval, default=0.45, help="NMS IoU threshold (0 turns NMS off)")
+    p.add_argument("--thresh", type=_unit_interval, default=0.25, help="confidence threshold (default: %(default)s)")
+    p.add_argument("--nms", type=_unit_interval, default=0.45, help="NMS IoU threshold, 0 turns NMS off (default: %(default)s)")
     p.add_argument("--letterbox", action="store_true", help="keep the aspect ratio when resizing (Darknet's -letter_box)")
-    p.add_argument("--out", default=DEFAULT_OUT, metavar="DIR", help="folder for the annotated images/videos")
+    p.add_argument("--out", default=DEFAULT_OUT, metavar="DIR", help="folder for the annotated images/videos (default: ./%(default)s/)")
     p.add_argument("--json", metavar="FILE", help="also write every detection to this JSON file")
     p.add_argument("--threads", type=_positive_int, metavar="N", help="CPU threads (default: all cores)")
     p.add_argument("--backend", choices=("cpu", "reference"), default="cpu",
-                   help="compute backend (reference: slow, naive loops, for checking)")
+                   help="compute backend; reference is slow, naive loops, for checking (default: %(default)s)")
     p.set_defaults(func=cmd_detect, parser=p)
 
     p = sub.add_parser("info", help="version, build options, CPU and backends",
@@ -103,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_info, parser=p)
 
     p = sub.add_parser("cfglayers", help="print a cfg's layers with shapes and BFLOPs",
-                       description="Print each layer of a cfg with its input and output shapes and BFLOPs, "
+                       description="Print each layer of a cfg with its input and output shapes and BFLOPs,\n"
                                    "and the total, as Darknet does when it loads a network.",
                        epilog=CFGLAYERS_EXAMPLES, formatter_class=_Formatter)
     p.add_argument("cfg", metavar="CFG", help="a .cfg path or a shipped cfg's name")
@@ -116,19 +116,20 @@ def build_parser() -> argparse.ArgumentParser:
 # ---- commands -------------------------------------------------------------------------------
 def _load_network(cfg: str, weights: Optional[str], names: Optional[str], backend: str):
     """Builds the network, printing the engine's warnings (unused cfg options, ...) as one line each."""
-    from .network import Network
+    from .cfgfiles import resolve_names
+    from .network import Network, read_names
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         net = Network(cfg, weights, None, backend)
     for w in caught:
         print(f"warning: {w.message}", file=sys.stderr)
-    from .cfgfiles import resolve_names
-    from .network import read_names
-
     names_path = resolve_names(names, net.classes)
     if names_path is not None:
         net.names = read_names(names_path)
+        if len(net.names) != net.classes:
+            print(f"warning: {names_path} has {len(net.names)} names but the network has {net.classes} classes",
+                  file=sys.stderr)
     return net, names_path
 
 
@@ -148,9 +149,10 @@ def cmd_detect(args: argparse.Namespace) -> int:
     net, names_path = _load_network(cfg, args.weights, args.names, args.backend)
     options = DetectOptions(args.thresh, args.nms, args.letterbox, args.out)
     runner = Runner(net, source, options)
-    interrupted = False
+    interrupted = complete = False
     try:
         runner.run()
+        complete = True
     except KeyboardInterrupt:
         interrupted = True
         raise
@@ -162,6 +164,8 @@ def cmd_detect(args: argparse.Namespace) -> int:
                 "model": {"cfg": cfg, "weights": args.weights, "names": names_path, "input_size": [w, h],
                           "classes": net.classes, "backend": net.backend, "thresh": args.thresh,
                           "nms": args.nms, "letterbox": args.letterbox},
+                "complete": complete,  # false: stopped by an error or Ctrl-C, these are the results so far
+                "outputs": runner.outputs,
                 "results": runner.results,
             }
             if interrupted:
@@ -189,6 +193,8 @@ def cmd_cfglayers(args: argparse.Namespace) -> int:
     path = cfg_with_size(cfg, args.width, args.height) if (args.width or args.height) else cfg
     try:
         net, _ = _load_network(path, None, None, "cpu")
+    except ValueError as e:  # name the user's cfg, not our temporary copy
+        raise ValueError(str(e).replace(path, cfg)) from None
     finally:
         if path != cfg:
             os.unlink(path)

@@ -78,5 +78,5 @@ def draw_detections(image: np.ndarray, detections: Iterable[Detection], classes:
 
 
 def draw_fps(image: np.ndarray, fps: float) -> None:
-    """Writes "FPS: 12.3" in the top-left corner, in place (the video writer owns the frame)."""
-    draw_label(image, f"FPS: {fps:.1f}", 0, 0, (32, 32, 32), above=False)
+    """Writes "FPS: 12.3" in the bottom-left corner (labels sit on the boxes' tops), in place."""
+    draw_label(image, f"FPS: {fps:.1f}", 0, image.shape[0], (32, 32, 32))

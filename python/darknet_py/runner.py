@@ -105,6 +105,7 @@ class Runner:
         # preprocessing (Darknet's resize) runs in the decoding thread, beside the forward pass
         with FrameReader(path, prepare=lambda f: self.net.preprocess(f, letterbox)) as reader, \
                 FrameWriter(out, reader.fps) as writer:
+            self.outputs.append(out)  # also when interrupted: the writer finalizes what it got
             bar = Progress(reader.frame_count, "frames", label=os.path.basename(path), stream=self.stderr)
             fps: Optional[float] = None
             last = time.perf_counter()
@@ -124,7 +125,6 @@ class Runner:
                     bar.update()
             finally:
                 bar.close()
-        self.outputs.append(out)
         print(f"annotated video: {out}", file=self.stderr)
 
 

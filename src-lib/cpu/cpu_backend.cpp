@@ -10,6 +10,7 @@
 #include "conv2d.h"
 #include "gemm.h"
 #include "thread_pool.h"
+#include "training_ops.h"
 
 namespace dn {
 
@@ -310,6 +311,69 @@ public:
             size_t e = std::min(n, (blk + 1) * block);
             for (size_t i = blk * block; i < e; ++i) y.data()[i] = yolo_activate_one((uint)(i % s.sample()), x.data()[i], a);
         });
+    }
+
+    // ---- training: implemented in training_ops.cpp ----
+    void conv2d_backward_weights(const Tensor& x, const Tensor& dy, const ConvGeom& g, Tensor& dw) override {
+        cpu::conv2d_backward_weights(x, dy, g, dw, col_);
+    }
+    void conv2d_backward_data(const Tensor& dy, const Tensor& w, const ConvGeom& g, Tensor& dx) override {
+        cpu::conv2d_backward_data(dy, w, g, dx, col_);
+    }
+    void bias_backward(const Tensor& dy, float* db) override { cpu::bias_backward(dy, db); }
+    void batchnorm_train(Tensor& y, float* mean, float* var, Tensor& x_norm, const float* scale, const float* bias,
+                         float eps) override {
+        cpu::batchnorm_train(y, mean, var, x_norm, scale, bias, eps);
+    }
+    void batchnorm_backward(Tensor& dy, const Tensor& x_norm, const float* scale, const float* var, float eps,
+                            float* dscale, float* dbias) override {
+        cpu::batchnorm_backward(dy, x_norm, scale, var, eps, dscale, dbias);
+    }
+    void activate_backward(const Tensor& x, Tensor& dy, Activation a) override { cpu::activate_backward(x, dy, a); }
+    void maxpool_backward(const Tensor& x, const Tensor& dy, const PoolGeom& g, Tensor& dx) override {
+        cpu::pool_backward(true, x, dy, g, dx);
+    }
+    void avgpool_local_backward(const Tensor& x, const Tensor& dy, const PoolGeom& g, Tensor& dx) override {
+        cpu::pool_backward(false, x, dy, g, dx);
+    }
+    void avgpool_global_backward(const Tensor& dy, Tensor& dx) override { cpu::avgpool_global_backward(dy, dx); }
+    void maxpool_depth_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override {
+        cpu::maxpool_depth_backward(x, dy, dx);
+    }
+    void add_channels(const Tensor& x, int src_c0, Tensor& y, int dst_c0, int count) override {
+        cpu::add_channels(x, src_c0, y, dst_c0, count);
+    }
+    void shortcut_backward(const Tensor& x, const std::vector<const Tensor*>& from, const float* weights,
+                           ShortcutWeights wt, ShortcutNorm norm, const Tensor& dy, Tensor& dx,
+                           const std::vector<Tensor*>& dfrom, float* dweights) override {
+        cpu::shortcut_backward(x, from, weights, wt, norm, dy, dx, dfrom, dweights);
+    }
+    void upsample_backward(const Tensor& dy, int stride, float scale, Tensor& dx) override {
+        cpu::upsample_backward(dy, stride, scale, dx);
+    }
+    void downsample_sum_backward(const Tensor& dy, int stride, float scale, Tensor& dx) override {
+        cpu::downsample_sum_backward(dy, stride, scale, dx);
+    }
+    void reorg_backward(const Tensor& dy, int w, int h, int c, int stride, bool forward, Tensor& dx) override {
+        cpu::reorg_backward(dy, w, h, c, stride, forward, dx);
+    }
+    void scale_channels_backward(const Tensor& s, const Tensor& from, bool scale_wh, const Tensor& dy, Tensor& ds,
+                                 Tensor& dfrom) override {
+        cpu::scale_channels_backward(s, from, scale_wh, dy, ds, dfrom);
+    }
+    void mul_backward(const Tensor& a, const Tensor& b, const Tensor& dy, Tensor& da, Tensor& db) override {
+        cpu::mul_backward(a, b, dy, da, db);
+    }
+    void softmax_backward(const Tensor& y, const Tensor& dy, int groups, float temperature, Tensor& dx) override {
+        cpu::softmax_backward(y, dy, groups, temperature, dx);
+    }
+    void sgd_update(float* w, float* grad, float* m, size_t n, float lr, float momentum, float decay,
+                    int batch) override {
+        cpu::sgd_update(w, grad, m, n, lr, momentum, decay, batch);
+    }
+    void adam_update(float* w, float* grad, float* m, float* v, size_t n, float lr, float b1, float b2, float eps,
+                     float decay, int batch, int t) override {
+        cpu::adam_update(w, grad, m, v, n, lr, b1, b2, eps, decay, batch, t);
     }
 
 private:

@@ -19,6 +19,44 @@ public:
             be.add_bias(y, biases.data());
         be.activate(y, activation);
     }
+    void forward_train(Backend& be, const Tensor& x, Tensor& y, const LayerOutputs&) override {
+        int batch = x.shape().n, inputs = (int)in.sample(), outputs = out.c;
+        be.gemm(false, true, batch, outputs, inputs, 1.0f, x.data(), inputs, weights.data(), inputs, 0.0f, y.data(),
+                outputs);
+        if (batch_normalize) {
+            x_norm_.resize(y.shape());
+            batch_mean_.resize(outputs);
+            batch_var_.resize(outputs);
+            be.batchnorm_train(y, batch_mean_.data(), batch_var_.data(), x_norm_, scales.data(), biases.data(), 1e-5f);
+            for (int c = 0; c < outputs; ++c) {
+                rolling_mean[c] = 0.99f * rolling_mean[c] + 0.01f * batch_mean_[c];
+                rolling_variance[c] = 0.99f * rolling_variance[c] + 0.01f * batch_var_[c];
+            }
+        } else {
+            be.add_bias(y, biases.data());
+        }
+        keep_pre_activation(be, y, activation, pre_activation_);
+    }
+    void backward(Backend& be, const Tensor& x, const Tensor&, Tensor& dy, Tensor* dx, const LayerOutputs&,
+                  std::vector<Tensor>&) override {
+        int batch = x.shape().n, inputs = (int)in.sample(), outputs = out.c;
+        if (activation != Activation::linear) be.activate_backward(pre_activation_, dy, activation);
+        if (batch_normalize)
+            be.batchnorm_backward(dy, x_norm_, scales.data(), batch_var_.data(), 1e-5f, scale_grad.data(),
+                                  bias_grad.data());
+        else
+            be.bias_backward(dy, bias_grad.data());
+        // dW[outputs, inputs] += dY^T X ; dX[batch, inputs] += dY W
+        be.gemm(true, false, outputs, inputs, batch, 1.0f, dy.data(), outputs, x.data(), inputs, 1.0f,
+                weight_grad.data(), inputs);
+        if (dx) be.gemm(false, false, batch, inputs, outputs, 1.0f, dy.data(), outputs, weights.data(), inputs, 1.0f,
+                        dx->data(), inputs);
+    }
+    std::vector<Trainable> trainables() override {
+        std::vector<Trainable> t{{"weights", &weights, &weight_grad, true}, {"biases", &biases, &bias_grad, false}};
+        if (batch_normalize) t.push_back({"scales", &scales, &scale_grad, false});
+        return t;
+    }
     // Darknet's file order for connected: biases, weights, then the batchnorm triple.
     std::vector<ParamBlock> params() override {
         if (batch_normalize)
@@ -34,6 +72,11 @@ public:
     bool batch_normalize = false;
     Activation activation = Activation::logistic;
     Tensor weights, biases, scales, rolling_mean, rolling_variance;
+    Tensor weight_grad, bias_grad, scale_grad;
+
+private:
+    std::vector<float> batch_mean_, batch_var_;
+    Tensor x_norm_, pre_activation_;
 };
 
 }  // namespace
@@ -43,11 +86,15 @@ std::unique_ptr<Layer> make_connected(const Section& s, const BuildContext& ctx)
     int outputs = s.get_int("output", 1, 1, 1 << 24);
     l->batch_normalize = s.get_int("batch_normalize", 0, 0, 1) != 0;
     l->activation = parse_activation(s, "logistic");
+    s.check_size("output", "the weights", {(double)outputs, (double)ctx.input.sample()});
     l->in = ctx.input;
     l->out = chw(outputs, 1, 1);
     l->weights = Tensor(Shape{1, 1, outputs, (int)ctx.input.sample()});
     l->biases = Tensor(chw(outputs, 1, 1));
+    l->weight_grad = Tensor(l->weights.shape());
+    l->bias_grad = Tensor(l->biases.shape());
     if (l->batch_normalize) {
+        l->scale_grad = Tensor(chw(outputs, 1, 1));
         l->scales = Tensor(chw(outputs, 1, 1));
         l->rolling_mean = Tensor(chw(outputs, 1, 1));
         l->rolling_variance = Tensor(chw(outputs, 1, 1));

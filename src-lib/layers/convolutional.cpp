@@ -28,6 +28,42 @@ public:
         be.conv2d_affine_act(x, weights, geom, affine_.data(), affine_.data() + n, activation, y);
     }
 
+    void forward_train(Backend& be, const Tensor& x, Tensor& y, const LayerOutputs&) override {
+        be.conv2d(x, weights, geom, y);
+        if (batch_normalize) {
+            x_norm_.resize(y.shape());
+            batch_mean_.resize(out.c);
+            batch_var_.resize(out.c);
+            be.batchnorm_train(y, batch_mean_.data(), batch_var_.data(), x_norm_, scales.data(), biases.data(), 1e-5f);
+            // Darknet's rolling statistics: 99% old, 1% this batch
+            for (int c = 0; c < out.c; ++c) {
+                rolling_mean[c] = 0.99f * rolling_mean[c] + 0.01f * batch_mean_[c];
+                rolling_variance[c] = 0.99f * rolling_variance[c] + 0.01f * batch_var_[c];
+            }
+        } else {
+            be.add_bias(y, biases.data());
+        }
+        keep_pre_activation(be, y, activation, pre_activation_);
+    }
+
+    void backward(Backend& be, const Tensor& x, const Tensor&, Tensor& dy, Tensor* dx, const LayerOutputs&,
+                  std::vector<Tensor>&) override {
+        if (activation != Activation::linear) be.activate_backward(pre_activation_, dy, activation);
+        if (batch_normalize)
+            be.batchnorm_backward(dy, x_norm_, scales.data(), batch_var_.data(), 1e-5f, scale_grad.data(),
+                                  bias_grad.data());
+        else
+            be.bias_backward(dy, bias_grad.data());
+        be.conv2d_backward_weights(x, dy, geom, weight_grad);
+        if (dx) be.conv2d_backward_data(dy, weights, geom, *dx);
+    }
+
+    std::vector<Trainable> trainables() override {
+        std::vector<Trainable> t{{"weights", &weights, &weight_grad, true}, {"biases", &biases, &bias_grad, false}};
+        if (batch_normalize) t.push_back({"scales", &scales, &scale_grad, false});
+        return t;
+    }
+
     std::vector<ParamBlock> params() override {
         if (batch_normalize)
             return {{"biases", &biases}, {"scales", &scales}, {"rolling_mean", &rolling_mean},
@@ -52,9 +88,13 @@ public:
     bool batch_normalize = false;
     Activation activation = Activation::logistic;
     Tensor weights, biases, scales, rolling_mean, rolling_variance;
+    Tensor weight_grad, bias_grad, scale_grad;
 
 private:
     std::vector<float> affine_;  // folded batchnorm: scale then shift per output channel
+    // training state kept from forward_train for backward
+    std::vector<float> batch_mean_, batch_var_;
+    Tensor x_norm_, pre_activation_;
 };
 
 }  // namespace
@@ -86,13 +126,17 @@ std::unique_ptr<Layer> make_convolutional(const Section& s, const BuildContext& 
     if (in.h + 2 * padding < size || in.w + 2 * padding < size || out_h <= 0 || out_w <= 0)
         s.fail("size", "a " + std::to_string(size) + "x" + std::to_string(size) + " kernel does not fit the " +
                            std::to_string(in.w) + "x" + std::to_string(in.h) + " input");
+    s.check_size("filters", "the weights", {(double)filters, (double)(in.c / groups), (double)size, (double)size});
 
     l->geom = ConvGeom{size, size, stride_y, stride_x, padding * dilation, dilation, groups};
     l->in = in;
     l->out = chw(filters, out_h, out_w);
     l->weights = Tensor(Shape{filters, in.c / groups, size, size});
     l->biases = Tensor(chw(filters, 1, 1));
+    l->weight_grad = Tensor(l->weights.shape());
+    l->bias_grad = Tensor(l->biases.shape());
     if (l->batch_normalize) {
+        l->scale_grad = Tensor(chw(filters, 1, 1));
         l->scales = Tensor(chw(filters, 1, 1));
         l->rolling_mean = Tensor(chw(filters, 1, 1));
         l->rolling_variance = Tensor(chw(filters, 1, 1));

@@ -23,6 +23,15 @@ struct ParamBlock {
     Tensor* tensor;
 };
 
+// A trainable parameter with its gradient accumulator (dL/dvalue, summed over the batch).
+// decay = false for biases and batchnorm scales (Darknet applies weight decay to weights only).
+struct Trainable {
+    const char* name;
+    Tensor* value;
+    Tensor* grad;
+    bool decay;
+};
+
 // What a layer being built may look at: the previous layers and the input shape.
 struct BuildContext {
     int index;                                        // this layer's index (0 = first after [net])
@@ -43,7 +52,18 @@ public:
     // y has shape {batch, out.c, out.h, out.w}, allocated by the network.
     virtual void forward(Backend& be, const Tensor& x, Tensor& y, const LayerOutputs& outputs) = 0;
 
-    // The layer's trainable/stored parameters in .weights file order (empty for most layers).
+    // ---- training ----
+    // Forward with training behaviour (batch statistics, dropout) keeping what backward needs.
+    virtual void forward_train(Backend& be, const Tensor& x, Tensor& y, const LayerOutputs& outputs) {
+        forward(be, x, y, outputs);
+    }
+    // dy = dL/d(this layer's output), which the layer may overwrite; dx = dL/d(its input), accumulated
+    // into (null for the first layer); deltas = every layer's dL/d(output), for layers that read others.
+    virtual void backward(Backend& be, const Tensor& x, const Tensor& y, Tensor& dy, Tensor* dx,
+                          const LayerOutputs& outputs, std::vector<Tensor>& deltas) = 0;
+    virtual std::vector<Trainable> trainables() { return {}; }
+
+    // The layer's stored parameters in .weights file order (empty for most layers).
     virtual std::vector<ParamBlock> params() { return {}; }
     virtual double bflops() const { return 0.0; }
     // Short description for the layer table, e.g. "32  3 x 3/ 1".
@@ -55,6 +75,14 @@ public:
     int line = 0;
     Shape in, out;  // per sample
 };
+
+// Training forward tail: keeps the pre-activation (activate_backward needs it), then activates y.
+inline void keep_pre_activation(Backend& be, Tensor& y, Activation a, Tensor& pre) {
+    if (a == Activation::linear) return;
+    pre.resize(y.shape());
+    be.copy_channels(y, 0, pre, 0, y.shape().c);
+    be.activate(y, a);
+}
 
 // Builds the layer for section `s`, or throws DarknetError naming file and line.
 std::unique_ptr<Layer> make_layer(const Section& s, const BuildContext& ctx);

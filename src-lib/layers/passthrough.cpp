@@ -1,5 +1,8 @@
-// Layers that do nothing at inference: [dropout] (identity; scaling happens in training only)
-// and [cost] (the loss of a classifier; its output is its input).
+// Layers that do nothing at inference: [dropout] (identity at inference; in training it zeroes
+// inputs with `probability` and scales the rest by 1/(1-p), as Darknet) and [cost] (a classifier's
+// loss; its output is its input and its gradient passes straight through).
+#include <random>
+
 #include "layer.h"
 
 namespace dn {
@@ -13,8 +16,27 @@ public:
     void forward(Backend& be, const Tensor& x, Tensor& y, const LayerOutputs&) override {
         be.copy_channels(x, 0, y, 0, x.shape().c);
     }
+    void forward_train(Backend& be, const Tensor& x, Tensor& y, const LayerOutputs& outputs) override {
+        if (probability <= 0) return forward(be, x, y, outputs);
+        mask_.resize(x.shape());
+        std::bernoulli_distribution keep(1.0 - probability);
+        float scale = 1.0f / (1.0f - probability);
+        for (size_t i = 0; i < mask_.size(); ++i) mask_[i] = keep(rng_) ? scale : 0.0f;
+        be.mul(x, mask_, y);
+    }
+    void backward(Backend& be, const Tensor&, const Tensor&, Tensor& dy, Tensor* dx, const LayerOutputs&,
+                  std::vector<Tensor>&) override {
+        if (!dx) return;
+        if (probability <= 0 || mask_.empty()) return be.add_channels(dy, 0, *dx, 0, dy.shape().c);
+        be.mul(dy, mask_, dy);
+        be.add_channels(dy, 0, *dx, 0, dy.shape().c);
+    }
     const char* name;
-    float probability = 0.5f;
+    float probability = 0.0f;  // 0 for [cost]
+
+private:
+    Tensor mask_;
+    std::mt19937 rng_{12345};
 };
 
 }  // namespace

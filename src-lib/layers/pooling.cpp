@@ -17,6 +17,13 @@ public:
         else if (kind == max) be.maxpool(x, geom, y);
         else be.avgpool_local(x, geom, y);
     }
+    void backward(Backend& be, const Tensor& x, const Tensor&, Tensor& dy, Tensor* dx, const LayerOutputs&,
+                  std::vector<Tensor>&) override {
+        if (!dx) return;
+        if (kind == max_depth) be.maxpool_depth_backward(x, dy, *dx);
+        else if (kind == max) be.maxpool_backward(x, dy, geom, *dx);
+        else be.avgpool_local_backward(x, dy, geom, *dx);
+    }
     double bflops() const override {
         return kind == max_depth ? (double)in.size() / 1e9 : (double)geom.size * geom.size * out.size() / 1e9;
     }
@@ -61,6 +68,10 @@ class GlobalAvgPool final : public Layer {
 public:
     const char* type() const override { return "avg"; }
     void forward(Backend& be, const Tensor& x, Tensor& y, const LayerOutputs&) override { be.avgpool_global(x, y); }
+    void backward(Backend& be, const Tensor&, const Tensor&, Tensor& dy, Tensor* dx, const LayerOutputs&,
+                  std::vector<Tensor>&) override {
+        if (dx) be.avgpool_global_backward(dy, *dx);
+    }
     double bflops() const override { return (double)in.size() / 1e9; }
 };
 

@@ -15,6 +15,11 @@ public:
         const Shape& d = old_layout ? in : out;
         be.reorg(x, d.w, d.h, d.c, stride, reverse, y);
     }
+    void backward(Backend& be, const Tensor&, const Tensor&, Tensor& dy, Tensor* dx, const LayerOutputs&,
+                  std::vector<Tensor>&) override {
+        const Shape& d = old_layout ? in : out;
+        if (dx) be.reorg_backward(dy, d.w, d.h, d.c, stride, reverse, *dx);
+    }
     std::string describe() const override { return "/" + std::to_string(stride) + (reverse ? " reverse" : ""); }
     bool old_layout;
     int stride = 1;
@@ -33,6 +38,7 @@ std::unique_ptr<Layer> make(const Section& s, const BuildContext& ctx, bool old)
         // Darknet's [reorg3d] reverse passes the output dims to reorg_cpu, which divides them by stride^2 again
         if (!old && (in.c / s2) % s2 != 0)
             s.fail("reverse", "[reorg3d] reverse needs channels (" + std::to_string(in.c) + ") divisible by stride^4");
+        s.check_size("stride", "the output", {(double)(in.c / s2), (double)in.h * st, (double)in.w * st});
         l->out = chw(in.c / s2, in.h * st, in.w * st);
     } else {
         if (in.w % st != 0 || in.h % st != 0)

@@ -19,6 +19,15 @@ public:
             dst += part;
         }
     }
+    void backward(Backend& be, const Tensor&, const Tensor&, Tensor& dy, Tensor*, const LayerOutputs& outputs,
+                  std::vector<Tensor>& deltas) override {
+        int src_c0 = 0;
+        for (int src : layers) {
+            int part = outputs[src].shape().c / groups;
+            be.add_channels(dy, src_c0, deltas[src], group_id * part, part);
+            src_c0 += part;
+        }
+    }
     std::vector<int> sources() const override { return layers; }
     std::string describe() const override {
         std::string d;
@@ -39,7 +48,8 @@ std::unique_ptr<Layer> make_route(const Section& s, const BuildContext& ctx) {
     std::vector<int> refs = s.get_ints("layers");
     l->groups = s.get_int("groups", 1, 1, 1 << 20);
     l->group_id = s.get_int("group_id", 0, 0, l->groups - 1);
-    int c = 0, h = -1, w = -1;
+    long long c = 0;  // many large inputs must not overflow before the size check below
+    int h = -1, w = -1;
     for (int ref : refs) {
         int idx = ctx.resolve(s, "layers", ref);
         const Shape& o = ctx.built[idx]->out;
@@ -55,7 +65,8 @@ std::unique_ptr<Layer> make_route(const Section& s, const BuildContext& ctx) {
         l->layers.push_back(idx);
     }
     l->in = ctx.input;
-    l->out = chw(c, h, w);
+    s.check_size("layers", "the output", {(double)c, (double)h, (double)w});
+    l->out = chw((int)c, h, w);
     return l;
 }
 

@@ -13,11 +13,24 @@ public:
         be.scale_channels(x, outputs[from], scale_wh, y);
         be.activate(y, activation);
     }
+    void forward_train(Backend& be, const Tensor& x, Tensor& y, const LayerOutputs& outputs) override {
+        be.scale_channels(x, outputs[from], scale_wh, y);
+        keep_pre_activation(be, y, activation, pre_activation_);
+    }
+    void backward(Backend& be, const Tensor& x, const Tensor&, Tensor& dy, Tensor* dx, const LayerOutputs& outputs,
+                  std::vector<Tensor>& deltas) override {
+        if (activation != Activation::linear) be.activate_backward(pre_activation_, dy, activation);
+        if (!dx) scratch_.resize(x.shape());
+        be.scale_channels_backward(x, outputs[from], scale_wh, dy, dx ? *dx : scratch_, deltas[from]);
+    }
     std::vector<int> sources() const override { return {from}; }
     std::string describe() const override { return std::to_string(from); }
     int from = 0;
     bool scale_wh = false;
     Activation activation = Activation::linear;
+
+private:
+    Tensor pre_activation_, scratch_;
 };
 
 class Sam final : public Layer {
@@ -27,10 +40,23 @@ public:
         be.mul(x, outputs[from], y);
         be.activate(y, activation);
     }
+    void forward_train(Backend& be, const Tensor& x, Tensor& y, const LayerOutputs& outputs) override {
+        be.mul(x, outputs[from], y);
+        keep_pre_activation(be, y, activation, pre_activation_);
+    }
+    void backward(Backend& be, const Tensor& x, const Tensor&, Tensor& dy, Tensor* dx, const LayerOutputs& outputs,
+                  std::vector<Tensor>& deltas) override {
+        if (activation != Activation::linear) be.activate_backward(pre_activation_, dy, activation);
+        if (!dx) scratch_.resize(x.shape());
+        be.mul_backward(x, outputs[from], dy, dx ? *dx : scratch_, deltas[from]);
+    }
     std::vector<int> sources() const override { return {from}; }
     std::string describe() const override { return std::to_string(from); }
     int from = 0;
     Activation activation = Activation::linear;
+
+private:
+    Tensor pre_activation_, scratch_;
 };
 
 }  // namespace

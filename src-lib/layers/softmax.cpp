@@ -11,6 +11,10 @@ public:
     void forward(Backend& be, const Tensor& x, Tensor& y, const LayerOutputs&) override {
         be.softmax(x, groups, temperature, y);
     }
+    void backward(Backend& be, const Tensor&, const Tensor& y, Tensor& dy, Tensor* dx, const LayerOutputs&,
+                  std::vector<Tensor>&) override {
+        if (dx) be.softmax_backward(y, dy, groups, temperature, *dx);
+    }
     std::string describe() const override { return groups > 1 ? std::to_string(groups) + " groups" : ""; }
     int groups = 1;
     float temperature = 1.0f;

@@ -13,6 +13,12 @@ public:
         if (reverse) be.downsample_sum(x, stride, scale, y);
         else be.upsample(x, stride, scale, y);
     }
+    void backward(Backend& be, const Tensor&, const Tensor&, Tensor& dy, Tensor* dx, const LayerOutputs&,
+                  std::vector<Tensor>&) override {
+        if (!dx) return;
+        if (reverse) be.downsample_sum_backward(dy, stride, scale, *dx);
+        else be.upsample_backward(dy, stride, scale, *dx);
+    }
     std::string describe() const override { return std::to_string(stride) + "x"; }
 
     int stride = 2;
@@ -37,6 +43,7 @@ std::unique_ptr<Layer> make_upsample(const Section& s, const BuildContext& ctx) 
                                  std::to_string(l->stride));
         l->out = chw(in.c, in.h / l->stride, in.w / l->stride);
     } else {
+        s.check_size("stride", "the output", {(double)in.c, (double)in.h * l->stride, (double)in.w * l->stride});
         l->out = chw(in.c, in.h * l->stride, in.w * l->stride);
     }
     return l;

@@ -59,7 +59,7 @@ std::unique_ptr<Layer> make_yolo(const Section& s, const BuildContext& ctx) {
     s.get_float("uc_normalizer", 1.0f);
 
     const Shape& in = ctx.input;
-    int expected = (y.classes + 5) * (int)y.mask.size();
+    long long expected = (y.classes + 5LL) * (long long)y.mask.size();  // a long mask= must not overflow
     if (in.c != expected) {
         std::string where = ctx.index > 0 ? "the layer before it (index " + std::to_string(ctx.index - 1) + ", line " +
                                                 std::to_string(ctx.built[ctx.index - 1]->line) + ")"
@@ -69,6 +69,13 @@ std::unique_ptr<Layer> make_yolo(const Section& s, const BuildContext& ctx) {
                               " = " + std::to_string(expected) + " (set filters=" + std::to_string(expected) +
                               " in the convolutional layer before it)");
     }
+    // Detections of all heads are ranked together per class (NMS), so every head needs the same classes.
+    for (const auto& prev : ctx.built)
+        if (auto* p = dynamic_cast<const YoloLayer*>(prev.get()))
+            if (p->spec.classes != y.classes)
+                s.fail("classes", "classes=" + std::to_string(y.classes) + " differs from classes=" +
+                                      std::to_string(p->spec.classes) + " of the [yolo] layer at line " +
+                                      std::to_string(p->line) + " (all [yolo] layers must have the same number of classes)");
     l->in = l->out = in;
     return l;
 }

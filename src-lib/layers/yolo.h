@@ -29,6 +29,12 @@ class YoloLayer final : public Layer {
 public:
     const char* type() const override { return "yolo"; }
     void forward(Backend& be, const Tensor& x, Tensor& y, const LayerOutputs&) override;
+    // The loss (yolo/loss.cpp) writes dL/d(head input) into this layer's delta, as Darknet's yolo layer
+    // does (its logistic + BCE / MSE deltas are taken w.r.t. the logits), so backward passes it through.
+    void backward(Backend& be, const Tensor&, const Tensor&, Tensor& dy, Tensor* dx, const LayerOutputs&,
+                  std::vector<Tensor>&) override {
+        if (dx) be.add_channels(dy, 0, *dx, 0, dy.shape().c);
+    }
     std::string describe() const override;
     YoloGeom geom() const {
         return YoloGeom{(int)spec.mask.size(), spec.classes, spec.new_coords, spec.scale_x_y};

@@ -218,12 +218,14 @@ public:
     }
 
     void downsample_sum(const Tensor& x, int stride, float scale, Tensor& y) override {
+        // rows/columns beyond y.h*stride, y.w*stride (odd sizes) belong to no block: skipped
         const Shape& s = x.shape();
         for (size_t i = 0; i < y.size(); ++i) y[i] = 0;
         for (int n = 0; n < s.n; ++n)
             for (int c = 0; c < s.c; ++c)
-                for (int i = 0; i < s.h; ++i)
-                    for (int j = 0; j < s.w; ++j) at(y, n, c, i / stride, j / stride) += scale * at(x, n, c, i, j);
+                for (int i = 0; i < y.shape().h * stride; ++i)
+                    for (int j = 0; j < y.shape().w * stride; ++j)
+                        at(y, n, c, i / stride, j / stride) += scale * at(x, n, c, i, j);
     }
 
     void reorg(const Tensor& x, int w, int h, int c, int stride, bool forward, Tensor& y) override {
@@ -283,6 +285,355 @@ public:
                             if (e < 2) v = v * g.scale_x_y - 0.5f * (g.scale_x_y - 1.0f);
                             at(y, n, a * entries + e, i, j) = v;
                         }
+    }
+
+    // ---- training ------------------------------------------------------------------------------
+
+    void conv2d_backward_weights(const Tensor& x, const Tensor& dy, const ConvGeom& g, Tensor& dw) override {
+        const Shape &xs = x.shape(), &ys = dy.shape();
+        int cin_g = xs.c / g.groups, cout_g = ys.c / g.groups;
+        for (int oc = 0; oc < ys.c; ++oc) {
+            int grp = oc / cout_g;
+            for (int ic = 0; ic < cin_g; ++ic)
+                for (int ky = 0; ky < g.kh; ++ky)
+                    for (int kx = 0; kx < g.kw; ++kx) {
+                        double sum = 0;
+                        for (int n = 0; n < ys.n; ++n)
+                            for (int oy = 0; oy < ys.h; ++oy)
+                                for (int ox = 0; ox < ys.w; ++ox) {
+                                    int iy = oy * g.stride_y - g.pad + ky * g.dilation;
+                                    int ix = ox * g.stride_x - g.pad + kx * g.dilation;
+                                    if (iy < 0 || iy >= xs.h || ix < 0 || ix >= xs.w) continue;
+                                    sum += (double)at(x, n, grp * cin_g + ic, iy, ix) * at(dy, n, oc, oy, ox);
+                                }
+                        at(dw, oc, ic, ky, kx) += (float)sum;
+                    }
+        }
+    }
+
+    void conv2d_backward_data(const Tensor& dy, const Tensor& w, const ConvGeom& g, Tensor& dx) override {
+        const Shape &xs = dx.shape(), &ys = dy.shape();
+        int cin_g = xs.c / g.groups, cout_g = ys.c / g.groups;
+        for (int n = 0; n < ys.n; ++n)
+            for (int oc = 0; oc < ys.c; ++oc) {
+                int grp = oc / cout_g;
+                for (int oy = 0; oy < ys.h; ++oy)
+                    for (int ox = 0; ox < ys.w; ++ox) {
+                        float d = at(dy, n, oc, oy, ox);
+                        for (int ic = 0; ic < cin_g; ++ic)
+                            for (int ky = 0; ky < g.kh; ++ky)
+                                for (int kx = 0; kx < g.kw; ++kx) {
+                                    int iy = oy * g.stride_y - g.pad + ky * g.dilation;
+                                    int ix = ox * g.stride_x - g.pad + kx * g.dilation;
+                                    if (iy < 0 || iy >= xs.h || ix < 0 || ix >= xs.w) continue;
+                                    at(dx, n, grp * cin_g + ic, iy, ix) += d * at(w, oc, ic, ky, kx);
+                                }
+                    }
+            }
+    }
+
+    void bias_backward(const Tensor& dy, float* db) override {
+        const Shape& s = dy.shape();
+        for (int c = 0; c < s.c; ++c) {
+            double sum = 0;
+            for (int n = 0; n < s.n; ++n)
+                for (int i = 0; i < s.h; ++i)
+                    for (int j = 0; j < s.w; ++j) sum += at(dy, n, c, i, j);
+            db[c] += (float)sum;
+        }
+    }
+
+    void batchnorm_train(Tensor& y, float* mean, float* var, Tensor& x_norm, const float* scale, const float* bias,
+                         float eps) override {
+        const Shape& s = y.shape();
+        double count = (double)s.n * s.h * s.w;
+        for (int c = 0; c < s.c; ++c) {
+            double sum = 0, sq = 0;
+            for (int n = 0; n < s.n; ++n)
+                for (int i = 0; i < s.h; ++i)
+                    for (int j = 0; j < s.w; ++j) sum += at(y, n, c, i, j);
+            double m = sum / count;
+            for (int n = 0; n < s.n; ++n)
+                for (int i = 0; i < s.h; ++i)
+                    for (int j = 0; j < s.w; ++j) sq += (at(y, n, c, i, j) - m) * (at(y, n, c, i, j) - m);
+            double v = count > 1 ? sq / (count - 1) : 0.0;  // unbiased, as Darknet's variance_cpu
+            mean[c] = (float)m;
+            var[c] = (float)v;
+            double inv = 1.0 / std::sqrt(v + eps);
+            for (int n = 0; n < s.n; ++n)
+                for (int i = 0; i < s.h; ++i)
+                    for (int j = 0; j < s.w; ++j) {
+                        float xn = (float)((at(y, n, c, i, j) - m) * inv);
+                        at(x_norm, n, c, i, j) = xn;
+                        at(y, n, c, i, j) = xn * scale[c] + bias[c];
+                    }
+        }
+    }
+
+    void batchnorm_backward(Tensor& dy, const Tensor& x_norm, const float* scale, const float* var, float eps,
+                            float* dscale, float* dbias) override {
+        // x_norm = (x - mean) * inv with var unbiased (divides by N-1):
+        // dx = inv * (g - mean(g) - x_norm * sum(g * x_norm) / (N - 1)),  g = dy * scale
+        const Shape& s = dy.shape();
+        double N = (double)s.n * s.h * s.w;
+        for (int c = 0; c < s.c; ++c) {
+            double sdy = 0, sdyx = 0;
+            for (int n = 0; n < s.n; ++n)
+                for (int i = 0; i < s.h; ++i)
+                    for (int j = 0; j < s.w; ++j) {
+                        sdy += at(dy, n, c, i, j);
+                        sdyx += (double)at(dy, n, c, i, j) * at(x_norm, n, c, i, j);
+                    }
+            dscale[c] += (float)sdyx;
+            dbias[c] += (float)sdy;
+            double inv = 1.0 / std::sqrt((double)var[c] + eps);
+            double gmean = scale[c] * sdy / N, gx = scale[c] * sdyx / (N > 1 ? N - 1 : 1);
+            for (int n = 0; n < s.n; ++n)
+                for (int i = 0; i < s.h; ++i)
+                    for (int j = 0; j < s.w; ++j) {
+                        float& d = at(dy, n, c, i, j);
+                        d = (float)(inv * (scale[c] * d - gmean - at(x_norm, n, c, i, j) * gx));
+                    }
+        }
+    }
+
+    void activate_backward(const Tensor& x, Tensor& dy, Activation a) override {
+        if (activation_is_elementwise(a)) {
+            for (size_t i = 0; i < dy.size(); ++i) dy[i] *= activate_gradient(x[i], a);
+            return;
+        }
+        // y_c = f(x_c) / S, S = eps + sum_k f(x_k): dL/dx_c = f'(x_c) * (g_c - sum_k g_k y_k) / S
+        const Shape& s = x.shape();
+        const float eps = 0.0001f;
+        bool relu_form = a == Activation::normalize_channels;
+        for (int n = 0; n < s.n; ++n)
+            for (int i = 0; i < s.h; ++i)
+                for (int j = 0; j < s.w; ++j) {
+                    double S = eps, gy = 0;
+                    for (int c = 0; c < s.c; ++c) {
+                        float v = at(x, n, c, i, j);
+                        S += relu_form ? (v > 0 ? v : 0) : std::exp(v);
+                    }
+                    for (int c = 0; c < s.c; ++c) {
+                        float v = at(x, n, c, i, j);
+                        double f = relu_form ? (v > 0 ? v : 0) : std::exp(v);
+                        gy += at(dy, n, c, i, j) * f / S;
+                    }
+                    for (int c = 0; c < s.c; ++c) {
+                        float v = at(x, n, c, i, j);
+                        double df = relu_form ? (v > 0 ? 1.0 : 0.0) : std::exp(v);
+                        float& d = at(dy, n, c, i, j);
+                        d = (float)(df * (d - gy) / S);
+                    }
+                }
+    }
+
+    template <bool kMax>
+    void pool_backward(const Tensor& x, const Tensor& dy, const PoolGeom& g, Tensor& dx) {
+        const Shape &xs = x.shape(), &ys = dy.shape();
+        int off = -g.padding / 2;
+        for (int n = 0; n < ys.n; ++n)
+            for (int c = 0; c < ys.c; ++c)
+                for (int oy = 0; oy < ys.h; ++oy)
+                    for (int ox = 0; ox < ys.w; ++ox) {
+                        float best = -FLT_MAX;
+                        int by = -1, bx = -1, count = 0;
+                        for (int ky = 0; ky < g.size; ++ky)
+                            for (int kx = 0; kx < g.size; ++kx) {
+                                int iy = oy * g.stride_y + off + ky, ix = ox * g.stride_x + off + kx;
+                                if (iy < 0 || iy >= xs.h || ix < 0 || ix >= xs.w) continue;
+                                ++count;
+                                if (at(x, n, c, iy, ix) > best) best = at(x, n, c, iy, ix), by = iy, bx = ix;
+                            }
+                        float d = at(dy, n, c, oy, ox);
+                        if (kMax) {
+                            if (by >= 0) at(dx, n, c, by, bx) += d;
+                            continue;
+                        }
+                        for (int ky = 0; ky < g.size; ++ky)
+                            for (int kx = 0; kx < g.size; ++kx) {
+                                int iy = oy * g.stride_y + off + ky, ix = ox * g.stride_x + off + kx;
+                                if (iy < 0 || iy >= xs.h || ix < 0 || ix >= xs.w) continue;
+                                at(dx, n, c, iy, ix) += d / count;
+                            }
+                    }
+    }
+    void maxpool_backward(const Tensor& x, const Tensor& dy, const PoolGeom& g, Tensor& dx) override {
+        pool_backward<true>(x, dy, g, dx);
+    }
+    void avgpool_local_backward(const Tensor& x, const Tensor& dy, const PoolGeom& g, Tensor& dx) override {
+        pool_backward<false>(x, dy, g, dx);
+    }
+
+    void avgpool_global_backward(const Tensor& dy, Tensor& dx) override {
+        const Shape& s = dx.shape();
+        for (int n = 0; n < s.n; ++n)
+            for (int c = 0; c < s.c; ++c)
+                for (int i = 0; i < s.h; ++i)
+                    for (int j = 0; j < s.w; ++j) at(dx, n, c, i, j) += at(dy, n, c, 0, 0) / (s.h * s.w);
+    }
+
+    void maxpool_depth_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override {
+        const Shape &xs = x.shape(), &ys = dy.shape();
+        for (int n = 0; n < ys.n; ++n)
+            for (int c = 0; c < ys.c; ++c)
+                for (int i = 0; i < ys.h; ++i)
+                    for (int j = 0; j < ys.w; ++j) {
+                        float best = -FLT_MAX;
+                        int bk = -1;
+                        for (int k = c; k < xs.c; k += ys.c)
+                            if (at(x, n, k, i, j) > best) best = at(x, n, k, i, j), bk = k;
+                        if (bk >= 0) at(dx, n, bk, i, j) += at(dy, n, c, i, j);
+                    }
+    }
+
+    void add_channels(const Tensor& x, int src_c0, Tensor& y, int dst_c0, int count) override {
+        const Shape& s = x.shape();
+        for (int n = 0; n < s.n; ++n)
+            for (int c = 0; c < count; ++c)
+                for (int i = 0; i < s.h; ++i)
+                    for (int j = 0; j < s.w; ++j) at(y, n, dst_c0 + c, i, j) += at(x, n, src_c0 + c, i, j);
+    }
+
+    void shortcut_backward(const Tensor& x, const std::vector<const Tensor*>& from, const float* weights,
+                           ShortcutWeights wt, ShortcutNorm norm, const Tensor& dy, Tensor& dx,
+                           const std::vector<Tensor*>& dfrom, float* dweights) override {
+        // y_i = sum_k w_k(i) * in_k[i] with w = normalise(raw weights): chain through the normalisation.
+        const Shape& s = x.shape();
+        size_t per_sample = s.sample();
+        int nin = (int)from.size() + 1;
+        for (int n = 0; n < s.n; ++n)
+            for (size_t i = 0; i < per_sample; ++i) {
+                size_t widx = wt == ShortcutWeights::per_channel ? i / s.plane() : 0;
+                size_t step = wt == ShortcutWeights::per_channel ? (size_t)s.c : 1;
+                std::vector<double> raw(nin, 1.0), w(nin, 1.0), in(nin, 0.0);
+                double sum = 0.0001, mx = -FLT_MAX;
+                if (wt != ShortcutWeights::none) {
+                    for (int k = 0; k < nin; ++k) raw[k] = weights[widx + k * step], mx = std::max(mx, raw[k]);
+                    for (int k = 0; k < nin; ++k) {
+                        if (norm == ShortcutNorm::relu) sum += raw[k] > 0 ? raw[k] : 0;
+                        if (norm == ShortcutNorm::softmax) sum += std::exp(raw[k] - mx);
+                    }
+                    for (int k = 0; k < nin; ++k) {
+                        if (norm == ShortcutNorm::none) w[k] = raw[k];
+                        if (norm == ShortcutNorm::relu) w[k] = (raw[k] > 0 ? raw[k] : 0) / sum;
+                        if (norm == ShortcutNorm::softmax) w[k] = std::exp(raw[k] - mx) / sum;
+                    }
+                }
+                double d = dy[n * per_sample + i];
+                in[0] = x[n * per_sample + i];
+                dx[n * per_sample + i] += (float)(d * w[0]);
+                for (int k = 1; k < nin; ++k) {
+                    size_t fs = from[k - 1]->shape().sample();
+                    if (i >= fs) continue;
+                    in[k] = (*from[k - 1])[n * fs + i];
+                    if (dfrom[k - 1]) (*dfrom[k - 1])[n * fs + i] += (float)(d * w[k]);
+                }
+                if (wt == ShortcutWeights::none || !dweights) continue;
+                // dL/dw_k = d * in_k; then through the normalisation to the raw weights
+                for (int j = 0; j < nin; ++j) {
+                    double g = 0;
+                    for (int k = 0; k < nin; ++k) {
+                        double dwk_draw;
+                        if (norm == ShortcutNorm::none) dwk_draw = (j == k);
+                        else if (norm == ShortcutNorm::relu)
+                            dwk_draw = raw[j] > 0 ? ((j == k) - w[k]) / sum : 0.0;
+                        else  // softmax: dw_k/draw_j = w_k (delta_jk - w_j) (the max shift only rescales eps)
+                            dwk_draw = w[k] * ((j == k) - w[j]);
+                        g += d * in[k] * dwk_draw;
+                    }
+                    dweights[widx + j * step] += (float)g;
+                }
+            }
+    }
+
+    void upsample_backward(const Tensor& dy, int stride, float scale, Tensor& dx) override {
+        const Shape& s = dy.shape();
+        for (int n = 0; n < s.n; ++n)
+            for (int c = 0; c < s.c; ++c)
+                for (int i = 0; i < s.h; ++i)
+                    for (int j = 0; j < s.w; ++j) at(dx, n, c, i / stride, j / stride) += scale * at(dy, n, c, i, j);
+    }
+
+    void downsample_sum_backward(const Tensor& dy, int stride, float scale, Tensor& dx) override {
+        const Shape& s = dx.shape();
+        const Shape& ys = dy.shape();
+        for (int n = 0; n < s.n; ++n)
+            for (int c = 0; c < s.c; ++c)
+                for (int i = 0; i < s.h; ++i)
+                    for (int j = 0; j < s.w; ++j)
+                        if (i / stride < ys.h && j / stride < ys.w)
+                            at(dx, n, c, i, j) += scale * at(dy, n, c, i / stride, j / stride);
+    }
+
+    void reorg_backward(const Tensor& dy, int w, int h, int c, int stride, bool forward, Tensor& dx) override {
+        int batch = (int)(dy.size() / ((size_t)w * h * c));
+        int out_c = c / (stride * stride);
+        for (int b = 0; b < batch; ++b)
+            for (int k = 0; k < c; ++k)
+                for (int j = 0; j < h; ++j)
+                    for (int i = 0; i < w; ++i) {
+                        size_t in_index = i + (size_t)w * (j + (size_t)h * (k + (size_t)c * b));
+                        int c2 = k % out_c, offset = k / out_c;
+                        int w2 = i * stride + offset % stride, h2 = j * stride + offset / stride;
+                        size_t out_index = w2 + (size_t)w * stride * (h2 + (size_t)h * stride * (c2 + (size_t)out_c * b));
+                        if (forward) dx[in_index] += dy[out_index];
+                        else dx[out_index] += dy[in_index];
+                    }
+    }
+
+    void scale_channels_backward(const Tensor& s, const Tensor& from, bool scale_wh, const Tensor& dy, Tensor& ds,
+                                 Tensor& dfrom) override {
+        const Shape& fs = from.shape();
+        for (int n = 0; n < fs.n; ++n)
+            for (int c = 0; c < fs.c; ++c)
+                for (int i = 0; i < fs.h; ++i)
+                    for (int j = 0; j < fs.w; ++j) {
+                        float d = at(dy, n, c, i, j);
+                        float k = scale_wh ? at(s, n, 0, i, j) : at(s, n, c, 0, 0);
+                        at(dfrom, n, c, i, j) += d * k;
+                        (scale_wh ? at(ds, n, 0, i, j) : at(ds, n, c, 0, 0)) += d * at(from, n, c, i, j);
+                    }
+    }
+
+    void mul_backward(const Tensor& a, const Tensor& b, const Tensor& dy, Tensor& da, Tensor& db) override {
+        for (size_t i = 0; i < dy.size(); ++i) {
+            da[i] += dy[i] * b[i];
+            db[i] += dy[i] * a[i];
+        }
+    }
+
+    void softmax_backward(const Tensor& y, const Tensor& dy, int groups, float temperature, Tensor& dx) override {
+        size_t per_sample = y.shape().sample(), gsize = per_sample / groups;
+        for (int n = 0; n < y.shape().n; ++n)
+            for (int g = 0; g < groups; ++g) {
+                size_t base = n * per_sample + g * gsize;
+                double dot = 0;
+                for (size_t i = 0; i < gsize; ++i) dot += (double)dy[base + i] * y[base + i];
+                for (size_t i = 0; i < gsize; ++i) dx[base + i] += (float)(y[base + i] * (dy[base + i] - dot) / temperature);
+            }
+    }
+
+    void sgd_update(float* w, float* grad, float* m, size_t n, float lr, float momentum, float decay,
+                    int batch) override {
+        for (size_t i = 0; i < n; ++i) {
+            double upd = (double)m[i] - grad[i] - (double)decay * batch * w[i];
+            w[i] = (float)(w[i] + (double)lr / batch * upd);
+            m[i] = (float)(momentum * upd);
+            grad[i] = 0;
+        }
+    }
+
+    void adam_update(float* w, float* grad, float* m, float* v, size_t n, float lr, float b1, float b2, float eps,
+                     float decay, int batch, int t) override {
+        for (size_t i = 0; i < n; ++i) {
+            double d = -(double)grad[i] - (double)decay * batch * w[i];
+            m[i] = (float)(b1 * m[i] + (1 - b1) * d);
+            v[i] = (float)(b2 * v[i] + (1 - b2) * d * d);
+            double mhat = m[i] / (1 - std::pow((double)b1, t)), vhat = v[i] / (1 - std::pow((double)b2, t));
+            w[i] = (float)(w[i] + lr * mhat / (std::sqrt(std::fabs(vhat)) + eps));
+            grad[i] = 0;
+        }
     }
 };
 

@@ -1,0 +1,595 @@
+"""Op parity harness (after ggml's test-backend-ops): every op of every fast backend is compared
+with the naive `reference` backend on seeded random shapes, and the reference itself is checked
+against independent NumPy formulas (Darknet's definitions, /work/notes_darknet_semantics.md), so
+the oracle is not just trusted.
+
+A new backend (metal, cuda) is covered by appending its name to BACKENDS; names that the module
+was not built with are skipped.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, List, Optional
+
+import numpy as np
+import pytest
+
+from darknet_py import _core
+
+BACKENDS = ["cpu"]  # append "metal", "cuda", ... here
+ORACLE = "reference"
+
+# Every activation name of src-lib/activation.cpp (test_activation_list_is_complete keeps it so).
+ACTIVATIONS = ["linear", "leaky", "relu", "relu6", "logistic", "tanh", "swish", "mish", "hard_mish", "elu", "selu",
+               "gelu", "normalize_channels", "normalize_channels_softmax"]
+
+SHORTCUT_WEIGHTS = {"none": 0, "per_feature": 1, "per_channel": 2}
+SHORTCUT_NORM = {"none": 0, "relu": 1, "softmax": 2}
+
+# Tolerances. Elementwise ops compute the same float32 formula in every backend, so they get
+# rtol 1e-5 with a 1e-6 absolute floor (values are O(1); the floor covers results near zero,
+# e.g. tanh written as 2/(1+exp(-2x))-1 cancels there). Sums of K products (gemm, conv) are
+# compared against the reference's double-precision sum with an error bound that grows like
+# sqrt(K) times the magnitude sum_k |a_k b_k| (random rounding errors add up as a random walk);
+# measured errors are < 1e-7 of that, and dropping a single term (an error of ~1/K of the
+# magnitude) is still caught for every K used here (K < 10^4).
+RTOL, ATOL = 1e-5, 1e-6
+DOT_TOL = 1e-6
+
+
+# ---------------------------------------------------------------------------------------------
+# Comparison
+
+
+def assert_close(got: np.ndarray, want: np.ndarray, atol, rtol: float, what: str) -> None:
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
+    # Non-finite values (e.g. -FLT_MAX from an empty pooling window stays finite, but exp overflow
+    # would not) must appear in the same places with the same value.
+    fin = np.isfinite(want)
+    assert np.array_equal(fin, np.isfinite(got)), f"{what}: non-finite values differ"
+    assert np.array_equal(got[~fin], want[~fin], equal_nan=True), f"{what}: non-finite values differ"
+    atol = np.broadcast_to(np.asarray(atol, dtype=np.float64), want.shape)
+    err = np.abs(got.astype(np.float64) - want.astype(np.float64))
+    bound = atol + rtol * np.abs(want.astype(np.float64))
+    bad = fin & (err > bound)
+    if bad.any():
+        i = np.unravel_index(np.argmax(np.where(fin, err - bound, -np.inf)), want.shape)
+        raise AssertionError(f"{what}: {bad.sum()} of {want.size} elements differ; worst at {i}: got {got[i]!r}, "
+                             f"want {want[i]!r}, |err| {err[i]:.3g} > bound {bound[i]:.3g}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Cases: one op call with its arguments and tolerance
+
+rng = np.random.default_rng(20240601)
+
+
+@dataclass
+class Case:
+    id: str
+    op: str
+    args: tuple
+    atol: float = ATOL
+    rtol: float = RTOL
+    # per-element magnitude the absolute tolerance scales with (sums of many products)
+    scale: Optional[Callable[[object], np.ndarray]] = None
+
+
+def rand(*shape, lo=-2.0, hi=2.0) -> np.ndarray:
+    return rng.uniform(lo, hi, size=shape).astype(np.float32)
+
+
+def gemm_cases() -> List[Case]:
+    out = []
+    # 1x1x1, odd sizes around the micro-kernel tile (6x16, or 12x32 with AVX-512), K > 256 (one
+    # packing block), N > 3072 (one column block), and beta = 0 with NaN in C (BLAS: C is not read).
+    shapes = [(1, 1, 1), (7, 13, 19), (37, 129, 300), (6, 16, 256), (5, 17, 257), (13, 33, 513), (12, 32, 7),
+              (25, 31, 1), (2, 3100, 9), (3, 3073, 270), (61, 47, 600), (1, 200, 1000), (97, 1, 33)]
+    for M, N, K in shapes:
+        for ta in (False, True):
+            for tb in (False, True):
+                alpha, beta = [(1.0, 0.0), (1.0, 1.0), (0.5, -1.5), (-2.0, 0.25)][rng.integers(4)]
+                A = rand(K, M) if ta else rand(M, K)
+                B = rand(N, K) if tb else rand(K, N)
+                C = rand(M, N)
+                if beta == 0:
+                    C[...] = np.nan
+
+                def scale(_, A=A, B=B, C=C, ta=ta, tb=tb, alpha=alpha, beta=beta, K=K):
+                    a, b = (np.abs(A.T) if ta else np.abs(A)), (np.abs(B.T) if tb else np.abs(B))
+                    mag = abs(alpha) * (a.astype(np.float64) @ b)
+                    if beta != 0:
+                        mag += abs(beta) * np.abs(C)
+                    return np.sqrt(K) * mag
+
+                out.append(Case(f"gemm-{M}x{N}x{K}-t{int(ta)}{int(tb)}-a{alpha}-b{beta}", "gemm",
+                                (ta, tb, alpha, A, B, beta, C), atol=DOT_TOL, rtol=0, scale=scale))
+    return out
+
+
+def conv_out(size: int, k: int, stride: int, pad: int, dil: int, darknet_layer_rule: bool) -> int:
+    # backend.h's rule counts the dilated extent; Darknet's conv layer ignores dilation in the
+    # output size (taps that fall outside then read zeros). Both must work.
+    extent = k if darknet_layer_rule else dil * (k - 1) + 1
+    return (size + 2 * pad - extent) // stride + 1
+
+
+def conv_case(tag, n, cin, h, w, cout, kh, kw, sy, sx, pad, dil, groups, layer_rule=False) -> Case:
+    oh, ow = conv_out(h, kh, sy, pad, dil, layer_rule), conv_out(w, kw, sx, pad, dil, layer_rule)
+    assert oh > 0 and ow > 0 and cin % groups == 0 and cout % groups == 0, tag  # the op does not check
+    x, wt = rand(n, cin, h, w), rand(cout, cin // groups, kh, kw)
+    K = cin // groups * kh * kw
+
+    def scale(ref, x=x, wt=wt, args=(sy, sx, pad, dil, groups, oh, ow), K=K):
+        return np.sqrt(K) * ref.conv2d(np.abs(x), np.abs(wt), *args)
+
+    cid = f"conv-{tag}-n{n}c{cin}-{h}x{w}-o{cout}-k{kh}x{kw}-s{sy}{sx}-p{pad}-d{dil}-g{groups}"
+    return Case(cid, "conv2d", (x, wt, sy, sx, pad, dil, groups, oh, ow), atol=DOT_TOL, rtol=0, scale=scale)
+
+
+def conv_cases() -> List[Case]:
+    out = []
+    # every kernel size x every grouping, with random stride (incl. stride_x != stride_y), pad,
+    # dilation, batch, odd spatial sizes and channel counts that are not multiples of 8/16
+    for k in (1, 3, 5, 7):
+        for gmode in ("g1", "g2", "dw"):
+            for _ in range(3):
+                groups_base = int(rng.integers(1, 4)) * 2 + 1  # 3, 5, 7 channels per group
+                cin = {"g1": int(rng.integers(1, 12)), "g2": 2 * groups_base, "dw": int(rng.integers(2, 12))}[gmode]
+                groups = {"g1": 1, "g2": 2, "dw": cin}[gmode]
+                cout = groups * int(rng.integers(1, 4)) if gmode != "g1" else int(rng.integers(1, 20))
+                sy, sx = [(1, 1), (2, 2), (1, 2), (2, 1)][rng.integers(4)]
+                pad, dil = int(rng.integers(0, 3)), int(rng.integers(1, 3))
+                n = int(rng.integers(1, 3))
+                h, w = int(rng.integers(dil * (k - 1) + 1, 20)), int(rng.integers(dil * (k - 1) + 1, 20))
+                out.append(conv_case(f"{gmode}", n, cin, h, w, cout, k, k, sy, sx, pad, dil, groups,
+                                     layer_rule=bool(rng.integers(2)) and dil > 1 and pad > 0))
+    out += [
+        conv_case("odd13x7", 2, 3, 13, 7, 5, 3, 3, 1, 1, 1, 1, 1),
+        conv_case("1x1in", 1, 5, 1, 1, 7, 1, 1, 1, 1, 0, 1, 1),
+        conv_case("1x1in-k3", 2, 3, 1, 1, 4, 3, 3, 1, 1, 1, 1, 1),
+        conv_case("1x1in-k3-s2", 1, 6, 1, 1, 9, 3, 3, 2, 2, 1, 1, 3),
+        conv_case("direct1x1", 2, 19, 9, 11, 23, 1, 1, 1, 1, 0, 1, 1),  # no-im2col path
+        conv_case("1x1-pad", 1, 4, 5, 6, 3, 1, 1, 1, 1, 1, 1, 1),
+        conv_case("1x1-s2", 1, 4, 7, 9, 3, 1, 1, 2, 2, 0, 1, 1),
+        conv_case("K>256", 1, 37, 11, 9, 21, 3, 3, 1, 1, 1, 1, 1),  # K = 333
+        conv_case("K-7x7", 1, 29, 9, 9, 10, 7, 7, 2, 1, 2, 1, 1),  # K = 1421
+        conv_case("N>3072", 1, 3, 67, 61, 17, 3, 3, 1, 1, 1, 1, 1),  # 4087 output pixels
+        conv_case("dil2-pad2", 2, 6, 15, 10, 8, 3, 3, 1, 1, 2, 2, 2),
+        conv_case("layer-dil", 1, 4, 12, 12, 4, 3, 3, 1, 1, 2, 2, 1, layer_rule=True),
+        conv_case("rect-1x3", 1, 3, 8, 9, 5, 1, 3, 1, 1, 1, 1, 1),
+        conv_case("rect-5x3", 1, 3, 8, 9, 5, 5, 3, 2, 1, 2, 1, 1),
+        conv_case("dw-big", 2, 33, 14, 13, 33, 3, 3, 2, 2, 1, 1, 33),
+        conv_case("cout1", 1, 13, 7, 7, 1, 3, 3, 1, 1, 1, 1, 1),
+    ]
+    return out
+
+
+def conv_affine_act_cases() -> List[Case]:
+    # The fused inference path of [convolutional]: act(conv * scale[c] + shift[c]), scale may be None.
+    # Each activation over a few conv geometries. The pre-activation tolerance t_v is the conv's,
+    # times |scale|; elementwise activations have slopes <= 2 (selu's is 1.76 just below 0), the
+    # channel-mixing ones are ratios over the pixel's channels: normalize_channels divides errors
+    # by its sum S, the softmax variant's outputs move by at most 2 max_c t_v.
+    out = []
+    geoms = [c for c in conv_cases() if c.args[1].shape[0] % c.args[6] == 0]
+    for i, act in enumerate(ACTIVATIONS * 2):
+        base = geoms[(7 * i) % len(geoms)]
+        x, w, sy, sx, pad, dil, groups, oh, ow = base.args
+        cout, K = w.shape[0], w[0].size
+        scale = None if i % 3 == 0 else rand(cout, lo=-0.5, hi=0.5)
+        shift = rand(cout)
+        geom = (sy, sx, pad, dil, groups, oh, ow)
+
+        def tol(ref, x=x, w=w, geom=geom, scale=scale, shift=shift, act=act, K=K):
+            sc = np.ones(w.shape[0]) if scale is None else np.abs(scale).astype(np.float64)
+            t_v = DOT_TOL * np.sqrt(K) * ref.conv2d(np.abs(x), np.abs(w), *geom) * sc[None, :, None, None]
+            if act == "normalize_channels":
+                v = ref.conv2d_affine_act(x, w, *geom, scale, shift, "linear").astype(np.float64)
+                S = 1e-4 + np.maximum(v, 0).sum(axis=1, keepdims=True)
+                return 2 * t_v.max(axis=1, keepdims=True) / S
+            if act == "normalize_channels_softmax":
+                return 2 * t_v.max(axis=1, keepdims=True)
+            return 2 * t_v
+
+        out.append(Case(f"conv_affine_act-{act}-{'noscale' if scale is None else 'scale'}-{base.id[5:]}",
+                        "conv2d_affine_act", (x, w, *geom, scale, shift, act), atol=1.0, rtol=RTOL,
+                        scale=lambda ref, tol=tol: tol(ref) + ATOL))
+    return out
+
+
+def elementwise_cases() -> List[Case]:
+    out = []
+    shapes = [(1, 1, 1, 1), (2, 3, 5, 7), (1, 17, 13, 7), (2, 16, 8, 8), (1, 5, 1, 33)]
+    for s in shapes:
+        n, c, h, w = s
+        out.append(Case(f"add_bias-{s}", "add_bias", (rand(*s), rand(c))))
+        mean, var = rand(c), rand(c, lo=0.01, hi=3.0)
+        out.append(Case(f"batchnorm-{s}", "batchnorm_inference",
+                        (rand(*s), mean, var, rand(c), rand(c), 1e-5)))
+        out.append(Case(f"mul-{s}", "mul", (rand(*s), rand(*s))))
+        out.append(Case(f"scale_channels-c-{s}", "scale_channels", (rand(n, c, 1, 1), rand(*s), False)))
+        out.append(Case(f"scale_channels-wh-{s}", "scale_channels", (rand(n, 1, h, w), rand(*s), True)))
+    # batch-norm with a near-zero variance: eps must sit inside the sqrt
+    out.append(Case("batchnorm-tiny-var", "batchnorm_inference",
+                    (rand(1, 3, 4, 4), rand(3), np.array([0, 1e-7, 1], np.float32), rand(3), rand(3), 1e-5)))
+    for name in ACTIVATIONS:
+        for s in [(1, 1, 1, 1), (2, 7, 5, 3), (1, 13, 9, 11), (1, 1, 1, 5000)]:
+            # [-25, 25] crosses mish's softplus thresholds (+-20) and relu6's clamp
+            out.append(Case(f"activate-{name}-{s}", "activate", (rand(*s, lo=-25, hi=25), name)))
+    return out
+
+
+def pool_out(size, k, stride, padding):
+    return (size + padding - k) // stride + 1
+
+
+def pool_cases() -> List[Case]:
+    out = []
+    for kind in ("max", "local_avg"):
+        # Darknet defaults (stride 1, size = stride, padding = size - 1) and yolov3-tiny's size=2
+        # stride=1, then random sizes/strides/paddings, including padding > size - 1 (windows
+        # that only touch padding: max gives -FLT_MAX, avg gives 0).
+        fixed = [(2, 2, 2, 1), (2, 1, 1, 1), (3, 1, 1, 2), (5, 1, 1, 4), (1, 1, 1, 0), (3, 2, 1, 2), (2, 1, 3, 0)]
+        rnd = []
+        for _ in range(10):
+            k = int(rng.integers(1, 6))
+            sy, sx = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+            pad = [k - 1, 0, int(rng.integers(0, k + 2))][rng.integers(3)]
+            rnd.append((k, sy, sx, pad))
+        for k, sy, sx, pad in fixed + rnd:
+            n, c = int(rng.integers(1, 3)), int(rng.integers(1, 10))
+            h, w = int(rng.integers(max(1, k - pad), 16)), int(rng.integers(max(1, k - pad), 16))
+            oh, ow = pool_out(h, k, sy, pad), pool_out(w, k, sx, pad)
+            out.append(Case(f"pool-{kind}-n{n}c{c}-{h}x{w}-k{k}-s{sy}{sx}-p{pad}", "pool",
+                            (kind, rand(n, c, h, w), k, sy, sx, pad, [n, c, oh, ow])))
+    for s in [(1, 1, 1, 1), (2, 5, 7, 3), (1, 19, 13, 13), (1, 3, 1, 1)]:
+        out.append(Case(f"pool-global_avg-{s}", "pool", ("global_avg", rand(*s), 1, 1, 1, 0, [s[0], s[1], 1, 1])))
+    for (n, c, h, w), oc in [((1, 8, 5, 5), 4), ((2, 7, 3, 9), 3), ((1, 5, 4, 4), 1), ((1, 3, 2, 2), 5), ((1, 6, 1, 1), 6)]:
+        out.append(Case(f"pool-max_depth-{n}x{c}x{h}x{w}-o{oc}", "pool",
+                        ("max_depth", rand(n, c, h, w), 1, 1, 1, 0, [n, oc, h, w])))
+    return out
+
+
+def data_movement_cases() -> List[Case]:
+    out = []
+    # copy_channels: route slices (groups/group_id) into a wider output
+    for n, cx, cy, h, w, src, dst, cnt in [(1, 5, 9, 3, 7, 1, 4, 3), (2, 8, 8, 5, 5, 0, 0, 8), (2, 6, 11, 1, 1, 3, 8, 3),
+                                           (1, 13, 20, 13, 7, 6, 0, 7)]:
+        out.append(Case(f"copy_channels-{n}x{cx}->{cy}-{h}x{w}-s{src}d{dst}c{cnt}", "copy_channels",
+                        (rand(n, cx, h, w), src, rand(n, cy, h, w), dst, cnt)))
+    # shortcut: from-tensors with fewer / more channels (only the overlap is added), differing
+    # spatial sizes (Darknet adds by flat per-sample index), weights per feature or per channel
+    for wt in SHORTCUT_WEIGHTS:
+        for norm in SHORTCUT_NORM:
+            for from_cs in ([5], [3], [8], [5, 2, 9]):
+                n, c, h, w = int(rng.integers(1, 3)), 5, 7, 6
+                froms = [rand(n, fc, h, w) for fc in from_cs]
+                nin = len(froms) + 1
+                weights = {"none": np.zeros(0, np.float32), "per_feature": rand(nin),
+                           "per_channel": rand(nin * c)}[wt]
+                out.append(Case(f"shortcut-{wt}-{norm}-from{from_cs}-n{n}", "shortcut",
+                                (rand(n, c, h, w), froms, weights, SHORTCUT_WEIGHTS[wt], SHORTCUT_NORM[norm])))
+    out.append(Case("shortcut-spatial-mismatch", "shortcut",
+                    (rand(2, 4, 6, 6), [rand(2, 4, 3, 3), rand(2, 2, 9, 9)], rand(3), 1, 0)))
+    for s, stride, scale in [((1, 3, 4, 5), 2, 1.0), ((2, 5, 3, 3), 3, 0.5), ((1, 1, 1, 1), 4, -1.25),
+                             ((1, 7, 13, 7), 1, 2.0)]:
+        out.append(Case(f"upsample-{s}-s{stride}-x{scale}", "upsample", (rand(*s), stride, scale)))
+    for s, stride, scale in [((1, 3, 8, 6), 2, 1.0), ((2, 5, 9, 9), 3, 0.25), ((1, 2, 7, 5), 2, 1.0),
+                             ((1, 4, 13, 7), 3, -0.5), ((1, 1, 2, 2), 2, 1.0)]:
+        # odd sizes: the rows/columns beyond out*stride are not part of any block
+        out.append(Case(f"downsample_sum-{s}-s{stride}-x{scale}", "downsample_sum", (rand(*s), stride, scale)))
+    return out
+
+
+def reorg_cases() -> List[Case]:
+    # The two call conventions of src-lib/layers/reorg.cpp: [reorg3d] passes the OUTPUT's dims
+    # to reorg_cpu, [reorg] (YOLOv2) the INPUT's, each with reverse = forward flag.
+    out = []
+    for n, c, h, w, s in [(1, 2, 4, 6, 2), (2, 3, 6, 6, 3), (1, 5, 2, 8, 2), (1, 1, 4, 4, 4)]:
+        # [reorg3d] reverse=0: out = (c*s*s, h/s, w/s), called with the output dims
+        oc, oh, ow = c * s * s, h // s, w // s
+        out.append(Case(f"reorg3d-n{n}c{c}-{h}x{w}-s{s}", "reorg",
+                        (rand(n, c, h, w), ow, oh, oc, s, False, [n, oc, oh, ow])))
+        # [reorg] reverse=0 needs c divisible by s^2; called with the input dims
+        c2 = c * s * s
+        out.append(Case(f"reorg-n{n}c{c2}-{h}x{w}-s{s}", "reorg",
+                        (rand(n, c2, h, w), w, h, c2, s, False, [n, c2 * s * s, h // s, w // s])))
+        # [reorg] reverse=1: out = (c/s^2, h*s, w*s), input dims
+        out.append(Case(f"reorg-rev-n{n}c{c2}-{h}x{w}-s{s}", "reorg",
+                        (rand(n, c2, h, w), w, h, c2, s, True, [n, c, h * s, w * s])))
+        # [reorg3d] reverse=1 needs c divisible by s^4; called with the output dims
+        c4 = c * s ** 4
+        out.append(Case(f"reorg3d-rev-n{n}c{c4}-{h}x{w}-s{s}", "reorg",
+                        (rand(n, c4, h, w), w * s, h * s, c4 // (s * s), s, True, [n, c4 // (s * s), h * s, w * s])))
+    return out
+
+
+def head_cases() -> List[Case]:
+    out = []
+    for s, groups in [((1, 10, 1, 1), 1), ((2, 12, 1, 1), 3), ((1, 4, 5, 5), 4), ((2, 7, 3, 3), 7), ((1, 1000, 1, 1), 1)]:
+        for temp in (1.0, 0.5, 2.3):
+            out.append(Case(f"softmax-{s}-g{groups}-t{temp}", "softmax", (rand(*s, lo=-8, hi=8), groups, temp)))
+    for anchors, classes, h, w in [(3, 80, 5, 7), (1, 1, 1, 1), (2, 3, 13, 13), (3, 20, 4, 4)]:
+        for new_coords in (False, True):
+            for sxy in (1.0, 1.05, 2.0):
+                n = 2 if classes == 3 else 1
+                out.append(Case(f"yolo-a{anchors}c{classes}-{h}x{w}-nc{int(new_coords)}-sxy{sxy}", "yolo_activate",
+                                (rand(n, anchors * (5 + classes), h, w, lo=-6, hi=6), anchors, classes, new_coords, sxy)))
+    return out
+
+
+CASES = gemm_cases() + conv_cases() + conv_affine_act_cases() + elementwise_cases() + pool_cases() + data_movement_cases() + reorg_cases() + \
+    head_cases()
+
+
+# ---------------------------------------------------------------------------------------------
+# Backend parity
+
+
+@pytest.fixture(scope="module")
+def ref():
+    return _core.Ops(ORACLE)
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def backend(request):
+    if request.param not in _core.backends():
+        pytest.skip(f"backend {request.param!r} is not built into this module (have {_core.backends()})")
+    return _core.Ops(request.param)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_op_matches_reference(backend, ref, case):
+    want = getattr(ref, case.op)(*case.args)
+    got = getattr(backend, case.op)(*case.args)
+    atol = case.atol if case.scale is None else case.atol * case.scale(ref)
+    assert_close(got, want, atol, case.rtol, case.id)
+
+
+# Training ops (gradients, optimizer steps) are checked against finite differences by the training
+# tests; this file covers the inference ops.
+TRAINING_OP = re.compile(r"_backward|_update$|_train$|^add_channels$")
+
+
+def test_every_op_is_covered():
+    # a new inference op bound in _core.cpp without parity cases fails here
+    ops = {m for m in dir(_core.Ops) if not m.startswith("_") and not TRAINING_OP.search(m)}
+    covered = {c.op for c in CASES}
+    assert ops <= covered, f"ops without parity cases: {sorted(ops - covered)}"
+    pool_kinds = {c.args[0] for c in CASES if c.op == "pool"}
+    assert pool_kinds == {"max", "local_avg", "global_avg", "max_depth"}
+
+
+def test_activation_list_is_complete():
+    src = Path(__file__).resolve().parents[1] / "src-lib" / "activation.cpp"
+    if not src.is_file():
+        pytest.skip(f"{src} not found (installed without sources)")
+    names = re.findall(r'\{"([a-z0-9_]+)",\s*Activation::', src.read_text())
+    assert names and sorted(names) == sorted(ACTIVATIONS), f"activation.cpp has {names}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The oracle checked against NumPy (formulas written from Darknet's sources, not from our C++)
+
+
+def np_conv2d(x, w, sy, sx, pad, dil, groups, oh, ow):
+    x, w = x.astype(np.float64), w.astype(np.float64)
+    n, cin, h, wd = x.shape
+    cout, cg, kh, kw = w.shape
+    # zero padding wide enough for every tap of every output pixel
+    need_h, need_w = (oh - 1) * sy + (kh - 1) * dil + 1, (ow - 1) * sx + (kw - 1) * dil + 1
+    xp = np.zeros((n, cin, max(need_h, h + pad), max(need_w, wd + pad)))
+    xp[:, :, pad:pad + h, pad:pad + wd] = x[:, :, :xp.shape[2] - pad, :xp.shape[3] - pad]
+    y = np.zeros((n, cout, oh, ow))
+    og = cout // groups
+    for g in range(groups):
+        xs, ws = xp[:, g * cg:(g + 1) * cg], w[g * og:(g + 1) * og]
+        for ky in range(kh):
+            for kx in range(kw):
+                patch = xs[:, :, ky * dil: ky * dil + (oh - 1) * sy + 1: sy, kx * dil: kx * dil + (ow - 1) * sx + 1: sx]
+                y[:, g * og:(g + 1) * og] += np.einsum("ncij,oc->noij", patch, ws[:, :, ky, kx])
+    return y
+
+
+def np_pool(x, k, sy, sx, padding, oh, ow, kind):
+    # Darknet's maxpool / local_avgpool: window starts at -padding/2 (floor); padded taps never win
+    # the max and are not counted by the average.
+    n, c, h, w = x.shape
+    off = -(padding // 2)
+    y = np.zeros((n, c, oh, ow), np.float64)
+    for i in range(oh):
+        for j in range(ow):
+            y0, x0 = i * sy + off, j * sx + off
+            win = x[:, :, max(y0, 0):max(min(y0 + k, h), 0), max(x0, 0):max(min(x0 + k, w), 0)].astype(np.float64)
+            if win.size == 0:
+                y[:, :, i, j] = -np.finfo(np.float32).max if kind == "max" else 0.0
+            else:
+                y[:, :, i, j] = win.max(axis=(2, 3)) if kind == "max" else win.mean(axis=(2, 3))
+    return y
+
+
+def np_activation(x, name):
+    x = x.astype(np.float64)
+    logistic = 1 / (1 + np.exp(-x))
+    softplus = np.where(x > 20, x, np.where(x < -20, np.exp(x), np.log1p(np.exp(x))))
+    f = {
+        "linear": x,
+        "leaky": np.where(x > 0, x, 0.1 * x),
+        "relu": x * (x > 0),
+        "relu6": np.clip(x, 0, 6),
+        "logistic": logistic,
+        "tanh": 2 / (1 + np.exp(-2 * x)) - 1,
+        "swish": x * logistic,
+        "mish": x * np.tanh(softplus),
+        "hard_mish": np.where(x > 0, x, np.where(x > -2, x * x / 2 + x, 0)),
+        "elu": (x >= 0) * x + (x < 0) * (np.exp(x) - 1),
+        "selu": (x >= 0) * 1.0507 * x + (x < 0) * 1.0507 * 1.6732 * (np.exp(x) - 1),
+        "gelu": 0.5 * x * (1 + np.tanh(0.797885 * x + 0.035677 * x ** 3)),
+    }
+    if name in f:
+        return f[name]
+    # across channels per pixel; Darknet's eps 0.0001 in the sum, softmax without max subtraction
+    if name == "normalize_channels":
+        pos = np.maximum(x, 0)
+        return np.where(x > 0, x / (0.0001 + pos.sum(axis=1, keepdims=True)), 0)
+    if name == "normalize_channels_softmax":
+        return np.exp(x) / (0.0001 + np.exp(x).sum(axis=1, keepdims=True))
+    raise KeyError(name)
+
+
+def np_shortcut(x, froms, weights, wt, norm):
+    n, c, h, w = x.shape
+    nin = len(froms) + 1
+    flat = x.reshape(n, -1).astype(np.float64)
+    per = flat.shape[1]
+    if wt == "none":
+        wmat = np.ones((nin, per))
+    else:
+        wv = weights.reshape(nin, -1).astype(np.float64)  # [input, 1 or channel]
+        if norm == "relu":
+            r = np.maximum(wv, 0)
+            wv = r / (0.0001 + r.sum(axis=0))
+        elif norm == "softmax":
+            e = np.exp(wv - wv.max(axis=0))
+            wv = e / (0.0001 + e.sum(axis=0))
+        wmat = np.repeat(wv, per // wv.shape[1], axis=1)
+    y = flat * wmat[0]
+    for k, f in enumerate(froms):
+        ff = f.reshape(n, -1).astype(np.float64)
+        m = min(per, ff.shape[1])
+        y[:, :m] += ff[:, :m] * wmat[k + 1, :m]
+    return y.reshape(x.shape)
+
+
+def np_reorg(x, w, h, c, stride, forward, out_shape):
+    # blas.c reorg_cpu, transcribed from the notes (§1)
+    xf, y = x.ravel(), np.zeros(int(np.prod(out_shape)), np.float32)
+    batch = xf.size // (w * h * c)
+    out_c = c // (stride * stride)
+    b, k, j, i = np.meshgrid(np.arange(batch), np.arange(c), np.arange(h), np.arange(w), indexing="ij")
+    in_index = i + w * (j + h * (k + c * b))
+    c2, offset = k % out_c, k // out_c
+    w2, h2 = i * stride + offset % stride, j * stride + offset // stride
+    out_index = w2 + w * stride * (h2 + h * stride * (c2 + out_c * b))
+    if forward:
+        y[out_index.ravel()] = xf[in_index.ravel()]
+    else:
+        y[in_index.ravel()] = xf[out_index.ravel()]
+    return y.reshape(out_shape)
+
+
+ORACLE_CHECKS = []
+
+
+def oracle(fn):
+    ORACLE_CHECKS.append(fn)
+    return fn
+
+
+@oracle
+def check_conv(ref):
+    for c in conv_cases():
+        x, w, sy, sx, pad, dil, groups, oh, ow = c.args
+        got = ref.conv2d(*c.args)
+        want = np_conv2d(x, w, sy, sx, pad, dil, groups, oh, ow)
+        # the reference sums in double too: only the final rounding to float32 differs
+        mag = np_conv2d(np.abs(x), np.abs(w), sy, sx, pad, dil, groups, oh, ow)
+        assert_close(got, want, 1e-7 * mag + 1e-30, 1e-6, "reference " + c.id)
+
+
+@oracle
+def check_conv_affine_act(ref):
+    for c in conv_affine_act_cases()[:len(ACTIVATIONS)]:
+        x, w, sy, sx, pad, dil, groups, oh, ow, scale, shift, act = c.args
+        v = np_conv2d(x, w, sy, sx, pad, dil, groups, oh, ow)
+        v = v * (1 if scale is None else scale[None, :, None, None]) + shift[None, :, None, None]
+        want = np_activation(v.astype(np.float32), act)
+        mag = np_conv2d(np.abs(x), np.abs(w), sy, sx, pad, dil, groups, oh, ow)
+        assert_close(ref.conv2d_affine_act(*c.args), want, 1e-6 * mag + 2e-6, 2e-5, "reference " + c.id)
+
+
+@oracle
+def check_gemm(ref):
+    for c in gemm_cases()[::3]:
+        ta, tb, alpha, A, B, beta, C = c.args
+        a, b = (A.T if ta else A).astype(np.float64), (B.T if tb else B).astype(np.float64)
+        want = alpha * (a @ b) + (beta * C if beta != 0 else 0)
+        mag = abs(alpha) * (np.abs(a) @ np.abs(b)) + (abs(beta) * np.abs(C) if beta != 0 else 0)
+        assert_close(ref.gemm(*c.args), want, 1e-6 * mag, 0, "reference " + c.id)
+
+
+@oracle
+def check_pool(ref):
+    for c in pool_cases():
+        kind, x, k, sy, sx, pad, shape = c.args
+        got = ref.pool(*c.args)
+        if kind in ("max", "local_avg"):
+            want = np_pool(x, k, sy, sx, pad, shape[2], shape[3], kind)
+        elif kind == "global_avg":
+            want = x.astype(np.float64).mean(axis=(2, 3), keepdims=True)
+        else:  # max_depth: out channel g = max over input channels g, g+out_c, ...
+            oc = shape[1]
+            want = np.stack([x[:, g::oc].max(axis=1) if g < x.shape[1] else
+                             np.full(x[:, 0].shape, -np.finfo(np.float32).max) for g in range(oc)], axis=1)
+        assert_close(got, want, 1e-6, 1e-6, "reference " + c.id)
+
+
+@oracle
+def check_activations(ref):
+    x = rand(2, 6, 5, 7, lo=-25, hi=25)
+    x[0, 0, 0, :5] = [0.0, -2.0, 6.0, 20.0, -20.0]  # kinks and thresholds
+    for name in ACTIVATIONS:
+        # float32 expf/tanhf vs float64: a few ulp, plus an absolute floor near zero
+        assert_close(ref.activate(x, name), np_activation(x, name), 2e-6, 2e-5, f"reference activate {name}")
+
+
+@oracle
+def check_shortcut(ref):
+    for c in data_movement_cases():
+        if c.op != "shortcut":
+            continue
+        x, froms, weights, wt, norm = c.args
+        wt_name = {v: k for k, v in SHORTCUT_WEIGHTS.items()}[wt]
+        norm_name = {v: k for k, v in SHORTCUT_NORM.items()}[norm]
+        assert_close(ref.shortcut(*c.args), np_shortcut(x, froms, weights, wt_name, norm_name), 1e-6, 1e-5,
+                     "reference " + c.id)
+
+
+@oracle
+def check_softmax_yolo_upsample(ref):
+    x = rand(2, 12, 1, 1, lo=-8, hi=8)
+    e = np.exp(x.reshape(2, 3, 4).astype(np.float64) / 0.5)
+    assert_close(ref.softmax(x, 3, 0.5), (e / e.sum(axis=2, keepdims=True)).reshape(x.shape), 1e-7, 1e-5,
+                 "reference softmax")
+    x = rand(1, 2 * 8, 3, 4, lo=-6, hi=6)
+    want = x.astype(np.float64).reshape(1, 2, 8, 3, 4).copy()
+    logi = 1 / (1 + np.exp(-want))
+    want[:, :, [0, 1, 4, 5, 6, 7]] = logi[:, :, [0, 1, 4, 5, 6, 7]]
+    want[:, :, :2] = want[:, :, :2] * 1.05 - 0.5 * 0.05
+    assert_close(ref.yolo_activate(x, 2, 3, False, 1.05), want.reshape(x.shape), 1e-6, 1e-5, "reference yolo")
+    x = rand(2, 3, 4, 5)
+    assert_close(ref.upsample(x, 3, 0.5), 0.5 * x.repeat(3, axis=2).repeat(3, axis=3), 0, 0, "reference upsample")
+    x = rand(1, 2, 7, 9)
+    want = 2.0 * x[:, :, :6, :9].reshape(1, 2, 2, 3, 3, 3).sum(axis=(3, 5))
+    assert_close(ref.downsample_sum(x, 3, 2.0), want, 1e-6, 1e-6, "reference downsample_sum")
+
+
+@oracle
+def check_reorg(ref):
+    for c in reorg_cases():
+        assert_close(ref.reorg(*c.args), np_reorg(*c.args), 0, 0, "reference " + c.id)
+    # [reorg3d] reverse=0 is a true space-to-depth: out[dy*s+dx block of c channels] = in[c, y*s+dy, x*s+dx]
+    x = rand(2, 3, 4, 6)
+    s = 2
+    got = ref.reorg(x, 3, 2, 12, s, False, [2, 12, 2, 3])
+    want = x.reshape(2, 3, 2, s, 3, s).transpose(0, 3, 5, 1, 2, 4).reshape(2, 12, 2, 3)
+    assert_close(got, want, 0, 0, "reference reorg3d is space-to-depth")
+
+
+@pytest.mark.parametrize("check", ORACLE_CHECKS, ids=lambda f: f.__name__)
+def test_reference_matches_numpy(ref, check):
+    check(ref)
