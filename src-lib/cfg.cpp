@@ -82,8 +82,8 @@ void Section::check_size(const std::string& key, const std::string& what, std::i
     if (n > kMaxTensorFloats)
         fail(key, what + " would be " + shape + " = " + std::to_string((long long)std::min(n, 9e18)) +
                       " floats, over the engine's limit of " + std::to_string((long long)kMaxTensorFloats) +
-                      " (1 GiB) per tensor; check " + (key.empty() ? std::string("this layer's options") : key) +
-                      " and the sizes before this layer");
+                      " (1 GiB) per tensor; check " + (key.empty() ? std::string("the sizes in this section") : key) +
+                      " and the layers before it");
 }
 
 int Section::get_int(const std::string& key, int def) const {

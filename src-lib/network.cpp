@@ -13,6 +13,7 @@ Network::Network(const std::string& path, const std::string& backend) : backend_
 Network::Network(const CfgFile& cfg, const std::string& backend) : backend_(make_backend(backend)) { build(cfg); }
 
 void Network::build(const CfgFile& cfg) {
+    cfg_ = cfg;
     cfg_path = cfg.path;
     options = parse_net_options(cfg.sections[0]);
     Shape input = chw(options.channels, options.height, options.width);
@@ -34,6 +35,36 @@ void Network::build(const CfgFile& cfg) {
 }
 
 void Network::set_backend(const std::string& name) { backend_ = make_backend(name); }
+
+void Network::resize_input(int width, int height) {
+    if (width == options.width && height == options.height) return;
+    CfgFile cfg = cfg_;
+    cfg.sections[0].options["width"] = CfgOption{std::to_string(width), cfg.sections[0].line, false};
+    cfg.sections[0].options["height"] = CfgOption{std::to_string(height), cfg.sections[0].line, false};
+    std::vector<std::unique_ptr<Layer>> old = std::move(layers);
+    NetOptions old_options = options;
+    Warnings old_warnings = warnings;
+    layers.clear();
+    try {
+        build(cfg);
+        for (size_t i = 0; i < layers.size(); ++i) {
+            auto from = old[i]->params(), to = layers[i]->params();
+            for (size_t k = 0; k < from.size(); ++k) {
+                if (from[k].tensor->size() != to[k].tensor->size())
+                    throw DarknetError("layer " + std::to_string(i) + " (" + old[i]->type() + ") has parameters that depend on the input size; cannot resize to " + std::to_string(width) + "x" + std::to_string(height));
+                std::copy(from[k].tensor->data(), from[k].tensor->data() + from[k].tensor->size(), to[k].tensor->data());
+            }
+        }
+    } catch (...) {
+        layers = std::move(old);
+        options = old_options;
+        throw;
+    }
+    options.width = width, options.height = height;
+    warnings = old_warnings;
+    outputs_.clear();
+    deltas_.clear();
+}
 
 const LayerOutputs& Network::forward(const Tensor& x) {
     const Shape& s = x.shape();

@@ -27,6 +27,7 @@ public:
     const LayerOutputs& forward_train(const Tensor& x);
     // dL/d(output) of each layer; the loss fills the heads' deltas between forward_train and backward.
     std::vector<Tensor>& deltas() { return deltas_; }
+    const LayerOutputs& outputs() const { return outputs_; }
     // Back-propagates the deltas, accumulating parameter gradients (summed over the batch) until update().
     void backward();
     // Applies Darknet's SGD (or Adam when opt.adam) with learning rate lr, then clears the gradients.
@@ -37,6 +38,11 @@ public:
     // Indices of the [yolo] layers; empty for a classifier.
     std::vector<int> yolo_layers() const;
     const YoloLayer& yolo(int layer_index) const;
+
+    // Rebuilds the layers for a new input size keeping every parameter and the optimizer state
+    // (Darknet's random=1 multi-scale training). Fails for cfgs whose parameter shapes depend on
+    // the input size (e.g. [connected]).
+    void resize_input(int width, int height);
 
     void set_backend(const std::string& name);
     const Backend& backend() const { return *backend_; }
@@ -56,6 +62,7 @@ public:
 
 private:
     void build(const CfgFile& cfg);
+    CfgFile cfg_;  // kept for resize_input
     std::unique_ptr<Backend> backend_;
     LayerOutputs outputs_;
     std::vector<double> layer_ms_;

@@ -102,6 +102,8 @@ def m_replace_number(rng, lines):
         i = rng.choice(idx)
         key, value = lines[i].split("=", 1)
         matches = list(NUM_RE.finditer(value))
+        if not matches:  # an earlier replacement in this loop removed the number
+            continue
         m = rng.choice(matches)
         new = rng.choice(NUMBERS) if rng.random() < 0.7 else str(rng.randint(-100, 100))
         lines[i] = key + "=" + value[:m.start()] + new + value[m.end():]

@@ -11,6 +11,7 @@
 #include "network.h"
 #include "weights.h"
 #include "yolo/detect.h"
+#include "yolo/loss.h"
 
 namespace py = pybind11;
 using namespace dn;
@@ -70,6 +71,12 @@ struct Ops {
     explicit Ops(const std::string& name) : be(make_backend(name)) {}
 };
 
+PyObject* darknet_error_type = nullptr;  // the Python DarknetError class, owned by the module
+
+py::str lenient_str(const std::string& s) {
+    return py::reinterpret_steal<py::str>(PyUnicode_DecodeUTF8(s.data(), (Py_ssize_t)s.size(), "backslashreplace"));
+}
+
 Shape shape_of(const std::vector<int>& v) {
     if (v.size() != 4) throw DarknetError("shape must have 4 entries (n, c, h, w)");
     return Shape{v[0], v[1], v[2], v[3]};
@@ -80,6 +87,17 @@ Shape shape_of(const std::vector<int>& v) {
 PYBIND11_MODULE(_core, m) {
     m.doc() = "darknet_py native engine";
     py::register_exception<DarknetError>(m, "DarknetError", PyExc_ValueError);
+    // Messages quote cfg text, which may hold any bytes: decode them leniently (invalid UTF-8 shown
+    // as \xNN) so that a corrupt file raises DarknetError, not UnicodeDecodeError.
+    darknet_error_type = m.attr("DarknetError").ptr();
+    py::register_exception_translator([](std::exception_ptr p) {
+        try {
+            if (p) std::rethrow_exception(p);
+        } catch (const DarknetError& e) {
+            py::str msg = lenient_str(e.what());
+            PyErr_SetObject(darknet_error_type, msg.ptr());
+        }
+    });
 
     m.def("backends", &backend_names, "Names of the compiled backends.");
     m.def("set_threads", [](int n) { ThreadPool::instance().set_threads(n); }, "Set the CPU thread count.");
@@ -153,9 +171,39 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("channels", [](const Network& n) { return n.options.channels; })
         .def_property_readonly("cfg_path", [](const Network& n) { return n.cfg_path; })
         .def_property("seen", [](const Network& n) { return n.seen; }, [](Network& n, uint64_t s) { n.seen = s; })
-        .def_property_readonly("warnings", [](const Network& n) { return n.warnings.items; })
+        .def_property_readonly("warnings", [](const Network& n) {
+            py::list out;
+            for (const std::string& w : n.warnings.items) out.append(lenient_str(w));
+            return out;
+        })
         .def_property_readonly("backend", [](const Network& n) { return std::string(n.backend().name()); })
         .def("set_backend", &Network::set_backend)
+        .def("resize_input", &Network::resize_input, py::arg("width"), py::arg("height"),
+             "Rebuilds for a new input size keeping parameters and optimizer state (multi-scale training).")
+        .def("net_options", [](const Network& n) {
+            const NetOptions& o = n.options;
+            py::dict d;
+            d["width"] = o.width; d["height"] = o.height; d["channels"] = o.channels;
+            d["batch"] = o.batch; d["subdivisions"] = o.subdivisions;
+            d["learning_rate"] = o.learning_rate; d["momentum"] = o.momentum; d["decay"] = o.decay;
+            d["burn_in"] = o.burn_in; d["max_batches"] = o.max_batches; d["power"] = o.power; d["gamma"] = o.gamma;
+            d["policy"] = o.policy; d["step"] = o.step; d["steps"] = o.steps; d["scales"] = o.scales;
+            d["adam"] = o.adam; d["B1"] = o.B1; d["B2"] = o.B2; d["eps"] = o.eps;
+            d["angle"] = o.angle; d["saturation"] = o.saturation; d["exposure"] = o.exposure; d["hue"] = o.hue;
+            d["aspect"] = o.aspect; d["mosaic"] = o.mosaic; d["cutmix"] = o.cutmix; d["mixup"] = o.mixup;
+            d["letter_box"] = o.letter_box; d["flip"] = o.flip; d["blur"] = o.blur;
+            d["label_smooth_eps"] = o.label_smooth_eps;
+            return d;
+        }, "The [net] section's options, training ones included.")
+        .def("yolo_train_options", [](const Network& n, int i) {
+            const YoloSpec& s = n.yolo(i).spec;
+            py::dict d;
+            d["jitter"] = s.jitter; d["random"] = s.random; d["resize"] = s.resize; d["max_boxes"] = s.max_boxes;
+            d["ignore_thresh"] = s.ignore_thresh; d["truth_thresh"] = s.truth_thresh; d["iou_thresh"] = s.iou_thresh;
+            d["iou_loss"] = s.iou_loss; d["iou_normalizer"] = s.iou_normalizer; d["obj_normalizer"] = s.obj_normalizer;
+            d["cls_normalizer"] = s.cls_normalizer; d["label_smooth_eps"] = s.label_smooth_eps;
+            return d;
+        })
         .def_property_readonly("yolo_layers", &Network::yolo_layers)
         .def("layer_table", &Network::layer_table)
         .def("total_bflops", &Network::total_bflops)
@@ -242,6 +290,46 @@ PYBIND11_MODULE(_core, m) {
             if ((size_t)d.size() != t.size()) throw DarknetError("delta for layer " + std::to_string(i) + " must have " + std::to_string(t.size()) + " values");
             std::memcpy(t.data(), d.data(), t.size() * sizeof(float));
         }, "Sets dL/d(output) of layer i (after forward_train, before backward).")
+        .def("yolo_loss", [](Network& n, const std::vector<FloatArray>& truths) {
+            // truths[b]: (k, 5) array of x, y, w, h (relative to the network input, centre form), class
+            std::vector<std::vector<TruthBox>> boxes(truths.size());
+            for (size_t b = 0; b < truths.size(); ++b) {
+                const FloatArray& t = truths[b];
+                if (t.size() == 0) continue;
+                if (t.ndim() != 2 || t.shape(1) != 5) throw DarknetError("truth boxes must be (k, 5) arrays: x, y, w, h, class");
+                for (py::ssize_t k = 0; k < t.shape(0); ++k) {
+                    const float* r = t.data() + k * 5;
+                    boxes[b].push_back(TruthBox{Box{r[0], r[1], r[2], r[3]}, (int)r[4]});
+                }
+            }
+            if (n.outputs().size() != n.layers.size() || n.deltas().size() != n.layers.size())
+                throw DarknetError("yolo_loss needs a forward_train() first");
+            if ((int)truths.size() != n.outputs()[0].shape().n)
+                throw DarknetError("yolo_loss needs one truth array per image in the batch");
+            py::list result;
+            std::vector<YoloLossStats> all;
+            {
+                py::gil_scoped_release nogil;
+                for (int li : n.yolo_layers())
+                    all.push_back(yolo_loss(n.yolo(li), n.outputs()[li], n.deltas()[li], boxes, n.options.width, n.options.height));
+            }
+            auto heads = n.yolo_layers();
+            for (size_t k = 0; k < all.size(); ++k) {
+                const YoloLossStats& s = all[k];
+                py::dict d;
+                d["layer"] = heads[k];
+                d["loss"] = s.loss;
+                d["avg_iou"] = s.avg_iou;
+                d["class"] = s.avg_class;
+                d["obj"] = s.avg_obj;
+                d["no_obj"] = s.avg_noobj;
+                d["recall50"] = s.recall50;
+                d["recall75"] = s.recall75;
+                d["count"] = s.count;
+                result.append(d);
+            }
+            return result;
+        }, "Darknet's yolo loss for the last forward_train: fills the heads' deltas, returns per-head statistics.")
         .def("delta", [](Network& n, int i) { return to_numpy(n.deltas().at(i)); })
         .def("backward", [](Network& n) {
             py::gil_scoped_release nogil;
