@@ -25,6 +25,10 @@ NetOptions parse_net_options(const Section& s) {
     for (auto p : policies) known |= o.policy == p;
     if (!known) s.fail("policy", "unknown policy '" + o.policy + "' (constant, steps, step, exp, poly, sigmoid, random, sgdr)");
     o.step = s.get_int("step", 1, 1, 1 << 30);
+    o.scale = s.get_float("scale", o.scale);
+    o.learning_rate_min = s.get_float("learning_rate_min", o.learning_rate_min);
+    o.sgdr_cycle = s.get_int("sgdr_cycle", o.max_batches, 1, 1 << 30);
+    o.sgdr_mult = s.get_int("sgdr_mult", 2, 1, 1 << 16);
     o.steps = s.get_ints("steps");
     o.scales = s.get_floats("scales");
     if (o.policy == "steps" && o.steps.size() != o.scales.size())

@@ -16,6 +16,9 @@ struct NetOptions {
     float power = 4.0f, gamma = 1.0f;
     std::string policy = "constant";
     int step = 1;
+    float scale = 1.0f;                 // policy=step: rate = learning_rate * scale^(iteration / step)
+    float learning_rate_min = 0.00001f;  // policy=sgdr: the cosine's floor
+    int sgdr_cycle = 0, sgdr_mult = 2;   // policy=sgdr: first cycle length (default max_batches), growth
     std::vector<int> steps;
     std::vector<float> scales;
     bool adam = false;

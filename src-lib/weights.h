@@ -11,9 +11,10 @@ namespace dn {
 struct WeightsHeader {
     int32_t major = 0, minor = 2, revision = 5;
     uint64_t seen = 0;
-    // Darknet stores `seen` as 64 bits from version 0.2 on, as 32 bits before.
-    // (64-bit arithmetic: a corrupt header with a huge major must not overflow)
-    bool seen_is_64bit() const { return ((int64_t)major * 10 + minor) >= 2 && major < 1000 && minor < 1000; }
+    // Darknet stores `seen` as 64 bits from version 0.2 on, as 32 bits before (AlexeyAB's and
+    // OpenCV's rule; pjreddie's also required major, minor < 1000). 64-bit arithmetic: a corrupt
+    // header with a huge major must not overflow.
+    bool seen_is_64bit() const { return ((int64_t)major * 10 + minor) >= 2; }
     // Files written by very old Darknet store connected-layer weights transposed.
     bool transpose() const { return major > 1000 || minor > 1000; }
 };

@@ -308,9 +308,13 @@ def main(argv=None) -> int:
     ap.add_argument("--base", action="append", required=True, help="base .cfg (repeatable)")
     ap.add_argument("--weights", help="base .weights for --base[0] (weights mode); synthesized if absent")
     ap.add_argument("--size", type=int, default=64, help="input width/height the base cfgs are resized to")
+    ap.add_argument("--address-space-gib", type=float, default=ADDRESS_SPACE_LIMIT / (1 << 30),
+                    help="RLIMIT_AS for this process (0: none)")
     args = ap.parse_args(argv)
 
-    resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE_LIMIT, ADDRESS_SPACE_LIMIT))
+    if args.address_space_gib > 0:  # 0 for sanitizer builds, which reserve terabytes of shadow memory
+        limit = int(args.address_space_gib * (1 << 30))
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     warnings.simplefilter("ignore")
     _core.set_threads(1)  # cases are small; one thread keeps timing stable on shared CI cores
     out = Path(args.out)

@@ -37,7 +37,8 @@ def rewrite_cfg(text: str, net: Optional[Dict[str, object]] = None,
             wanted = net if current in ("net", "network") else per_section.get(current, {})
             pending.update(wanted)
             continue
-        key = line.split("=", 1)[0].strip().lower() if "=" in line and not line.lstrip().startswith(("#", ";")) else None
+        is_option = "=" in line and not line.lstrip().startswith(("#", ";"))
+        key = line.split("=", 1)[0].strip().lower() if is_option else None
         if key is not None and key in pending:
             out.append(f"{key}={pending.pop(key)}")  # override in place
             continue
@@ -82,7 +83,7 @@ def randomize_params(net, seed: int, layers: Optional[Iterable[int]] = None) -> 
       damped so residual sums do not blow up. With var >= 5, Darknet's eps (1e-5) and OpenCV's
       (1e-6) change 1/sqrt(var + eps) by at most 0.5 * 9e-6 / 5 ~= 1e-6 relative — below float32
       round-off over a deep net and two orders under the 1e-4 tolerance.
-    * rolling_mean, biases ~ N(0, 0.1); shortcut weights ~ U(0.5, 1.5).
+    * rolling_mean, biases ~ N(0, 0.1); shortcut weights ~ U(-0.5, 1.5).
     """
     rng = np.random.default_rng(seed)
     table = net.layers  # build the layer list once, not per layer
@@ -103,7 +104,7 @@ def randomize_params(net, seed: int, layers: Optional[Iterable[int]] = None) -> 
             w = p["weights"]
             layer_type = table[i]["type"]
             if layer_type == "shortcut":
-                w.reshape(-1)[:] = rng.uniform(0.5, 1.5, w.size)
+                w.reshape(-1)[:] = rng.uniform(-0.5, 1.5, w.size)  # some negative: relu normalisation clamps
                 continue
             n_out = table[i]["output"][0]
             fan_in = w.size // n_out

@@ -77,7 +77,8 @@ def conv2d(x, w, *, stride_y=1, stride_x=1, padding=0, dilation=1, groups=1, out
         for ky in range(k):
             for kx in range(k):
                 oy, ox = ky * dilation, kx * dilation
-                patch = xs[:, :, oy:oy + (out_h - 1) * stride_y + 1:stride_y, ox:ox + (out_w - 1) * stride_x + 1:stride_x]
+                patch = xs[:, :, oy:oy + (out_h - 1) * stride_y + 1:stride_y,
+                           ox:ox + (out_w - 1) * stride_x + 1:stride_x]
                 y[:, g * fg:(g + 1) * fg] += np.einsum("nchw,fc->nfhw", patch, wsl[:, :, ky, kx])
     return y
 

@@ -74,7 +74,8 @@ def _shortcut_case(wt, norm, extra=""):
 
     def expect(o, x, net):
         w = net.params(3).get("weights")
-        y = nd.shortcut(o[2], [o[0], o[1]], None if w is None else w.ravel(), wt, norm)
+        numpy_norm = "relu" if norm == "avg_relu" else norm  # Darknet treats avg_relu as relu
+        y = nd.shortcut(o[2], [o[0], o[1]], None if w is None else w.ravel(), wt, numpy_norm)
         return {3: nd.activate(y, "leaky")}
     return Case(text, (3, 5, 7), expect)
 
@@ -108,6 +109,8 @@ CASES = {
                           lambda o, x, net: {0: nd.maxpool_depth(x, 3)}),
     "local_avgpool": Case("[local_avgpool]\nsize=3\nstride=2\n", (3, 7, 9),
                           lambda o, x, net: {0: nd.local_avgpool(x, 3, 2, 2, 2)}),
+    "local_avg_alias": Case("[local_avg]\nsize=3\nstride=1\n", (2, 5, 6),
+                            lambda o, x, net: {0: nd.local_avgpool(x, 3, 1, 1, 2)}),
     "local_avgpool_stride_xy": Case("[local_avgpool]\nsize=2\nstride_x=1\nstride_y=2\n", (2, 6, 5),
                                     lambda o, x, net: {0: nd.local_avgpool(x, 2, 2, 1, 1)}),
     # --- reorg -----------------------------------------------------------------------------------
@@ -118,6 +121,7 @@ CASES = {
     "shortcut_per_feature_relu": _shortcut_case("per_feature", "relu"),
     "shortcut_per_channel_softmax": _shortcut_case("per_channel", "softmax"),
     "shortcut_per_channel": _shortcut_case("per_channel", "none"),
+    "shortcut_per_channel_avg_relu": _shortcut_case("per_channel", "avg_relu"),
     # --- upsample / softmax / connected / sam / scale_wh ---------------------------------------
     "upsample_scale": Case("[upsample]\nstride=3\nscale=0.5\n", (2, 3, 4),
                            lambda o, x, net: {0: nd.upsample(x, 3, 0.5)}),

@@ -168,20 +168,39 @@ def test_detect_and_letterbox_api(engines, photos):
         assert "motorbike" in found["motorcycle_left"], found
 
 
-def test_raw_outputs_match_opencv(engines, photos):
-    """Raw yolo outputs in OpenCV's layout within 1e-3 relative (max|diff| / max|OpenCV|) per
-    column group; the batchnorm eps differs (OpenCV 1e-6, Darknet 1e-5) with real variances."""
-    ours, cv_net = engines
-    net_w, net_h = ours.input_size
-    for name, bgr in photos.items():
-        blob = ours.preprocess(bgr)
+def _raw_errors(net, cv_net, photos):
+    """Worst relative error (max|diff| / max|OpenCV|) per column group over all photos and yolo layers."""
+    net_w, net_h = net.input_size
+    worst = {}
+    for bgr in photos.values():
+        blob = net.preprocess(bgr)
         regions = _opencv_regions(cv_net, blob)
-        for layer, out in zip(ours.yolo_layers, ours.forward(blob)):
-            mine = yolo_to_opencv(out[0], ours._net.yolo_info(layer), net_w, net_h)
+        for layer, out in zip(net.yolo_layers, net.forward(blob)):
+            mine = yolo_to_opencv(out[0], net._net.yolo_info(layer), net_w, net_h)
             for group, cols in (("xy", slice(0, 2)), ("wh", slice(2, 4)), ("obj", slice(4, 5)),
                                 ("cls", slice(5, None))):
-                err = rel_err(mine[:, cols], regions[layer][:, cols])
-                assert err <= 1e-3, f"{name}, yolo layer {layer}, {group}: relative error {err:.2e}"
+                worst[group] = max(worst.get(group, 0.0), rel_err(mine[:, cols], regions[layer][:, cols]))
+    return worst
+
+
+def test_raw_outputs_match_opencv(engines, photos, yolov3_tiny):
+    """Raw yolo outputs in OpenCV's layout agree within 1e-3 relative per column group. The gap
+    (~5e-4 on obj/cls) is the batchnorm eps, OpenCV 1e-6 vs Darknet 1e-5, with real variances as
+    small as 0.013: emulating OpenCV's eps in our copy (scales *= sqrt((var+1e-5)/(var+1e-6)))
+    must bring it down by more than an order of magnitude, to float32 round-off."""
+    ours, cv_net = engines
+    errors = _raw_errors(ours, cv_net, photos)
+    assert max(errors.values()) <= 1e-3, errors
+
+    emulated = darknet_py.Network(yolov3_tiny["cfg"], yolov3_tiny["weights"])
+    for i in range(len(emulated.layers)):
+        p = emulated.params(i)
+        if "rolling_variance" in p:
+            var = p["rolling_variance"].astype(np.float64)
+            p["scales"][...] = p["scales"] * np.sqrt((var + 1e-5) / (var + 1e-6))
+    errors_eps = _raw_errors(emulated, cv_net, photos)
+    assert max(errors_eps.values()) <= 1e-4, errors_eps
+    assert max(errors_eps.values()) < max(errors.values()) / 10, (errors, errors_eps)
 
 
 def test_weights_warn_nothing(yolov3_tiny):

@@ -55,7 +55,7 @@ N_FLOATS = sum(n for _, _, n in BLOCKS)
 
 
 def header(major, minor, revision, seen):
-    seen_fmt = "<Q" if major * 10 + minor >= 2 and major < 1000 and minor < 1000 else "<I"
+    seen_fmt = "<Q" if major * 10 + minor >= 2 else "<I"
     return struct.pack("<iii", major, minor, revision) + struct.pack(seen_fmt, seen)
 
 
@@ -116,9 +116,8 @@ def test_connected_batchnorm_semantics(net, tmp_path):
 
 
 def test_transposed_connected_weights(net, tmp_path):
-    """major > 1000: the file holds the connected weights as [inputs][outputs]. (With major > 1000
-    `seen` is read as 32 bits, as in pjreddie's darknet; AlexeyAB reads 64 -- no such file is known
-    to exist from AlexeyAB's era.)"""
+    """major > 1000: the file holds the connected weights as [inputs][outputs]. (`seen` is then 64 bits,
+    as AlexeyAB's darknet and OpenCV read it; pjreddie's darknet read 32.)"""
     body = floats(N_FLOATS, 4)
     net.load_weights(write(tmp_path / "plain.weights", header(0, 2, 5, 9), body))
     want = {k: np.array(v) for k, v in net.params(3).items()}

@@ -6,6 +6,9 @@
 """
 from ._core import DarknetError
 from .network import Detection, Network, read_names
+from .evaluate import compute_map
+
+map = compute_map  # darknet_py.map(data, cfg, weights, ...): Darknet's `detector map`
 
 __version__ = "0.1.0"
-__all__ = ["DarknetError", "Detection", "Network", "read_names", "__version__"]
+__all__ = ["DarknetError", "Detection", "Network", "compute_map", "read_names", "__version__"]

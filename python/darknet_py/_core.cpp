@@ -188,6 +188,8 @@ PYBIND11_MODULE(_core, m) {
             d["learning_rate"] = o.learning_rate; d["momentum"] = o.momentum; d["decay"] = o.decay;
             d["burn_in"] = o.burn_in; d["max_batches"] = o.max_batches; d["power"] = o.power; d["gamma"] = o.gamma;
             d["policy"] = o.policy; d["step"] = o.step; d["steps"] = o.steps; d["scales"] = o.scales;
+            d["scale"] = o.scale; d["learning_rate_min"] = o.learning_rate_min;
+            d["sgdr_cycle"] = o.sgdr_cycle; d["sgdr_mult"] = o.sgdr_mult;
             d["adam"] = o.adam; d["B1"] = o.B1; d["B2"] = o.B2; d["eps"] = o.eps;
             d["angle"] = o.angle; d["saturation"] = o.saturation; d["exposure"] = o.exposure; d["hue"] = o.hue;
             d["aspect"] = o.aspect; d["mosaic"] = o.mosaic; d["cutmix"] = o.cutmix; d["mixup"] = o.mixup;

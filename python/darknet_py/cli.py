@@ -1,4 +1,4 @@
-"""The `darknet_py` command: detect, info, cfglayers.
+"""The `darknet_py` command: detect, info, cfglayers, map, synth.
 
 Exit codes: 0 success, 1 an error in the inputs (missing or unreadable file, bad cfg, ...; one
 line on stderr, no traceback), 2 a usage error (argparse), 130 interrupted by Ctrl-C.
@@ -110,6 +110,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--width", type=_positive_int, help="network input width (default: the cfg's)")
     p.add_argument("--height", type=_positive_int, help="network input height (default: the cfg's)")
     p.set_defaults(func=cmd_cfglayers, parser=p)
+
+    from .evaluate import add_parser as add_map_parser
+
+    add_map_parser(sub, _Formatter)
+
+    from .synth import add_parser as add_synth_parser
+
+    add_synth_parser(sub, _Formatter)
+
+    from .train import add_parser as add_train_parser
+
+    add_train_parser(sub, _Formatter)
     return parser
 
 

@@ -6,6 +6,7 @@ import warnings
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple, Union
 
+import cv2
 import numpy as np
 
 from . import _core
@@ -122,7 +123,7 @@ class Network:
     def preprocess(self, image: np.ndarray, letterbox: bool = False) -> np.ndarray:
         """BGR uint8 image -> float32 CHW RGB in [0, 1] at the network size (Darknet's resize)."""
         w, h = self.input_size
-        return _core.preprocess(_as_image(image), w, h, letterbox)
+        return _core.preprocess(_as_image(image, self.channels), w, h, letterbox)
 
     def forward(self, blob: np.ndarray) -> List[np.ndarray]:
         """Runs the network on an NxCxHxW float32 blob. Returns each yolo layer's output (after the
@@ -177,9 +178,17 @@ class LayerTable(list):
         return self._text
 
 
-def _as_image(image: np.ndarray) -> np.ndarray:
+def _as_image(image: np.ndarray, channels: int) -> np.ndarray:
+    """Checks the type and matches the network's channels as Darknet's load_image does: a grey image is
+    repeated to 3 channels for a colour network, a colour image is converted to grey for a 1-channel one."""
     if not isinstance(image, np.ndarray):
         raise TypeError(f"image must be a NumPy array (BGR uint8, as cv2.imread returns), got {type(image).__name__}")
     if image.dtype != np.uint8:
         raise TypeError(f"image must be uint8, got {image.dtype}")
+    if image.ndim == 3 and image.shape[2] == 1:
+        image = image[:, :, 0]
+    if image.ndim == 2 and channels == 3:
+        image = cv2.cvtColor(image, cv2.COLOR_GRAY2BGR)
+    elif image.ndim == 3 and channels == 1:
+        image = cv2.cvtColor(image, cv2.COLOR_BGRA2GRAY if image.shape[2] == 4 else cv2.COLOR_BGR2GRAY)
     return np.ascontiguousarray(image)

@@ -11,7 +11,7 @@ const Entry kLayers[] = {
     {"convolutional", make_convolutional}, {"conv", make_convolutional},
     {"connected", make_connected}, {"conn", make_connected},
     {"maxpool", make_maxpool}, {"max", make_maxpool},
-    {"local_avgpool", make_local_avgpool},
+    {"local_avgpool", make_local_avgpool}, {"local_avg", make_local_avgpool},
     {"avgpool", make_avgpool}, {"avg", make_avgpool},
     {"route", make_route}, {"shortcut", make_shortcut}, {"upsample", make_upsample},
     {"reorg", make_reorg}, {"reorg3d", make_reorg3d},

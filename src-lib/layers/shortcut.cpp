@@ -70,7 +70,7 @@ std::unique_ptr<Layer> make_shortcut(const Section& s, const BuildContext& ctx) 
     else if (wt == "per_channel") l->weights_type = ShortcutWeights::per_channel;
     else if (wt != "none") s.fail("weights_type", "unknown weights_type '" + wt + "' (none, per_feature, per_channel)");
     std::string wn = s.get_string("weights_normalization", "none");
-    if (wn == "relu") l->weights_norm = ShortcutNorm::relu;
+    if (wn == "relu" || wn == "avg_relu") l->weights_norm = ShortcutNorm::relu;  // Darknet accepts both
     else if (wn == "softmax") l->weights_norm = ShortcutNorm::softmax;
     else if (wn != "none") s.fail("weights_normalization", "unknown weights_normalization '" + wn + "' (none, relu, softmax)");
 

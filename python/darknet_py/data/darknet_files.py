@@ -16,9 +16,6 @@ from typing import Dict, List, Optional
 # Darknet's replace_image_to_label: these folder names hold images, `labels` beside them holds
 # the .txt files (COCO's images/, VOC's JPEGImages/).
 _IMAGE_DIRS = ("images", "JPEGImages")
-# the extensions replace_image_to_label turns into .txt (it lists both cases of each); we compare
-# case-insensitively, so .Jpg works too, and add .tif and .webp, which OpenCV reads.
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".ppm", ".tiff", ".tif", ".webp")
 
 
 class DataFileError(ValueError):
@@ -132,7 +129,7 @@ def read_names_file(path: str) -> List[str]:
 # ---- label path rule ------------------------------------------------------------------------
 def replace_image_to_label(image_path: str) -> str:
     """Darknet's label path for an image: the nearest folder named `images` or `JPEGImages` becomes
-    `labels`, and an image extension (any case) becomes `.txt`.
+    `labels`, and the extension (.jpg .JPG .jpeg .png .bmp .ppm .tiff ..., any) becomes `.txt`.
 
     Darknet (pjreddie) replaces the first occurrence of the text "images" anywhere in the path;
     AlexeyAB's fork only the COCO/VOC folders (`/images/train2014/`, `/JPEGImages/`, ...). We
@@ -146,11 +143,9 @@ def replace_image_to_label(image_path: str) -> str:
         if parts[i] in _IMAGE_DIRS:
             parts[i] = "labels"
             break
-    stem, ext = os.path.splitext(name)
-    if ext.lower() in IMAGE_EXTENSIONS:
-        name = stem + ".txt"
-    elif not name.endswith(".txt"):
-        name = name + ".txt"  # Darknet would warn and fail to open it; a .txt beside it is the best guess
+    # Darknet replaces only the extensions it knows (and warns otherwise); any extension -> .txt is
+    # what it means, and what a .gif or .jp2 needs.
+    name = os.path.splitext(name)[0] + ".txt"
     sep = "\\" if "\\" in head and "/" not in head else "/"
     return sep.join(parts + [name]) if parts else name
 

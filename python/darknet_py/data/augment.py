@@ -1,0 +1,394 @@
+"""Darknet's training augmentation for detection, on NumPy/OpenCV images.
+
+Written from the semantics of AlexeyAB Darknet's data.c (load_data_detection, fill_truth_detection,
+correct_boxes, blend_truth_mosaic), image_opencv.cpp (image_data_augmentation) and detector.c
+(the `random=1` resizing), reading those sources: the crop rectangle, its integer truncations, the
+mean-colour fill outside the image, the resize, flip and HSV steps and the box arithmetic follow
+them. Random numbers come from a NumPy Generator (Darknet uses rand()), so the streams differ but
+the distributions are Darknet's.
+
+One sample: a float32 CHW RGB image in [0, 1] at the network size and a (n, 5) float32 array of
+truth boxes `class, cx, cy, w, h`, normalised to the network input (labels.darknet_truth turns it
+into Darknet's x, y, w, h, class order).
+
+Options (augment_options_from_cfg reads them from a cfg): jitter, resize, flip, letter_box, hue,
+saturation, exposure, mosaic, mosaic_bound, max_boxes, random, resize_step, width, height,
+channels. Darknet's blur, gaussian_noise and mixup are read but not applied (see loader.py).
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import cv2
+import numpy as np
+
+from .darknet_files import DataFileError
+
+DEFAULT_OPTIONS: Dict[str, float] = {
+    "width": 416, "height": 416, "channels": 3,
+    # [yolo] (the last head, as Darknet's train_detector takes it); no head: no jitter
+    "jitter": 0.0, "resize": 1.0, "random": 0.0, "max_boxes": 200, "classes": 0,
+    # [net]
+    "flip": 1, "letter_box": 0, "hue": 0.0, "saturation": 1.0, "exposure": 1.0,
+    "mosaic": 0, "mosaic_bound": 0, "resize_step": 32,
+    "mixup": 0, "cutmix": 0, "blur": 0, "gaussian_noise": 0,  # not applied; the loader warns
+}
+
+# cfg key -> (option name, type) for the [net] section
+_NET_KEYS = {
+    "width": ("width", int), "height": ("height", int), "channels": ("channels", int),
+    "flip": ("flip", int), "letter_box": ("letter_box", int), "hue": ("hue", float),
+    "saturation": ("saturation", float), "exposure": ("exposure", float), "mosaic": ("mosaic", int),
+    "mosaic_bound": ("mosaic_bound", int), "resize_step": ("resize_step", float), "mixup": ("mixup", int),
+    "cutmix": ("cutmix", int), "blur": ("blur", int), "gaussian_noise": ("gaussian_noise", int),
+}
+_HEAD_KEYS = {"jitter": ("jitter", float), "resize": ("resize", float), "random": ("random", float),
+              "max": ("max_boxes", int), "classes": ("classes", int)}
+_HEADS = ("yolo", "gaussian_yolo", "region")
+
+
+# ---- options from a cfg ---------------------------------------------------------------------
+def _read_cfg_sections(path: str) -> List[Tuple[str, int, Dict[str, Tuple[str, int]]]]:
+    """[(section name lower-case, line, {key: (value, line)})] of a Darknet cfg."""
+    sections: List[Tuple[str, int, Dict[str, Tuple[str, int]]]] = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for number, raw in enumerate(f.read().splitlines(), 1):
+            line = raw.strip()
+            if not line or line[0] in "#;":
+                continue
+            if line.startswith("["):
+                sections.append((line.strip("[]").strip().lower(), number, {}))
+            elif sections and "=" in line:
+                key, _, value = line.partition("=")
+                sections[-1][2][key.strip()] = (value.strip(), number)
+    return sections
+
+
+def _convert(path: str, key: str, value: str, line: int, kind: type):
+    try:
+        return kind(float(value)) if kind is int else kind(value)
+    except ValueError:
+        raise DataFileError(f"{path}:{line}: {key} must be a number, got {value!r}") from None
+
+
+def augment_options_from_cfg(cfg_path: str) -> Dict[str, float]:
+    """The augmentation options of a cfg as a dict (keys of DEFAULT_OPTIONS): [net] width, height,
+    channels, flip, letter_box, hue, saturation, exposure, mosaic, mosaic_bound, resize_step; and
+    from the last [yolo] (or [Gaussian_yolo]/[region]) section, as Darknet's train_detector takes
+    them: jitter (default .2), resize, random, max (-> max_boxes) and classes."""
+    cfg_path = os.fspath(cfg_path)
+    sections = _read_cfg_sections(cfg_path)
+    if not sections or sections[0][0] not in ("net", "network"):
+        raise DataFileError(f"{cfg_path}: the first section must be [net]")
+    opts = dict(DEFAULT_OPTIONS)
+    for key, (value, line) in sections[0][2].items():
+        if key in _NET_KEYS:
+            name, kind = _NET_KEYS[key]
+            opts[name] = _convert(cfg_path, key, value, line, kind)
+    heads = [s for s in sections if s[0] in _HEADS]
+    if heads:
+        name, _, keys = heads[-1]
+        opts["jitter"] = 0.2  # parse_yolo's default
+        opts["max_boxes"] = 30 if name == "region" else 200
+        for key, (value, line) in keys.items():
+            if key in _HEAD_KEYS:
+                oname, kind = _HEAD_KEYS[key]
+                opts[oname] = _convert(cfg_path, key, value, line, kind)
+    if opts["mosaic"] and opts["letter_box"]:
+        raise DataFileError(f"{cfg_path}: mosaic=1 with letter_box=1 is not supported (Darknet refuses it too)")
+    return opts
+
+
+def no_augmentation(opts: Dict[str, float]) -> Dict[str, float]:
+    """`opts` with every random augmentation off (validation-style loading at the network size)."""
+    out = dict(opts)
+    out.update(jitter=0.0, resize=1.0, flip=0, hue=0.0, saturation=1.0, exposure=1.0, mosaic=0)
+    return out
+
+
+# ---- random helpers (Darknet's utils.c, on a NumPy Generator) -------------------------------
+def rand_scale(rng, s: float) -> float:
+    """Darknet's rand_scale: a factor in [1, s], or its inverse, with even odds."""
+    scale = 1.0 + rng.random() * (s - 1.0)  # rand_uniform_strong(1, s); works for s < 1 too
+    return scale if rng.random() < 0.5 else 1.0 / scale
+
+
+def _precalc(lo: float, hi: float, r: float) -> float:
+    """Darknet's rand_precalc_random: lo + r * (hi - lo), bounds in either order."""
+    if hi < lo:
+        lo, hi = hi, lo
+    return r * (hi - lo) + lo
+
+
+def _cdiv(a: int, b: int) -> int:
+    """C integer division (truncates toward zero)."""
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b > 0) else -q
+
+
+def random_network_size(base_w: int, base_h: int, rng, random_coef: float = 1.4, resize_step: int = 32,
+                        largest: bool = False) -> Tuple[int, int]:
+    """The network size for the next 10 iterations with `random=1`, as Darknet's train_detector
+    picks it: a factor in [1/coef, coef] (coef = 1.4, or the cfg's `random` when it is not 1),
+    sizes rounded to multiples of `resize_step` after adding one step (Darknet's `+ 1`), never above
+    the base size when the factor is below 1. Darknet uses the largest size (`largest=True`) for the
+    first resize and the last 100 iterations, to check memory and settle the batchnorm statistics."""
+    step = int(resize_step)
+    if largest:
+        w = math.floor(random_coef * base_w / step + 1 + 0.5) * step  # roundl: halves away from zero
+        h = math.floor(random_coef * base_h / step + 1 + 0.5) * step
+    else:
+        val = rand_scale(rng, random_coef)
+        w = math.floor(val * base_w / step + 1 + 0.5) * step
+        h = math.floor(val * base_h / step + 1 + 0.5) * step
+        if val < 1 and (w > base_w or h > base_h):
+            w, h = base_w, base_h
+    return max(w, step), max(h, step)
+
+
+# ---- one image ------------------------------------------------------------------------------
+@dataclass
+class CropParams:
+    """The random choices for one image: the crop rectangle in source pixels (it may reach outside
+    the image), flip, and the HSV factors."""
+
+    pleft: int
+    pright: int
+    ptop: int
+    pbot: int
+    swidth: int
+    sheight: int
+    flip: bool
+    dhue: float
+    dsat: float
+    dexp: float
+
+
+def sample_crop(rng, ow: int, oh: int, net_w: int, net_h: int, opts: Dict[str, float],
+                mosaic_index: Optional[int] = None) -> CropParams:
+    """Darknet's per-image choices in load_data_detection for an ow x oh source image.
+    `mosaic_index` (0..3) is the quadrant when the image is one of a mosaic's four."""
+    jitter, resize = float(opts["jitter"]), float(opts["resize"])
+    hue, sat, exp = float(opts["hue"]), float(opts["saturation"]), float(opts["exposure"])
+    dw, dh = int(ow * jitter), int(oh * jitter)
+    down = 1 / resize if resize > 1 else resize
+    up = 1 / resize if resize < 1 else resize
+    min_rdw, min_rdh = int(ow * (1 - 1 / down) / 2), int(oh * (1 - 1 / down) / 2)  # <= 0
+    max_rdw, max_rdh = int(ow * (1 - 1 / up) / 2), int(oh * (1 - 1 / up) / 2)  # >= 0
+
+    resize_r1, resize_r2 = rng.random(), rng.random()
+    r1, r2, r3, r4 = rng.random(), rng.random(), rng.random(), rng.random()
+    flip = bool(opts["flip"]) and rng.random() < 0.5
+    dhue = rng.uniform(-hue, hue) if hue else 0.0
+    dsat = rand_scale(rng, sat) if sat != 1 else 1.0
+    dexp = rand_scale(rng, exp) if exp != 1 else 1.0
+
+    # C assigns float expressions to ints: every step truncates toward zero, as int() does
+    pleft, pright = int(_precalc(-dw, dw, r1)), int(_precalc(-dw, dw, r2))
+    ptop, pbot = int(_precalc(-dh, dh, r3)), int(_precalc(-dh, dh, r4))
+    hi_w, hi_h = (0, 0) if resize < 1 else (max_rdw, max_rdh)  # resize < 1: shrink only
+    pleft = int(pleft + _precalc(min_rdw, hi_w, resize_r1))
+    pright = int(pright + _precalc(min_rdw, hi_w, resize_r2))
+    ptop = int(ptop + _precalc(min_rdh, hi_h, resize_r1))
+    pbot = int(pbot + _precalc(min_rdh, hi_h, resize_r2))
+
+    if opts["letter_box"]:  # widen the crop to the network's aspect ratio (filled with the mean colour)
+        net_ar = net_w / net_h
+        if (ow / oh) / net_ar > 1:
+            delta_h = (ow / net_ar - oh) / 2
+            ptop, pbot = int(ptop - delta_h), int(pbot - delta_h)
+        else:
+            delta_w = (oh * net_ar - ow) / 2
+            pleft, pright = int(pleft - delta_w), int(pright - delta_w)
+
+    if mosaic_index is not None and rng.random() < 0.5:
+        # Darknet moves every second image of a mosaic towards its corner, so most of it is visible
+        corner = mosaic_index ^ 1 if flip else mosaic_index  # flipped: the mirrored corner
+        if corner in (0, 2):
+            pright, pleft = pright + pleft, 0
+        else:
+            pleft, pright = pleft + pright, 0
+        if corner in (0, 1):
+            pbot, ptop = pbot + ptop, 0
+        else:
+            ptop, pbot = ptop + pbot, 0
+
+    swidth, sheight = ow - pleft - pright, oh - ptop - pbot
+    if swidth <= 0 or sheight <= 0 or ow - pleft <= 0 or oh - ptop <= 0:
+        swidth, sheight, pleft, ptop = ow, oh, 0, 0  # Darknet's "invalid resize" reset (pright/pbot kept)
+    return CropParams(pleft, pright, ptop, pbot, swidth, sheight, flip, dhue, dsat, dexp)
+
+
+def correct_truth(boxes: np.ndarray, p: CropParams, ow: int, oh: int, net_w: int, net_h: int,
+                  max_boxes: int, rng) -> np.ndarray:
+    """Darknet's fill_truth_detection + correct_boxes: the boxes (class-first, normalised to the
+    source image) in shuffled order, moved into the crop, mirrored when flipped, clipped to [0, 1],
+    cut to `max_boxes`, then those narrower or lower than one network pixel dropped, with those wholly
+    outside the source image or at x = y = 0."""
+    b = np.asarray(boxes, np.float32).reshape(-1, 5)
+    if len(b) > 1:
+        b = b[rng.permutation(len(b))]  # randomize_boxes: which boxes survive max_boxes is random
+    cls, x, y, w, h = (b[:, i] for i in range(5))
+    invalid = ((x == 0) & (y == 0)) | (x + w / 2 < 0) | (y + h / 2 < 0) | (x - w / 2 > 1) | (y - h / 2 > 1)
+    sx, sy = np.float32(ow / p.swidth), np.float32(oh / p.sheight)  # 1 / (swidth / ow)
+    dx = np.float32((p.pleft / ow) / (p.swidth / ow))
+    dy = np.float32((p.ptop / oh) / (p.sheight / oh))
+    left, right = (x - w / 2) * sx - dx, (x + w / 2) * sx - dx
+    top, bottom = (y - h / 2) * sy - dy, (y + h / 2) * sy - dy
+    if p.flip:
+        left, right = 1 - right, 1 - left
+    left, right, top, bottom = (np.clip(v, 0, 1) for v in (left, right, top, bottom))
+    out = np.stack([cls, (left + right) / 2, (top + bottom) / 2,
+                    np.clip(right - left, 0, 1), np.clip(bottom - top, 0, 1)], axis=1).astype(np.float32)
+    out, invalid = out[:max_boxes], invalid[:max_boxes]  # Darknet cuts before filtering
+    keep = (~invalid & (out[:, 3] >= 1.0 / net_w) & (out[:, 4] >= 1.0 / net_h)
+            & (out[:, 1] > 0) & (out[:, 1] <= 1) & (out[:, 2] > 0) & (out[:, 2] <= 1))
+    return out[keep]
+
+
+def crop_resize(img: np.ndarray, p: CropParams, net_w: int, net_h: int) -> np.ndarray:
+    """image_data_augmentation's crop and resize: the crop rectangle (parts outside the image take
+    the image's mean colour), bilinear resize to the network size."""
+    oh, ow = img.shape[:2]
+    x0, y0 = max(p.pleft, 0), max(p.ptop, 0)
+    x1, y1 = min(p.pleft + p.swidth, ow), min(p.ptop + p.sheight, oh)
+    inside = img[y0:y1, x0:x1]  # a view: OpenCV reads it in place
+    if (x0, y0, x1, y1) != (p.pleft, p.ptop, p.pleft + p.swidth, p.ptop + p.sheight):
+        # the crop reaches outside the image: pad with the mean colour (cv::mean, rounded into 8 bits)
+        c = 1 if img.ndim == 2 else img.shape[2]
+        mean = [float(np.clip(np.rint(v), 0, 255)) for v in cv2.mean(img)[:c]]
+        if x1 <= x0 or y1 <= y0:  # no overlap at all
+            crop = np.empty((p.sheight, p.swidth) + img.shape[2:], np.uint8)
+            crop[...] = mean if c > 1 else mean[0]
+        else:
+            crop = cv2.copyMakeBorder(inside, y0 - p.ptop, p.ptop + p.sheight - y1, x0 - p.pleft,
+                                      p.pleft + p.swidth - x1, cv2.BORDER_CONSTANT, value=mean + [0] * (4 - c))
+        inside = crop
+    return cv2.resize(inside, (net_w, net_h), interpolation=cv2.INTER_LINEAR)
+
+
+def _hsv_lut(dhue: float, dsat: float, dexp: float) -> np.ndarray:
+    """The 8-bit look-up table of the HSV step: H + 179 dhue, S * dsat, V * dexp, each rounded and
+    saturated to [0, 255] as cv::Mat arithmetic does."""
+    v = np.arange(256, dtype=np.float64)
+    lut = np.stack([v + 179 * dhue, v * dsat, v * dexp], axis=1)
+    return np.clip(np.rint(lut), 0, 255).astype(np.uint8).reshape(1, 256, 3)
+
+
+def distort_hsv(rgb: np.ndarray, dhue: float, dsat: float, dexp: float) -> np.ndarray:
+    """image_data_augmentation's colour step on an 8-bit RGB image, in OpenCV's 8-bit HSV
+    (H in [0, 180)): S *= dsat, V *= dexp, H += 179 * dhue, each saturated to [0, 255] (so a hue
+    pushed below 0 sticks at 0, one above 179 wraps in the conversion back, as in Darknet);
+    a one-channel image is only scaled by dexp."""
+    if dsat == 1 and dexp == 1 and dhue == 0:
+        return rgb
+    lut = _hsv_lut(dhue, dsat, dexp)
+    if rgb.ndim == 2 or rgb.shape[2] == 1:
+        return cv2.LUT(rgb, np.ascontiguousarray(lut[0, :, 2]))
+    hsv = cv2.cvtColor(rgb, cv2.COLOR_RGB2HSV)
+    return cv2.cvtColor(cv2.LUT(hsv, lut), cv2.COLOR_HSV2RGB)
+
+
+def augment_pixels(img: np.ndarray, p: CropParams, net_w: int, net_h: int) -> np.ndarray:
+    """Crop, resize, flip and HSV of one image (uint8 HxWxC RGB) -> uint8 at the network size."""
+    sized = crop_resize(img, p, net_w, net_h)
+    if p.flip:
+        sized = cv2.flip(sized, 1)
+    return distort_hsv(sized, p.dhue, p.dsat, p.dexp)
+
+
+def to_chw(img: np.ndarray) -> np.ndarray:
+    """uint8 HxWxC (or HxW) -> float32 CxHxW in [0, 1], as Darknet's mat_to_image (x / 255)."""
+    if img.ndim == 2:
+        img = img[:, :, None]
+    out = np.empty((img.shape[2],) + img.shape[:2], np.float32)
+    np.divide(img.transpose(2, 0, 1), np.float32(255), out=out)
+    return out
+
+
+def augment_one(img: np.ndarray, boxes: np.ndarray, net_w: int, net_h: int, opts: Dict[str, float],
+                rng) -> Tuple[np.ndarray, np.ndarray]:
+    """One training sample from one image: (float32 CHW in [0, 1], (n, 5) truth class-first)."""
+    oh, ow = img.shape[:2]
+    p = sample_crop(rng, ow, oh, net_w, net_h, opts)
+    truth = correct_truth(boxes, p, ow, oh, net_w, net_h, int(opts["max_boxes"]), rng)
+    return to_chw(augment_pixels(img, p, net_w, net_h)), truth
+
+
+# ---- mosaic ---------------------------------------------------------------------------------
+def _mosaic_truth(truth: np.ndarray, k: int, w: int, h: int, cut_x: int, cut_y: int, shifts: Sequence[int],
+                  bound: bool) -> List[Tuple[float, float, float, float, float]]:
+    """blend_truth_mosaic for the boxes of quadrant k (0 top-left, 1 top-right, 2 bottom-left,
+    3 bottom-right): shifted into the mosaic, clipped to the image (or, with mosaic_bound, to the
+    quadrant), kept when inside and at least one pixel wide and high."""
+    left_shift, right_shift, top_shift, bot_shift = shifts
+    out = []
+    for cls, xb, yb, wb, hb in truth.tolist():
+        xb += (cut_x - left_shift) / w if k in (1, 3) else -(w - cut_x - right_shift) / w
+        yb += (cut_y - top_shift) / h if k in (2, 3) else -(h - cut_y - bot_shift) / h
+        left, right = int((xb - wb / 2) * w), int((xb + wb / 2) * w)
+        top, bot = int((yb - hb / 2) * h), int((yb + hb / 2) * h)
+        if bound:  # Darknet's mosaic_bound=1: clip to the quadrant the image fills
+            lb, rb = (0, cut_x) if k in (0, 2) else (cut_x, w)
+            tb, bb = (0, cut_y) if k in (0, 1) else (cut_y, h)
+            left, right, top, bot = max(left, lb), min(right, rb), max(top, tb), min(bot, bb)
+            xb, wb = (right + left) / 2 / w, (right - left) / w
+            yb, hb = (bot + top) / 2 / h, (bot - top) / h
+        else:  # default: clip to the whole mosaic only, so a box may reach into the next quadrant
+            if left < 0:
+                xb, wb = xb - left / w / 2, wb + left / w
+            if right > w:
+                d = (right - w) / w
+                xb, wb = xb - d / 2, wb - d
+            if top < 0:
+                yb, hb = yb - top / h / 2, hb + top / h
+            if bot > h:
+                d = (bot - h) / h
+                yb, hb = yb - d / 2, hb - d
+            left, right = int((xb - wb / 2) * w), int((xb + wb / 2) * w)
+            top, bot = int((yb - hb / 2) * h), int((yb + hb / 2) * h)
+        if (left >= 0 and right <= w and top >= 0 and bot <= h and 1.0 / w < wb < 1 and 1.0 / h < hb < 1
+                and 0 < xb < 1 and 0 < yb < 1):
+            out.append((cls, xb, yb, wb, hb))
+    return out
+
+
+def mosaic(images: Sequence[Tuple[np.ndarray, np.ndarray]], net_w: int, net_h: int, opts: Dict[str, float],
+           rng) -> Tuple[np.ndarray, np.ndarray]:
+    """Darknet's mosaic: four (image, boxes) pairs, each augmented on its own at the network size,
+    fill the four quadrants around a random cut point (20 %..80 % of each side); each quadrant
+    shows the part of its image nearest the cut, shifted inward past any fill border."""
+    w, h = net_w, net_h
+    cut_x = int(rng.integers(int(w * 0.2), int(w * 0.8) + 1))  # rand_int: both ends included
+    cut_y = int(rng.integers(int(h * 0.2), int(h * 0.8) + 1))
+    channels = 1 if images[0][0].ndim == 2 else images[0][0].shape[2]
+    out = np.zeros((h, w, channels), np.uint8)
+    truths: List[Tuple[float, ...]] = []
+    max_boxes = int(opts["max_boxes"])
+    for k, (img, boxes) in enumerate(images):
+        oh, ow = img.shape[:2]
+        p = sample_crop(rng, ow, oh, w, h, opts, mosaic_index=k)
+        truth = correct_truth(boxes, p, ow, oh, w, h, max_boxes, rng)
+        ai = augment_pixels(img, p, w, h)
+        if ai.ndim == 2:
+            ai = ai[:, :, None]
+        pleft, pright = (p.pright, p.pleft) if p.flip else (p.pleft, p.pright)
+        left_shift = min(cut_x, max(0, _cdiv(-pleft * w, ow)))
+        top_shift = min(cut_y, max(0, _cdiv(-p.ptop * h, oh)))
+        right_shift = min(w - cut_x, max(0, _cdiv(-pright * w, ow)))
+        bot_shift = min(h - cut_y, max(0, _cdiv(-p.pbot * h, oh)))
+        sx0 = w - cut_x - right_shift if k in (0, 2) else left_shift  # source columns
+        sy0 = h - cut_y - bot_shift if k in (0, 1) else top_shift  # source rows
+        qw = cut_x if k in (0, 2) else w - cut_x
+        qh = cut_y if k in (0, 1) else h - cut_y
+        dx0 = 0 if k in (0, 2) else cut_x
+        dy0 = 0 if k in (0, 1) else cut_y
+        out[dy0:dy0 + qh, dx0:dx0 + qw] = ai[sy0:sy0 + qh, sx0:sx0 + qw]
+        room = max_boxes - len(truths)
+        if room > 0:
+            shifts = (left_shift, right_shift, top_shift, bot_shift)
+            truths += _mosaic_truth(truth, k, w, h, cut_x, cut_y, shifts, bool(opts["mosaic_bound"]))[:room]
+    return to_chw(out), np.array(truths, np.float32).reshape(-1, 5)

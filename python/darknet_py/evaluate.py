@@ -1,0 +1,473 @@
+"""mAP of a detector on the `valid` list of a Darknet .data file, with Darknet's definitions
+(`darknet detector map`, validate_detector_map in Darknet's detector.c), and the `map` command.
+
+Darknet's rules, as implemented here:
+- Detections are collected at confidence .005 after NMS .45, one per (box, class above .005), and
+  ranked by confidence across all images. Ties keep the collection order (image order, then the
+  detector's order): Darknet sorts with qsort, whose order for ties is unspecified; glibc's
+  merge-sort qsort (before 2.37) keeps input order, which is what a stable sort reproduces.
+- A detection's truth is the truth of the same class in the same image with the highest IoU,
+  provided that IoU is strictly above the IoU threshold (Darknet: `current_iou > iou_thresh`).
+  In rank order it is a TP if that truth is not matched yet, else a FP (a duplicate); it never
+  falls back to its second-best truth.
+- points=0: area under the precision envelope over every recall step, from recall 0 (VOC2010+,
+  ImageNet; Darknet's default). points=11 (VOC2007) and 101 (COCO): the mean over recall points
+  r = i/(points-1) of the highest precision at any rank with recall >= r (0 where none).
+- mAP is the mean over ALL classes of the network: Darknet divides by `classes`, so a class without
+  ground truth (AP 0 by its formulas: recall is always 0) still counts, and lowers mAP.
+- At the confidence threshold (--thresh, strictly above as Darknet does) TP, FP, precision, recall,
+  F1 and average IoU; the average IoU is the sum of the TPs' IoUs over TP+FP, as Darknet prints it.
+
+Boxes are (x, y, w, h) with x, y the top-left corner; detections and truths of one image must use
+the same units (the file-based path uses fractions of the image size, as the labels do; IoU does
+not change when both axes are scaled).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+
+import numpy as np
+
+VALID_POINTS = (0, 11, 101)
+COLLECT_THRESH = 0.005  # Darknet's validate_detector_map collects detections above this
+NMS_THRESH = 0.45
+# COCO's IoU thresholds .50:.05:.95, written as k/100 so that e.g. .80 is the same double as 80/100
+COCO_IOUS = tuple(k / 100 for k in range(50, 100, 5))
+
+
+class Truth(NamedTuple):
+    """One ground-truth object; (x, y) is the top-left corner."""
+
+    class_id: int
+    x: float
+    y: float
+    w: float
+    h: float
+
+
+class Box(NamedTuple):
+    """One detection as the evaluation sees it (any object with these attributes will do,
+    e.g. darknet_py.Detection)."""
+
+    class_id: int
+    confidence: float
+    x: float
+    y: float
+    w: float
+    h: float
+
+
+# ---- the metric ------------------------------------------------------------------------------
+def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """IoU of every box of `a` (n x 4, top-left x, y, w, h) with every box of `b` (m x 4)."""
+    ax1, ay1, ax2, ay2 = a[:, 0:1], a[:, 1:2], a[:, 0:1] + a[:, 2:3], a[:, 1:2] + a[:, 3:4]
+    bx1, by1, bx2, by2 = b[:, 0], b[:, 1], b[:, 0] + b[:, 2], b[:, 1] + b[:, 3]
+    iw = np.clip(np.minimum(ax2, bx2) - np.maximum(ax1, bx1), 0, None)
+    ih = np.clip(np.minimum(ay2, by2) - np.maximum(ay1, by1), 0, None)
+    inter = iw * ih
+    union = a[:, 2:3] * a[:, 3:4] + b[:, 2] * b[:, 3] - inter
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(union > 0, inter / np.where(union > 0, union, 1), 0.0)
+
+
+def average_precision(tp: Sequence[bool], n_truth: int, points: int = 0) -> float:
+    """AP of one class from its detections' TP flags in rank order (highest confidence first)."""
+    if points not in VALID_POINTS:
+        raise ValueError(f"points must be one of {VALID_POINTS}, got {points}")
+    tp = np.asarray(tp, dtype=bool)
+    if n_truth <= 0 or tp.size == 0:
+        return 0.0  # Darknet: recall is 0 at every rank, so both formulas give 0
+    ctp = np.cumsum(tp)
+    precision = ctp / np.arange(1, tp.size + 1)
+    recall = ctp / n_truth
+    envelope = np.maximum.accumulate(precision[::-1])[::-1]  # best precision at this rank or later
+    if points == 0:
+        steps = np.diff(np.concatenate(([0.0], recall)))
+        return float(np.sum(steps * envelope))
+    # recall never decreases with rank, so "ranks with recall >= r" is a suffix: its best precision
+    # is the envelope at its first rank
+    r = np.arange(points) / (points - 1)
+    first = np.searchsorted(recall, r, side="left")
+    ok = first < tp.size
+    return float(np.sum(envelope[first[ok]]) / points)
+
+
+@dataclass
+class ClassResult:
+    class_id: int
+    name: str
+    ap: float
+    tp: int  # at the confidence threshold
+    fp: int  # at the confidence threshold
+    truths: int
+    detections: int  # all collected (above .005)
+
+
+@dataclass
+class MapResult:
+    iou_thresh: float
+    points: int
+    thresh: float
+    map: float
+    classes: List[ClassResult]
+    tp: int
+    fp: int
+    fn: int
+    precision: float
+    recall: float
+    f1: float
+    avg_iou: float
+    detections: int
+    truths: int
+    images: int
+    map_50_95: Optional[float] = None
+    skipped: List[str] = field(default_factory=list)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+    def report(self) -> str:
+        """The result as Darknet prints it, plus the COCO-style line."""
+        lines = [f" detections_count = {self.detections}, unique_truth_count = {self.truths}"]
+        for c in self.classes:
+            lines.append(f"class_id = {c.class_id}, name = {c.name}, ap = {100 * c.ap:.2f}%   "
+                         f"(TP = {c.tp}, FP = {c.fp})")
+        t = self.thresh
+        lines += ["", f" for conf_thresh = {t:.2f}, precision = {self.precision:.2f}, recall = {self.recall:.2f}, "
+                      f"F1-score = {self.f1:.2f}",
+                  f" for conf_thresh = {t:.2f}, TP = {self.tp}, FP = {self.fp}, FN = {self.fn}, "
+                  f"average IoU = {100 * self.avg_iou:.2f} %", ""]
+        how = f"used {self.points} Recall-points" if self.points else "used Area-Under-Curve for each unique Recall"
+        lines += [f" IoU threshold = {100 * self.iou_thresh:.0f} %, {how}",
+                  f" mean average precision (mAP@{self.iou_thresh:.2f}) = {self.map:.6f}, or {100 * self.map:.2f} %"]
+        if self.map_50_95 is not None:
+            lines.append(f" mean average precision (mAP@0.50:0.95, mean over IoU 0.50:0.05:0.95, same recall points)"
+                         f" = {self.map_50_95:.6f}, or {100 * self.map_50_95:.2f} %")
+        return "\n".join(lines)
+
+
+class Accumulator:
+    """Collects detections and truths image by image; `result()` computes the metrics. Only each
+    detection's best same-class truth and its IoU are kept, which is all any IoU threshold needs:
+    that truth is the detection's match exactly when its IoU is above the threshold."""
+
+    def __init__(self, classes: int, names: Optional[Sequence[str]] = None) -> None:
+        if classes < 1:
+            raise ValueError(f"classes must be at least 1, got {classes}")
+        self.n_classes = classes
+        self.names = list(names) if names else []
+        self._conf: List[np.ndarray] = []
+        self._cls: List[np.ndarray] = []
+        self._truth: List[np.ndarray] = []
+        self._iou: List[np.ndarray] = []
+        self.truth_counts = np.zeros(classes, dtype=np.int64)
+        self.n_truths = 0
+        self.images = 0
+
+    def add(self, detections: Iterable[Any], truths: Iterable[Truth]) -> None:
+        """One image: its detections (class_id, confidence, x, y, w, h) and its truths."""
+        dets = list(detections)
+        tr = [t for t in truths if 0 <= int(t[0]) < self.n_classes]
+        dc = np.array([int(d.class_id) for d in dets], dtype=np.int64)
+        keep = (dc >= 0) & (dc < self.n_classes)  # a detector gives no other class; be safe
+        dets = [d for d, k in zip(dets, keep) if k]
+        dc = dc[keep]
+        db = np.array([[d.x, d.y, d.w, d.h] for d in dets], dtype=np.float64).reshape(-1, 4)
+        tc = np.array([int(t[0]) for t in tr], dtype=np.int64)
+        tb = np.array([t[1:5] for t in tr], dtype=np.float64).reshape(-1, 4)
+        best = np.full(len(dets), -1, dtype=np.int64)
+        best_iou = np.zeros(len(dets))
+        if len(dets) and len(tr):
+            iou = np.where(dc[:, None] == tc[None, :], iou_matrix(db, tb), -1.0)
+            j = np.argmax(iou, axis=1)  # the first of equal IoUs, as Darknet's strict `>` keeps
+            best_iou = iou[np.arange(len(dets)), j]
+            best = np.where(best_iou > 0, self.n_truths + j, -1)
+            best_iou = np.maximum(best_iou, 0.0)
+        self._conf.append(np.array([float(d.confidence) for d in dets], dtype=np.float64))
+        self._cls.append(dc)
+        self._truth.append(best)
+        self._iou.append(best_iou)
+        np.add.at(self.truth_counts, tc, 1)
+        self.n_truths += len(tr)
+        self.images += 1
+
+    def _ranked(self):
+        """Confidence, class, best truth and its IoU of every detection, best confidence first."""
+        def cat(parts: List[np.ndarray], dtype: type) -> np.ndarray:
+            return np.concatenate(parts) if parts else np.zeros(0, dtype)
+
+        conf = cat(self._conf, np.float64)
+        order = np.argsort(-conf, kind="stable")  # ties keep collection order (see module doc)
+        return (conf[order], cat(self._cls, np.int64)[order], cat(self._truth, np.int64)[order],
+                cat(self._iou, np.float64)[order])
+
+    @staticmethod
+    def _tp_flags(truth: np.ndarray, iou: np.ndarray, iou_thresh: float) -> np.ndarray:
+        """TP flags in rank order: matched above the threshold, and the first to claim its truth."""
+        pos = np.flatnonzero((truth >= 0) & (iou > iou_thresh))
+        _, first = np.unique(truth[pos], return_index=True)
+        tp = np.zeros(truth.size, dtype=bool)
+        tp[pos[first]] = True
+        return tp
+
+    def _aps(self, tp: np.ndarray, cls: np.ndarray, points: int) -> np.ndarray:
+        return np.array([average_precision(tp[cls == c], int(self.truth_counts[c]), points)
+                         for c in range(self.n_classes)])
+
+    def result(self, iou_thresh: float = 0.5, points: int = 0, thresh: float = 0.25,
+               coco: bool = True) -> MapResult:
+        if points not in VALID_POINTS:
+            raise ValueError(f"points must be one of {VALID_POINTS}, got {points}")
+        conf, cls, truth, iou = self._ranked()
+        tp = self._tp_flags(truth, iou, iou_thresh)
+        aps = self._aps(tp, cls, points)
+        above = conf > thresh
+        tp_t, fp_t = tp & above, ~tp & above
+        classes = [ClassResult(c, self.names[c] if c < len(self.names) else str(c), float(aps[c]),
+                               int(np.sum(tp_t[cls == c])), int(np.sum(fp_t[cls == c])),
+                               int(self.truth_counts[c]), int(np.sum(cls == c)))
+                   for c in range(self.n_classes)]
+        n_tp, n_fp = int(tp_t.sum()), int(fp_t.sum())
+        precision = n_tp / (n_tp + n_fp) if n_tp + n_fp else 0.0  # Darknet prints nan here
+        recall = n_tp / self.n_truths if self.n_truths else 0.0
+        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+        avg_iou = float(np.sum(iou[tp_t])) / (n_tp + n_fp) if n_tp + n_fp else 0.0
+        map_50_95 = None
+        if coco:
+            map_50_95 = float(np.mean([self._aps(self._tp_flags(truth, iou, t), cls, points).mean()
+                                       for t in COCO_IOUS]))
+        return MapResult(iou_thresh, points, thresh, float(aps.mean()), classes, n_tp, n_fp, self.n_truths - n_tp,
+                         precision, recall, f1, avg_iou, int(conf.size), self.n_truths, self.images, map_50_95)
+
+
+def evaluate(images: Iterable[Tuple[Iterable[Any], Iterable[Truth]]], classes: int, iou_thresh: float = 0.5,
+             points: int = 0, thresh: float = 0.25, names: Optional[Sequence[str]] = None,
+             coco: bool = True) -> MapResult:
+    """mAP from in-memory data: one (detections, truths) pair per image, in image order."""
+    acc = Accumulator(classes, names)
+    for dets, truths in images:
+        acc.add(dets, truths)
+    return acc.result(iou_thresh, points, thresh, coco)
+
+
+# ---- Darknet's files (parsed by darknet_py.data.darknet_files) ------------------------------------
+def read_truths(label_file: str, classes: int, warn: Callable[[str], None]) -> List[Truth]:
+    """An image's ground truth from its label file. A missing or empty file means no objects, as
+    in Darknet (a background image, no warning); bad lines are reported and skipped by the data
+    package's reader, as training does."""
+    from .data.labels import DataReporter, read_labels
+
+    quiet = ("missing-label", "empty-label")
+    reporter = DataReporter(lambda kind, path, message: None if kind in quiet else warn(message))
+    rows = read_labels(label_file, classes, reporter)
+    return [Truth(int(c), float(x) - float(w) / 2, float(y) - float(h) / 2, float(w), float(h))
+            for c, x, y, w, h in rows]
+
+
+def net_letterbox(net: Any) -> bool:
+    """The cfg's [net] letter_box: Darknet's validation letterboxes the images when it is set."""
+    try:
+        return bool(net._net.net_options()["letter_box"])
+    except (AttributeError, KeyError):  # an engine without net_options: read the cfg's [net]
+        section = ""
+        with open(net.cfg_path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                s = line.split("#", 1)[0].strip()
+                if s.startswith("["):
+                    section = s.lower()
+                elif section in ("[net]", "[network]") and s.replace(" ", "").startswith("letter_box="):
+                    return s.split("=", 1)[1].strip() not in ("0", "")
+        return False
+
+
+# ---- running a network over a dataset ------------------------------------------------------------
+def _prefetched(paths: Sequence[str], ahead: int = 4) -> Iterator[Tuple[str, Optional[np.ndarray]]]:
+    """(path, BGR image or None) in order, decoding the next few in a thread (OpenCV frees the GIL)."""
+    import cv2
+
+    with ThreadPoolExecutor(1) as pool:
+        futures = [pool.submit(cv2.imread, p, cv2.IMREAD_COLOR) for p in paths[:ahead]]
+        for i, p in enumerate(paths):
+            if i + ahead < len(paths):
+                futures.append(pool.submit(cv2.imread, paths[i + ahead], cv2.IMREAD_COLOR))
+            yield p, futures[i].result()
+            futures[i] = None  # type: ignore[call-overload]  # free the image
+
+
+def network_detections(net: Any, image: np.ndarray, letterbox: bool) -> List[Box]:
+    """The network's detections with Darknet's validation settings, in fractions of the image."""
+    h, w = image.shape[:2]
+    return [Box(d.class_id, d.confidence, d.x / w, d.y / h, d.w / w, d.h / h)
+            for d in net.detect(image, COLLECT_THRESH, NMS_THRESH, letterbox)]
+
+
+def compute_map(data: str, cfg: Optional[str] = None, weights: Optional[str] = None, *,
+                network: Any = None, detections_for: Optional[Callable[[str], Sequence[Any]]] = None,
+                classes: Optional[int] = None, iou_thresh: float = 0.5, points: int = 0, thresh: float = 0.25,
+                letterbox: Optional[bool] = None, backend: str = "cpu", coco: bool = True,
+                progress: bool = True, verbose: bool = False) -> MapResult:
+    """mAP of a detector on the `valid` list of the .data file `data`.
+
+    The detector is, in order of precedence: `detections_for(image_path)` returning boxes
+    (class_id, confidence, x, y, w, h, top-left, in fractions of the image size); `network` (a
+    darknet_py.Network, e.g. the one being trained); or Network(cfg, weights). The network is run
+    with Darknet's validation settings (thresh .005, NMS .45, letterbox per the cfg's [net]
+    letter_box unless `letterbox` is given). `verbose` prints Darknet's report to stdout."""
+    from .data.darknet_files import label_path_for, read_data_file, read_image_list, read_names_file
+    from .progress import Progress
+
+    spec = read_data_file(data)
+    valid = spec.valid or spec.train  # Darknet falls back to the train list too
+    if not valid:
+        raise ValueError(f"{data}: no `valid =` (nor `train =`) line names the images to evaluate")
+    paths = read_image_list(valid)
+    if not paths:
+        raise ValueError(f"{valid}: the list of validation images is empty")
+
+    if detections_for is None:
+        if network is None:
+            if cfg is None:
+                raise ValueError("compute_map needs a detector: cfg (and weights), network or detections_for")
+            from .network import Network
+
+            network = Network(cfg, weights, None, backend)
+        if letterbox is None:
+            letterbox = net_letterbox(network)
+    n_classes = classes or (network.classes if network is not None else spec.classes)
+    if not n_classes:
+        raise ValueError(f"{data}: no `classes =` line, and no network to take the class count from")
+    if spec.classes is not None and spec.classes != n_classes:
+        warnings.warn(f"{spec.where('classes')}: classes = {spec.classes} but the network has {n_classes}; "
+                      f"using {n_classes}")
+    if spec.names and os.path.isfile(spec.names):
+        names = read_names_file(spec.names)
+    else:
+        names = list(network.names) if network is not None else []
+
+    acc = Accumulator(n_classes, names)
+    skipped: List[str] = []
+    bar = Progress(len(paths), "images", "mAP") if progress else None
+    warned = set()
+
+    def warn(msg: str) -> None:
+        if msg in warned:
+            return
+        warned.add(msg)
+        if bar is not None:
+            bar.message(f"warning: {msg}")
+        else:
+            print(f"warning: {msg}", file=sys.stderr)
+
+    try:
+        if detections_for is not None:
+            source: Iterable[Tuple[str, Any]] = ((p, None) for p in paths)
+        else:
+            source = _prefetched(paths)
+        for path, image in source:
+            if detections_for is not None:
+                dets = detections_for(path)
+            elif image is None:
+                warn(f"{path}: cannot read the image, skipped (its objects are not counted)")
+                skipped.append(path)
+                if bar is not None:
+                    bar.update()
+                continue
+            else:
+                dets = network_detections(network, image, bool(letterbox))
+            acc.add(dets, read_truths(label_path_for(path), n_classes, warn))
+            if bar is not None:
+                bar.update()
+    finally:
+        if bar is not None:
+            bar.close()
+    result = acc.result(iou_thresh, points, thresh, coco)
+    result.skipped = skipped
+    if verbose:
+        print(result.report())
+    return result
+
+
+# ---- the `map` command -----------------------------------------------------------------------
+MAP_EXAMPLES = """\
+Runs the network over the `valid` list of the .data file (labels: images/ -> labels/, extension
+-> .txt; a missing label file means no objects) and prints Darknet's mAP report: per-class AP with
+TP and FP at --thresh; precision, recall, F1 and average IoU at --thresh; mAP at --iou-thresh; and
+the mean over IoU 0.50:0.05:0.95.
+
+examples:
+  darknet_py map shapes.data shapes.cfg shapes_best.weights
+  darknet_py map coco.data yolov4-tiny.cfg yolov4-tiny.weights --points 101 --json map.json
+"""
+
+
+def _fraction(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= v < 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {v}")
+    return v
+
+
+def add_parser(sub: Any, formatter: Any) -> argparse.ArgumentParser:
+    """Registers the `map` subcommand on the CLI's subparsers."""
+    p = sub.add_parser("map", help="mean average precision on a dataset's valid list (Darknet's detector map)",
+                       description="Mean average precision of a network on the images of a .data file's valid list.",
+                       epilog=MAP_EXAMPLES, formatter_class=formatter)
+    p.add_argument("data", metavar="DATA", help="Darknet .data file (valid =, names =, classes =)")
+    p.add_argument("cfg", metavar="CFG", help="network .cfg: a path or a shipped cfg's name")
+    p.add_argument("weights", metavar="WEIGHTS", help="Darknet .weights file")
+    p.add_argument("--iou-thresh", type=_fraction, default=0.5, help="IoU for a match (default: %(default)s)")
+    p.add_argument("--points", type=int, choices=VALID_POINTS, default=0,
+                   help="0: area under the curve (VOC2010+), 11: VOC2007, 101: COCO (default: %(default)s)")
+    p.add_argument("--thresh", type=_fraction, default=0.25,
+                   help="confidence threshold for TP/FP, precision, recall, F1, IoU (default: %(default)s)")
+    p.add_argument("--letterbox", action="store_true", help="letterbox even if the cfg has no letter_box=1")
+    p.add_argument("--json", metavar="FILE", help="also write the results to this JSON file")
+    from .cli import _positive_int  # the CLI's own option types, so that messages agree
+
+    p.add_argument("--threads", type=_positive_int, metavar="N", help="CPU threads (default: all cores)")
+    p.add_argument("--backend", choices=("cpu", "reference"), default="cpu", help="compute backend (default: %(default)s)")
+    p.set_defaults(func=cmd_map, parser=p)
+    return p
+
+
+def cmd_map(args: argparse.Namespace) -> int:
+    from . import _core
+    from .cfgfiles import resolve_cfg
+    from .runner import write_json
+
+    if args.threads:
+        _core.set_threads(args.threads)
+    if not os.path.isfile(args.data):
+        raise FileNotFoundError(f"data file not found: {args.data}")
+    cfg = resolve_cfg(args.cfg)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        from .network import Network
+
+        net = Network(cfg, args.weights, None, args.backend)
+    for w in caught:
+        print(f"warning: {w.message}", file=sys.stderr)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = compute_map(args.data, network=net, iou_thresh=args.iou_thresh, points=args.points,
+                             thresh=args.thresh, letterbox=True if args.letterbox else None, verbose=True)
+    for w in caught:
+        print(f"warning: {w.message}", file=sys.stderr)
+    if args.json:
+        doc = {"data": args.data, "cfg": cfg, "weights": args.weights, **result.to_dict()}
+        write_json(args.json, doc)
+        print(f"results: {args.json}", file=sys.stderr)
+    if result.skipped:
+        print(f"darknet_py: error: {len(result.skipped)} image(s) could not be read: {', '.join(result.skipped)}",
+              file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,528 @@
+"""Training a detector: Darknet's `detector train` (detector.c train_detector) on the engine's
+training bindings, and the `train` command.
+
+    import darknet_py
+    result = darknet_py.train("shapes.data", "shapes.cfg", max_batches=2000, calc_map=True,
+                              callback=lambda s: print(s["iteration"], s["avg_loss"]))
+
+One iteration is Darknet's: `subdivisions` forward/backward passes of batch/subdivisions images
+each (gradients accumulate), then one update over `batch` images with the rate of
+lr_policy.LrSchedule. Its loss is Darknet's: per pass the mean over the [yolo] heads of each head's
+cost (the sum of its squared deltas, get_network_cost), summed over the passes and divided by
+`batch`; the average loss is 0.9 * avg + 0.1 * loss, starting at the first loss.
+
+Files, in the backup folder (--out, else the .data file's `backup`, else ./backup), each written
+atomically (checkpoint.py), `<cfg>` being the cfg's file name without its extension:
+  <cfg>_last.weights   every 100 iterations, and when training ends, stops or is interrupted
+  <cfg>_N.weights      every `save_every` iterations (Darknet: 1000, or 10000 past 10000 batches)
+  <cfg>_best.weights   when the mAP improves (calc_map), mAP measured on the `valid` list every
+                       max(100, 4 epochs) iterations (and not before burn_in) and at the end
+  <cfg>_final.weights  at max_batches
+  chart.png            average loss and mAP against iterations, redrawn as training goes
+
+The .weights files store `seen`; training from `_last.weights` continues at its iteration and rate
+(`clear` restarts from 0). As in Darknet the momentum is not stored, so a resumed run restarts
+it from zero. A NaN or infinite loss (or parameters) stops training with TrainingDiverged before
+anything non-finite is written: the previous `_last.weights` stays as it was.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import random
+import struct
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, TextIO, Tuple
+
+import numpy as np
+
+from .chart import Chart
+from .checkpoint import save_weights_atomic
+from .lr_policy import LrSchedule
+
+LAST_EVERY = 100  # Darknet saves <cfg>_last.weights every 100 iterations
+MULTISCALE_EVERY = 10  # random=1 picks a new network size every 10 iterations
+
+
+class StopTraining(Exception):
+    """Raise from a training callback to stop training after the current iteration
+    (`_last.weights` is saved; train() returns normally with result.stopped = True)."""
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss or the parameters became NaN or infinite; nothing non-finite was saved."""
+
+    def __init__(self, message: str, iteration: int, last_good: Optional[str]) -> None:
+        super().__init__(message)
+        self.iteration, self.last_good = iteration, last_good
+
+
+@dataclass
+class TrainResult:
+    iteration: int  # the iteration reached (Darknet's numbering: seen / batch)
+    start_iteration: int
+    max_batches: int
+    seed: int
+    backup_dir: str
+    last: Optional[str] = None  # paths of the files written (None: not written)
+    final: Optional[str] = None
+    best: Optional[str] = None
+    best_map: Optional[float] = None
+    maps: List[Tuple[int, float]] = field(default_factory=list)
+    losses: List[Tuple[int, float, float]] = field(default_factory=list)  # (iteration, loss, avg loss)
+    chart: Optional[str] = None
+    stopped: bool = False  # True: stopped early by the callback
+    seconds: float = 0.0
+
+    @property
+    def weights(self) -> Optional[str]:
+        """The weights to use: final if training completed, else last."""
+        return self.final or self.last
+
+
+# ---- helpers --------------------------------------------------------------------------------
+def weights_layers_in_file(raw, path: str) -> int:
+    """How many leading layers of `raw` (a _core.Net) a .weights file holds completely: all of
+    them (-1) for a full file, fewer for a pretrained prefix such as yolov4-tiny.conv.29 (Darknet
+    loads such files up to their end). Raises DarknetError-style ValueError when the file ends inside
+    a layer, via the engine's own message."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        head = f.read(12)
+    if len(head) < 12:
+        raw.load_weights(path, -1)  # the engine's message for a short header
+    major, minor, _ = struct.unpack("<3i", head)
+    offset = 12 + (8 if major * 10 + minor >= 2 and major < 1000 and minor < 1000 else 4)
+    floats = (size - offset) // 4
+    used = 0
+    layers = raw.layers()
+    for i in range(len(layers)):
+        need = sum(v.size for v in raw.params(i).values())
+        if used + need > floats:
+            if used == floats:
+                return i
+            raw.load_weights(path, i + 1)  # ends inside layer i: the engine names the layer and sizes
+            return i
+        used += need
+    return -1
+
+
+def _finite_params(raw) -> bool:
+    for i in range(len(raw.layers())):
+        for v in raw.params(i).values():
+            if not np.isfinite(v).all():
+                return False
+    return True
+
+
+def _copy_params(src, dst) -> None:
+    for i in range(len(src.layers())):
+        d = dst.params(i)
+        for k, v in src.params(i).items():
+            d[k][...] = v
+
+
+def _head_line(layer: int, s: Dict[str, float]) -> str:
+    """Darknet's per-head line (yolo_layer.c, before the v3 loss printout)."""
+    return (f"Region {layer} Avg IOU: {s['avg_iou']:.6f}, Class: {s['class']:.6f}, Obj: {s['obj']:.6f}, "
+            f"No Obj: {s['no_obj']:.6f}, .5R: {s['recall50']:.6f}, .75R: {s['recall75']:.6f},  count: {s['count']}")
+
+
+def _merge_heads(passes: List[List[Dict[str, Any]]]) -> List[Dict[str, Any]]:
+    """Per-head statistics of one iteration from those of its passes: the per-object figures
+    (IoU, class, obj, recalls) weighted by the passes' object counts, no-obj and loss averaged."""
+    out = []
+    for k in range(len(passes[0])):
+        heads = [p[k] for p in passes]
+        count = sum(h["count"] for h in heads)
+        m = {"layer": heads[0]["layer"], "count": count, "loss": sum(h["loss"] for h in heads),
+             "no_obj": sum(h["no_obj"] for h in heads) / len(heads)}
+        for key in ("avg_iou", "class", "obj", "recall50", "recall75"):
+            m[key] = sum(h[key] * h["count"] for h in heads) / count if count else 0.0
+        out.append(m)
+    return out
+
+
+class _Console:
+    """Iteration lines on `out`; on a terminal, a progress bar with ETA kept on stderr's last line."""
+
+    def __init__(self, out: TextIO, bar: bool) -> None:
+        self.out, self.bar = out, bar
+        self.bar_text = ""
+
+    def line(self, text: str, err: bool = False) -> None:
+        if self.bar and self.bar_text:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
+        stream = sys.stderr if err else self.out
+        stream.write(text + "\n")
+        stream.flush()
+        if self.bar and self.bar_text:
+            sys.stderr.write(self.bar_text)
+            sys.stderr.flush()
+
+    def progress(self, iteration: int, start: int, total: int, eta_s: float, avg_loss: float) -> None:
+        if not self.bar:
+            return
+        import shutil
+
+        from .progress import format_duration
+
+        done = (iteration - start) / max(1, total - start)
+        width = max(10, min(40, shutil.get_terminal_size().columns - 60))
+        filled = int(width * min(1.0, done))
+        self.bar_text = (f"\r{iteration}/{total} |{'#' * filled}{'.' * (width - filled)}| {100 * done:3.0f}%  "
+                         f"avg loss {avg_loss:.3f}  ETA {format_duration(eta_s)}")
+        sys.stderr.write(self.bar_text + "\033[K")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.bar and self.bar_text:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
+            self.bar_text = ""
+
+
+# ---- the loop -------------------------------------------------------------------------------
+def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = False, calc_map: bool = False,
+          map_every: Optional[int] = None, save_every: Optional[int] = None, out_dir: Optional[str] = None,
+          threads: Optional[int] = None, max_batches: Optional[int] = None, seed: Optional[int] = None,
+          workers: Optional[int] = None, callback: Optional[Callable[[Dict[str, Any]], Any]] = None,
+          verbose: bool = False, heads_every: int = 10, backend: str = "cpu", stream: Optional[TextIO] = None,
+          progress: Optional[bool] = None, chart: bool = True, multiscale: bool = True,
+          quiet: bool = False) -> TrainResult:
+    """Trains the detector `cfg` on the `train` list of the Darknet .data file `data`.
+
+    weights: start from these weights (all layers, or the leading layers a pretrained prefix file
+    holds), continuing at the iteration its `seen` gives unless `clear`. calc_map: measure mAP@0.5
+    on the `valid` list every `map_every` iterations (default Darknet's max(100, 4 epochs)) and keep
+    `<cfg>_best.weights`. save_every: also keep `<cfg>_N.weights` every N iterations. out_dir: the
+    backup folder. threads: CPU threads for the engine. max_batches: replaces the cfg's (the end of
+    training, and the poly/sgdr schedules that use it). seed: initialisation, data order and
+    augmentation (None: a random seed, printed); the same seed gives the same run, and a resumed run
+    draws the batches an uninterrupted one would have. workers: the loader's threads (0: load in this
+    thread). callback(stats): called after every iteration with a dict (iteration, loss, avg_loss,
+    rate, seconds, load_seconds, images, eta_seconds, width, height, heads, map, best_map,
+    max_batches); returning False or raising StopTraining stops training. verbose: the per-head lines
+    every iteration (else every `heads_every`). multiscale=False ignores random=1 (a fixed size).
+    quiet: no iteration lines. Returns a TrainResult; raises TrainingDiverged on NaN/Inf."""
+    from . import _core
+    from .cfgfiles import resolve_cfg
+    from .data import BatchLoader, darknet_truth, random_network_size, read_data_file, read_image_list
+
+    t_start = time.perf_counter()
+    out = stream if stream is not None else sys.stdout
+    tty = sys.stderr.isatty() if progress is None else bool(progress)
+    con = _Console(out, tty and not quiet)
+
+    def say(text: str) -> None:
+        if not quiet:
+            con.line(text)
+
+    def warn(text: str) -> None:
+        con.line(f"warning: {text}", err=True)
+
+    cfg = resolve_cfg(cfg)
+    spec = read_data_file(data)
+    classes = spec.require("classes")
+    base = os.path.splitext(os.path.basename(cfg))[0]
+    backup = os.path.abspath(out_dir or spec.backup or "backup")
+    os.makedirs(backup, exist_ok=True)
+    if seed is None:
+        seed = random.SystemRandom().randrange(2 ** 31)
+    if threads:
+        _core.set_threads(int(threads))
+
+    # ---- the network: Darknet's random initialisation, then the weights if given
+    from .init_weights import darknet_init
+
+    raw = _core.Net(cfg, backend)
+    for w in raw.warnings:
+        warn(str(w))
+    heads = list(raw.yolo_layers)
+    if not heads:
+        raise ValueError(f"{cfg}: no [yolo] layer: `train` trains detectors")
+    net_classes = raw.yolo_info(heads[-1])["classes"]
+    if net_classes != classes:
+        raise ValueError(f"{spec.where('classes')}: classes = {classes} but the cfg's [yolo] layers have "
+                         f"classes={net_classes}")
+    darknet_init(raw, seed)
+    if weights:
+        n = weights_layers_in_file(raw, weights)
+        before = len(raw.warnings)
+        raw.load_weights(weights, n)
+        for w in raw.warnings[before:]:
+            warn(str(w))
+        if n >= 0:
+            say(f"loaded the first {n} of {len(raw.layers())} layers from {weights} (the others start from "
+                "Darknet's random initialisation)")
+    if clear:
+        raw.seen = 0
+
+    opts = raw.net_options()
+    if max_batches is not None:
+        opts["max_batches"] = int(max_batches)
+    total = int(opts["max_batches"])
+    if total <= 0:
+        raise ValueError(f"{cfg}: [net] has no max_batches: set it, or pass max_batches (--max-batches)")
+    schedule = LrSchedule.from_options(opts)
+    batch, subdivisions = int(opts["batch"]), int(opts["subdivisions"])
+    mini = batch // subdivisions
+    start = int(raw.seen) // batch
+    if start >= total:
+        raise ValueError(f"{weights}: already trained to iteration {start} (seen = {raw.seen} images), not below "
+                         f"max_batches = {total}: raise max_batches, or restart with clear (--clear)")
+    raw.seen = start * batch  # a whole number of iterations, as the iteration count derives from it
+    lr_rng = random.Random(seed)
+
+    # ---- data
+    loader = BatchLoader.from_files(data, cfg, batch_size=mini, seed=seed, workers=workers,
+                                    start=start * subdivisions,
+                                    on_problem=lambda kind, path, message: warn(message))
+    train_images = len(loader.paths)
+    aug = loader.options
+    init_w, init_h = raw.width, raw.height
+    multiscale = multiscale and bool(aug.get("random"))
+    random_coef = float(aug.get("random") or 0)
+    random_coef = 1.4 if random_coef == 1.0 else random_coef
+    if map_every is None:
+        map_every = max(100, 4 * train_images // batch)  # AlexeyAB: every 4 epochs, at least 100
+
+    # ---- mAP: a second network at the cfg's size, given the training weights before each measure
+    eval_net = None
+    valid_list = spec.valid or spec.train
+    if calc_map:
+        from .network import Network
+
+        if not valid_list or not os.path.isfile(valid_list) or not read_image_list(valid_list):
+            raise ValueError(f"{spec.where('valid')}: no valid image list for mAP ({valid_list}); "
+                             "set `valid =` in the .data file or train without --map")
+        eval_net = Network(cfg, None, spec.names if spec.names and os.path.isfile(spec.names) else None, backend)
+
+    result = TrainResult(iteration=start, start_iteration=start, max_batches=total, seed=seed, backup_dir=backup)
+    ch = Chart(os.path.join(backup, "chart.png"), total, title=f"{base}  batch {batch}") if chart else None
+    if ch is not None:
+        result.chart = ch.save()
+    if save_every is None:
+        save_every = 1000 if total <= 10000 else 10000
+    path_last = os.path.join(backup, f"{base}_last.weights")
+    last_saved_at: Optional[int] = None
+
+    def save(path: str, iteration: int) -> str:
+        if not _finite_params(raw):
+            raise TrainingDiverged(
+                f"training stopped at iteration {iteration}: the parameters hold NaN or Inf (training diverged); "
+                f"{path} was not written" + (f"; the last good weights are {path_last} (iteration {last_saved_at})"
+                                             if last_saved_at is not None else "") +
+                ". Lower learning_rate or raise burn_in in the cfg.", iteration,
+                path_last if last_saved_at is not None else None)
+        return save_weights_atomic(raw, path)
+
+    def save_last(iteration: int) -> None:
+        nonlocal last_saved_at
+        result.last = save(path_last, iteration)
+        last_saved_at = iteration
+
+    say(f"{base}: {len(raw.layers())} layers, {init_w}x{init_h}, batch {batch} (subdivisions {subdivisions}), "
+        f"{train_images} training images, seed {seed}")
+    say(f"Learning Rate: {schedule.learning_rate:g}, Momentum: {opts['momentum']:g}, Decay: {opts['decay']:g}, "
+        f"policy {schedule.policy}, burn_in {schedule.burn_in}, max_batches {total}")
+    if calc_map:
+        say(f"mAP calculations will be every {map_every} iterations")
+    if start:
+        say(f"resuming at iteration {start} (seen = {raw.seen} images)")
+
+    iteration, avg_loss = start, -1.0
+    iter_map = start
+    best_map = -1.0
+    last_map: Optional[float] = None
+    ema_seconds: Optional[float] = None
+    count = 0  # iterations in this run (Darknet's `count`, for the multi-scale cadence)
+    try:
+        while iteration < total:
+            # random=1: a new size every 10 iterations; the largest at the start and for the last 100
+            if multiscale and count % MULTISCALE_EVERY == 0:
+                largest = count == 0 or iteration > total - 100
+                rng = np.random.default_rng([seed, iteration, 0x51E])
+                w, h = random_network_size(init_w, init_h, rng, random_coef, int(aug.get("resize_step", 32)),
+                                           largest=largest)
+                if (w, h) != (raw.width, raw.height):
+                    raw.resize_input(w, h)
+                loader.set_size(w, h)
+                if verbose:
+                    say(f"Resizing to {w} x {h}")
+            count += 1
+
+            t0 = time.perf_counter()
+            load_seconds = 0.0
+            loss_sum = 0.0
+            passes = []
+            for _ in range(subdivisions):
+                images, truths = loader.next_batch()
+                load_seconds += loader.last_wait
+                raw.forward_train(images, [])
+                stats = raw.yolo_loss([darknet_truth(t) for t in truths])
+                raw.backward()
+                loss_sum += sum(s["loss"] for s in stats) / len(stats)  # get_network_cost: mean over heads
+                passes.append(stats)
+            loss = loss_sum / batch
+            if not math.isfinite(loss):
+                raise TrainingDiverged(
+                    f"training stopped at iteration {iteration + 1}: the loss is {loss} (training diverged); "
+                    "these weights were not saved" +
+                    (f"; the last good weights are {path_last} (iteration {last_saved_at})"
+                     if last_saved_at is not None else "") +
+                    ". Lower learning_rate or raise burn_in in the cfg, or check the labels.",
+                    iteration + 1, path_last if last_saved_at is not None else None)
+            iteration += 1
+            rate = schedule.rate(iteration, lr_rng)
+            raw.update(rate, batch)
+            raw.seen = iteration * batch
+            seconds = time.perf_counter() - t0
+            avg_loss = loss if avg_loss < 0 else avg_loss
+            avg_loss = avg_loss * 0.9 + loss * 0.1
+            ema_seconds = seconds if ema_seconds is None else 0.95 * ema_seconds + 0.05 * seconds
+            eta = (total - iteration) * ema_seconds
+            merged = _merge_heads(passes)
+            result.iteration = iteration
+            result.losses.append((iteration, loss, avg_loss))
+            if ch is not None:
+                ch.add_loss(iteration, loss, avg_loss)
+
+            if verbose or (heads_every and iteration % heads_every == 0):
+                for m in merged:
+                    say(_head_line(m["layer"], m))
+            say(f"{iteration}: {loss:.6f}, {avg_loss:.6f} avg loss, {rate:.6f} rate, {seconds:.3f} seconds, "
+                f"{iteration * batch} images, {eta / 3600:.3f} hours left")
+
+            # mAP at Darknet's cadence: every map_every iterations (not before burn_in) and at the end
+            if eval_net is not None and (iteration >= max(iter_map + map_every, schedule.burn_in)
+                                         or iteration == total):
+                from .evaluate import compute_map
+
+                _copy_params(raw, eval_net)
+                con.close()
+                r = compute_map(data, network=eval_net, iou_thresh=0.5, progress=tty and not quiet, coco=False)
+                iter_map, last_map = iteration, r.map
+                result.maps.append((iteration, r.map))
+                if ch is not None:
+                    ch.add_map(iteration, r.map)
+                say(f"\n mean_average_precision (mAP@0.50) = {r.map:.6f}")
+                if r.map > best_map:
+                    best_map = r.map
+                    result.best = save(os.path.join(backup, f"{base}_best.weights"), iteration)
+                    result.best_map = best_map
+                    say(f"New best mAP! Saved {result.best}")
+                if ch is not None:
+                    ch.save()
+
+            if iteration % save_every == 0:
+                save(os.path.join(backup, f"{base}_{iteration}.weights"), iteration)
+            if iteration % LAST_EVERY == 0:
+                save_last(iteration)
+            if ch is not None:
+                ch.maybe_save()
+            con.progress(iteration, start, total, eta, avg_loss)
+
+            if callback is not None:
+                info = {"iteration": iteration, "loss": loss, "avg_loss": avg_loss, "rate": rate, "seconds": seconds,
+                        "load_seconds": load_seconds, "images": iteration * batch, "eta_seconds": eta,
+                        "width": raw.width, "height": raw.height, "heads": merged, "map": last_map,
+                        "best_map": best_map if best_map >= 0 else None, "max_batches": total}
+                try:
+                    if callback(info) is False:
+                        raise StopTraining()
+                except StopTraining:
+                    result.stopped = True
+                    say(f"stopped by the callback at iteration {iteration}")
+                    break
+    except KeyboardInterrupt:
+        con.close()
+        if iteration > start and last_saved_at != iteration and _finite_params(raw):
+            save_last(iteration)
+            con.line(f"interrupted at iteration {iteration}: saved {path_last}", err=True)
+        raise
+    finally:
+        con.close()
+        loader.close()
+        result.seconds = time.perf_counter() - t_start
+        if ch is not None:
+            try:
+                ch.save()
+            except OSError:
+                pass
+
+    if last_saved_at != iteration:
+        save_last(iteration)
+    if iteration >= total:
+        result.final = save(os.path.join(backup, f"{base}_final.weights"), iteration)
+        say(f"training done: {result.final}")
+    return result
+
+
+# ---- the `train` command --------------------------------------------------------------------
+TRAIN_EXAMPLES = """\
+Trains the detector CFG on the `train` list of the Darknet .data file DATA, as `darknet detector
+train` does: Darknet's batch/subdivisions, learning-rate policy and augmentation from the cfg.
+In the backup folder (--out, else the .data file's `backup`): <cfg>_last.weights every 100
+iterations, <cfg>_N.weights every --save-every, <cfg>_best.weights when the mAP improves (--map),
+<cfg>_final.weights at the end, and chart.png. Resume with --weights <cfg>_last.weights.
+Ctrl-C saves <cfg>_last.weights and stops.
+
+examples:
+  darknet_py synth shapes/ --images 2000 --classes 4
+  darknet_py train shapes/shapes.data my-shapes.cfg --map
+  darknet_py train shapes/shapes.data my-shapes.cfg --weights shapes/backup/my-shapes_last.weights
+  darknet_py train coco.data yolov4-tiny.cfg --weights yolov4-tiny.conv.29 --clear --max-batches 6000
+"""
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
+    return v
+
+
+def add_parser(sub: Any, formatter: Any) -> argparse.ArgumentParser:
+    """Registers the `train` subcommand on the CLI's subparsers."""
+    p = sub.add_parser("train", help="train a detector on a Darknet dataset (Darknet's detector train)",
+                       description="Train a YOLO detector from a Darknet .data file and .cfg.",
+                       epilog=TRAIN_EXAMPLES, formatter_class=formatter)
+    p.add_argument("data", metavar="DATA", help="Darknet .data file (classes, train, valid, names, backup)")
+    p.add_argument("cfg", metavar="CFG", help="network .cfg: a path or a shipped cfg's name")
+    p.add_argument("--weights", metavar="W", help="start from these weights (a _last.weights resumes)")
+    p.add_argument("--clear", action="store_true", help="reset the iteration count (seen) to 0")
+    p.add_argument("--map", action="store_true", help="measure mAP@0.5 on the valid list; keep <cfg>_best.weights")
+    p.add_argument("--map-every", type=_positive_int, metavar="N",
+                   help="mAP every N iterations (default: Darknet's max(100, 4 epochs))")
+    p.add_argument("--save-every", type=_positive_int, metavar="N",
+                   help="keep <cfg>_N.weights every N iterations (default: 1000, or 10000 past 10000 batches)")
+    p.add_argument("--out", metavar="DIR", help="backup folder (default: the .data file's backup)")
+    p.add_argument("--threads", type=_positive_int, metavar="N", help="CPU threads (default: all cores)")
+    p.add_argument("--workers", type=int, metavar="N", help="image loading threads (default: min(4, cores))")
+    p.add_argument("--max-batches", type=_positive_int, metavar="N", help="train to iteration N (replaces the cfg's)")
+    p.add_argument("--seed", type=int, metavar="S", help="random seed: initialisation, data, augmentation")
+    p.add_argument("--verbose", action="store_true", help="print the per-head statistics every iteration")
+    p.add_argument("--backend", choices=("cpu", "reference"), default="cpu", help="compute backend (default: %(default)s)")
+    p.set_defaults(func=cmd_train, parser=p)
+    return p
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    if not os.path.isfile(args.data):
+        raise FileNotFoundError(f"data file not found: {args.data}")
+    if args.weights and not os.path.isfile(args.weights):
+        raise FileNotFoundError(f"weights file not found: {args.weights}")
+    r = train(args.data, args.cfg, args.weights, clear=args.clear, calc_map=args.map, map_every=args.map_every,
+              save_every=args.save_every, out_dir=args.out, threads=args.threads, max_batches=args.max_batches,
+              seed=args.seed, workers=args.workers, verbose=args.verbose, backend=args.backend)
+    print(f"iteration {r.iteration} in {r.seconds:.1f} s; weights: {r.weights}"
+          + (f"; best mAP@0.5 {r.best_map:.4f}: {r.best}" if r.best else ""), file=sys.stderr)
+    return 0
