@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
@@ -114,18 +115,20 @@ def _colours(rng, n: int, vivid: bool) -> List[Tuple[int, int, int]]:
 
 
 _NOISE: dict = {}
+_NOISE_LOCK = threading.Lock()
 
 
 def _noise_tiles(size: int = 512):
     """Fixed signed noise (sigma 6) as two uint8 tiles (positive and negative parts), made once
-    from a constant seed and wrapped to twice the size so that any size x size window at any
+    from a constant seed and repeated to twice the size so that any size x size window at any
     offset is one slice: adding and subtracting them with saturation is much faster than drawing
     fresh noise for each image."""
-    if size not in _NOISE:
-        n = np.random.default_rng(20240531).normal(0, 6, (size, size, 3))
-        n = np.pad(n, ((0, size), (0, size), (0, 0)), mode="wrap")
-        _NOISE[size] = (np.clip(n, 0, 255).astype(np.uint8), np.clip(-n, 0, 255).astype(np.uint8))
-    return _NOISE[size]
+    with _NOISE_LOCK:
+        if size not in _NOISE:
+            n = np.rint(np.random.default_rng(20240531).normal(0, 6, (size, size, 3))).clip(-255, 255)
+            pos, neg = n.clip(0, None).astype(np.uint8), (-n).clip(0, None).astype(np.uint8)
+            _NOISE[size] = (np.tile(pos, (2, 2, 1)), np.tile(neg, (2, 2, 1)))
+        return _NOISE[size]
 
 
 def _add_noise(img: np.ndarray, rng, tile: int = 512) -> None:
@@ -249,7 +252,7 @@ def generate(directory: str, images: int = 1000, classes: int = 4, size: Tuple[i
     names = [f"{i:0{digits}d}" for i in range(images)]
 
     def one(i: int) -> None:
-        img, shapes = render(np.random.default_rng([seed, i]), width, height, classes)
+        img, shapes = render(np.random.default_rng([seed % 2 ** 64, i]), width, height, classes)
         ok, jpg = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, int(jpeg_quality)])
         if not ok:
             raise RuntimeError("OpenCV could not encode a JPEG")
@@ -283,7 +286,7 @@ def generate(directory: str, images: int = 1000, classes: int = 4, size: Tuple[i
     n_valid = int(round(images * valid_fraction))
     if valid_fraction > 0 and images >= 2:
         n_valid = min(max(n_valid, 1), images - 1)
-    valid = set(np.random.default_rng([seed, 0x5EED]).permutation(images)[:n_valid].tolist())
+    valid = set(np.random.default_rng([seed % 2 ** 64, 0x5EED]).permutation(images)[:n_valid].tolist())
     prefix = os.path.join(root, "images") + os.sep if absolute else "images/"
     path_of = (lambda p: os.path.join(root, p)) if absolute else (lambda p: p)
     _write(os.path.join(root, "train.txt"), "".join(f"{prefix}{names[i]}.jpg\n" for i in range(images) if i not in valid))

@@ -62,7 +62,8 @@ class _Engine:
     def __init__(self, paths: Sequence[str], batch_size: int, classes: int, opts: Dict[str, float],
                  seed: int, workers: int, prefetch: int, reporter: DataReporter, start: int = 0) -> None:
         self.paths = list(paths)
-        self.batch_size, self.classes, self.opts, self.seed = batch_size, classes, opts, seed
+        self.batch_size, self.classes, self.opts = batch_size, classes, opts
+        self.seed = seed % 2 ** 64  # SeedSequence takes non-negative integers
         self.channels = int(opts["channels"]) if int(opts["channels"]) == 1 else 3
         self.size = (int(opts["width"]), int(opts["height"]))
         self.prefetch = max(1, prefetch)
@@ -163,6 +164,8 @@ class _Engine:
 
     def next_batch(self) -> Batch:
         if not self.threads:  # workers=0: in the calling thread
+            if self.closed:
+                raise RuntimeError("the loader is closed")
             w, h = self.size
             slot = _Slot(self.gen, self.batch_size, self.channels, w, h)
             for j in range(self.batch_size):
@@ -226,7 +229,8 @@ class BatchLoader:
     """
 
     def __init__(self, paths: Sequence[str], batch_size: int, classes: int,
-                 options: Optional[Dict[str, float]] = None, *, seed: int = 0, workers: Optional[int] = None,
+                 options: Optional[Dict[str, float]] = None, *, seed: Optional[int] = 0,
+                 workers: Optional[int] = None,
                  prefetch: int = 2, augment: bool = True,
                  on_problem: Optional[Callable[[str, str, str], None]] = None,
                  reporter: Optional[DataReporter] = None, start: int = 0) -> None:
@@ -246,8 +250,10 @@ class BatchLoader:
         if ignored:
             warnings.warn(f"augmentation option(s) not supported, ignored: {', '.join(ignored)}", stacklevel=2)
         self.options = opts
+        # None: a fresh random seed, kept in .seed so that the run can be repeated
+        self.seed = int(np.random.SeedSequence().entropy % 2 ** 63) if seed is None else int(seed)
         self.reporter = reporter if reporter is not None else DataReporter(on_problem)
-        self._engine = _Engine(paths, batch_size, classes, opts, seed,
+        self._engine = _Engine(paths, batch_size, classes, opts, self.seed,
                                default_workers() if workers is None else workers, prefetch, self.reporter,
                                start)
         self._finalizer = weakref.finalize(self, self._engine.close)
