@@ -189,6 +189,7 @@ CfgFile parse_cfg_text(const std::string& text, const std::string& path) {
         auto& opts = cfg.sections.back().options;
         // Darknet takes the first occurrence; a repeat is kept out but reported at build time.
         if (!opts.count(key)) opts[key] = CfgOption{value, lineno, false};
+        else cfg.sections.back().repeated.emplace_back(key, lineno);
     }
     if (cfg.sections.empty()) throw DarknetError(path + ": no sections found (is this a Darknet .cfg file?)");
     const std::string& first = cfg.sections[0].type;
@@ -207,11 +208,16 @@ CfgFile parse_cfg_file(const std::string& path) {
 }
 
 void warn_unused_options(const CfgFile& cfg, Warnings& w) {
-    for (auto& s : cfg.sections)
+    for (auto& s : cfg.sections) {
         for (auto& kv : s.options)
             if (!kv.second.used)
                 w.add(s.file + ":" + std::to_string(kv.second.line) + ": [" + s.type + "] option '" + kv.first +
                       "' is not used by this layer; ignored (Darknet ignores it too)");
+        for (auto& r : s.repeated)
+            w.add(s.file + ":" + std::to_string(r.second) + ": [" + s.type + "] option '" + r.first +
+                  "' repeats line " + std::to_string(s.options.at(r.first).line) +
+                  "; ignored, the first value is used (as in Darknet)");
+    }
 }
 
 }  // namespace dn

@@ -26,6 +26,7 @@ struct Section {
     std::string file;
     int line = 0;       // line of the [header]
     std::map<std::string, CfgOption> options;
+    std::vector<std::pair<std::string, int>> repeated;  // later occurrences of a key (ignored), with their lines
 
     bool has(const std::string& key) const { return options.count(key) > 0; }
     int get_int(const std::string& key, int def) const;

@@ -350,15 +350,15 @@ def test_op_matches_reference(backend, ref, case):
     assert_close(got, want, atol, case.rtol, case.id)
 
 
-# Training ops (gradients, optimizer steps) are checked against finite differences by the training
-# tests; this file covers the inference ops.
+# Training ops (gradients, optimizer steps) are covered by the training section at the end of this
+# file: TRAIN_CASES (cpu vs reference), finite differences, and Darknet's update formulas.
 TRAINING_OP = re.compile(r"_backward|_update$|_train$|^add_channels$")
 
 
 def test_every_op_is_covered():
-    # a new inference op bound in _core.cpp without parity cases fails here
-    ops = {m for m in dir(_core.Ops) if not m.startswith("_") and not TRAINING_OP.search(m)}
-    covered = {c.op for c in CASES}
+    # a new op bound in _core.cpp without parity cases fails here
+    ops = {m for m in dir(_core.Ops) if not m.startswith("_")}
+    covered = {c.op for c in CASES + TRAIN_CASES}
     assert ops <= covered, f"ops without parity cases: {sorted(ops - covered)}"
     pool_kinds = {c.args[0] for c in CASES if c.op == "pool"}
     assert pool_kinds == {"max", "local_avg", "global_avg", "max_depth"}
@@ -593,3 +593,559 @@ def check_reorg(ref):
 @pytest.mark.parametrize("check", ORACLE_CHECKS, ids=lambda f: f.__name__)
 def test_reference_matches_numpy(ref, check):
     check(ref)
+
+
+# =============================================================================================
+# Training ops: backward passes and optimizer steps (issue 3, "Backward passes")
+#
+# Three independent checks:
+#   * the reference backend's backward of every op against central finite differences of a
+#     float64 NumPy FORWARD (the np_* functions above and numpy_darknet.py, written from Darknet's
+#     C loops, not from our C++): L = sum(r * forward(inputs)) with random r, and the gradient is
+#     checked for every input and parameter of the op;
+#   * every fast backend against the reference on seeded random shapes, as the forward parity;
+#   * sgd_update / adam_update against NumPy transcriptions of Darknet's update formulas.
+# Conventions (backend.h, "training"): gradients are true derivatives dL/d(...); backward ops
+# accumulate into their outputs (the bindings start from zeros or from the array passed in).
+
+import numpy_darknet as nd  # noqa: E402  (independent float64 ports of Darknet's forwards)
+
+trng = np.random.default_rng(20240902)  # own stream: the forward cases above keep their values
+
+
+def trand(*shape, lo=-2.0, hi=2.0) -> np.ndarray:
+    return trng.uniform(lo, hi, size=shape).astype(np.float32)
+
+
+# Central differences in float64 with h = 1e-6: truncation (~h^2 f''') and round-off (~1e-16 / h)
+# are both below 1e-9 relative, so the reference value is exact for our purpose. The backward runs
+# in float32: a few ulp per element, more where it sums many terms or cancels (batchnorm's mean
+# subtraction), which is why the bound has an absolute part proportional to the array's largest
+# gradient. Measured worst ratios |ours - fd| / (|fd| + max|fd|) are <= 5e-7; a missing or wrong
+# term is an O(1) error, and even an eps-sized (1e-4) term is caught.
+FD_H = 1e-6
+GRAD_TOL = 1e-5
+
+
+def fd_grad(forward: Callable[[np.ndarray], np.ndarray], x: np.ndarray, r: np.ndarray, h: float = FD_H) -> np.ndarray:
+    """dL/dx of L = sum(r * forward(x)) by central differences, one element at a time. The two
+    outputs are subtracted before the weighted sum, so outputs that do not depend on x (-FLT_MAX
+    from an empty pooling window) cancel exactly instead of swamping the sum."""
+    x = np.array(x, np.float64)
+    r = np.asarray(r, np.float64)
+    g = np.empty_like(x)
+    flat, gflat = x.reshape(-1), g.reshape(-1)
+    for i in range(flat.size):
+        v = flat[i]
+        flat[i] = v + h
+        up = forward(x)
+        flat[i] = v - h
+        down = forward(x)
+        flat[i] = v
+        gflat[i] = np.sum(r * (up - down)) / (2 * h)
+    return g
+
+
+def assert_grad(got, fd: np.ndarray, what: str) -> None:
+    """|got - fd| <= GRAD_TOL * (|fd| + max|fd|), element by element."""
+    got, fd = np.asarray(got, np.float64), np.asarray(fd, np.float64)
+    assert got.size == fd.size, f"{what}: {got.size} gradient values, finite differences have {fd.size}"
+    scale = float(np.abs(fd).max()) if fd.size else 0.0
+    assert_close(got.reshape(fd.shape), fd, GRAD_TOL * scale, GRAD_TOL, what + " vs finite differences")
+
+
+FD_CHECKS = []
+FD_COVERED = set()  # training ops with a finite-difference check
+
+
+def fd_check(*ops):
+    def register(fn):
+        FD_CHECKS.append(fn)
+        FD_COVERED.update(ops)
+        return fn
+    return register
+
+
+def away_from(x: np.ndarray, kinks, margin=1e-3) -> np.ndarray:
+    """Moves values within `margin` of a kink (where the forward is not differentiable) past it."""
+    x = x.copy()
+    for k in kinks:
+        near = np.abs(x - k) < margin
+        x[near] = k + 2 * margin
+    return x
+
+
+def distinct(*shape) -> np.ndarray:
+    """A shuffled ramp: all values differ by >= 0.05 (>> FD_H), so a finite-difference step never
+    changes which element wins a max."""
+    return (trng.permutation(int(np.prod(shape))).reshape(shape) * 0.05 - 2.0).astype(np.float32)
+
+
+# (n, cin, h, w, cout, kh, kw, stride_y, stride_x, pad, dilation, groups, Darknet's output-size rule)
+CONV_FD_GEOMS = [
+    (2, 3, 7, 5, 4, 3, 3, 1, 1, 1, 1, 1, False),   # 3x3, pad 1, batch 2
+    (1, 4, 9, 7, 6, 3, 3, 2, 2, 1, 1, 2, False),   # stride 2, 2 groups
+    (1, 3, 9, 9, 2, 3, 3, 1, 1, 2, 2, 1, False),   # dilation 2
+    (1, 4, 11, 9, 4, 3, 3, 2, 2, 2, 2, 2, True),   # dilation 2, stride 2, groups; taps past the edge
+    (1, 4, 7, 9, 4, 3, 3, 1, 2, 0, 1, 4, False),   # depthwise, stride_x 2, no padding
+    (2, 2, 5, 7, 3, 1, 1, 2, 1, 0, 1, 1, False),   # 1x1, stride_y 2
+    (1, 3, 6, 7, 2, 1, 3, 1, 1, 1, 1, 1, False),   # rectangular 1x3 kernel
+    (1, 2, 7, 7, 3, 5, 5, 1, 1, 2, 1, 1, False),   # 5x5
+]
+
+
+@fd_check("conv2d_backward_weights", "conv2d_backward_data")
+def fd_conv(ref):
+    for n, cin, h, w, cout, kh, kw, sy, sx, pad, dil, groups, rule in CONV_FD_GEOMS:
+        oh, ow = conv_out(h, kh, sy, pad, dil, rule), conv_out(w, kw, sx, pad, dil, rule)
+        x, wt, r = trand(n, cin, h, w), trand(cout, cin // groups, kh, kw), trand(n, cout, oh, ow)
+        geom = (sy, sx, pad, dil, groups)
+        tag = f"n{n}c{cin}-{h}x{w}-o{cout}-k{kh}x{kw}-s{sy}{sx}-p{pad}-d{dil}-g{groups}"
+        # the ops accumulate: start from random arrays and take the difference (float32 rounding
+        # of the sum is ~1e-7 of it, well inside the tolerance)
+        dw0, dx0 = trand(*wt.shape), trand(*x.shape)
+        dw = ref.conv2d_backward_weights(x, r, dw0, *geom).astype(np.float64) - dw0
+        dx = ref.conv2d_backward_data(r, wt, dx0, *geom).astype(np.float64) - dx0
+        assert_grad(dw, fd_grad(lambda v: np_conv2d(x, v, *geom, oh, ow), wt, r), f"conv2d_backward_weights {tag}")
+        assert_grad(dx, fd_grad(lambda v: np_conv2d(v, wt, *geom, oh, ow), x, r), f"conv2d_backward_data {tag}")
+
+
+@fd_check("bias_backward")
+def fd_bias(ref):
+    for s in [(2, 5, 3, 7), (1, 1, 1, 1), (3, 4, 1, 1)]:
+        x, b, r, db0 = trand(*s), trand(s[1]), trand(*s), trand(s[1])
+        db = ref.bias_backward(r, db0).reshape(-1).astype(np.float64) - db0
+        assert_grad(db, fd_grad(lambda v: x + v.reshape(1, -1, 1, 1), b, r), f"bias_backward {s}")
+
+
+def np_batchnorm_train(x, scale, bias, eps=1e-5):
+    """Darknet's training batchnorm: batch mean and UNBIASED variance (variance_cpu divides by N-1)."""
+    x = x.astype(np.float64)
+    N = x.shape[0] * x.shape[2] * x.shape[3]
+    mean = x.mean(axis=(0, 2, 3), keepdims=True)
+    var = ((x - mean) ** 2).sum(axis=(0, 2, 3), keepdims=True) / (N - 1)
+    xn = (x - mean) / np.sqrt(var + eps)
+    return xn * scale.reshape(1, -1, 1, 1) + bias.reshape(1, -1, 1, 1), xn, mean.ravel(), var.ravel()
+
+
+@fd_check("batchnorm_train", "batchnorm_backward")
+def fd_batchnorm(ref):
+    # conv-like shapes, a connected-like (N = batch) one, a small N = 3 (N = 2 is degenerate: the
+    # output is +-1 whatever x, so the gradient is eps-sized cancellation), and a channel whose
+    # variance (~1e-7) is below eps, where eps inside the sqrt matters
+    for s in [(2, 5, 3, 3), (5, 4, 1, 1), (1, 3, 3, 1), (2, 3, 5, 7), (2, 2, 3, 3)]:
+        x = trand(*s) + trand(1, s[1], 1, 1, lo=-3, hi=3)
+        if s == (2, 2, 3, 3):
+            x[:, 1] = 0.5 + 1e-3 * trand(s[0], *s[2:])
+        scale, bias, r = trand(s[1], lo=0.2, hi=2), trand(s[1]), trand(*s)
+        eps = 1e-5
+        y, xn, mean, var = ref.batchnorm_train(x, scale, bias, eps)
+        want = np_batchnorm_train(x, scale, bias, eps)
+        for k, (got, w) in enumerate(zip((y, xn, mean, var), want)):
+            # float32 results of float64 sums: a few ulp of the value, of |x| for the mean
+            assert_close(got, w.reshape(np.shape(got)), 1e-6 * np.abs(x).max(), 1e-5, f"batchnorm_train {s} output {k}")
+        dx, dscale, dbias = ref.batchnorm_backward(r, xn, scale, var, eps)
+        fwd = lambda a, sc, b: np_batchnorm_train(a, sc, b, eps)[0]  # noqa: E731
+        assert_grad(dx, fd_grad(lambda v: fwd(v, scale, bias), x, r), f"batchnorm_backward dx {s}")
+        assert_grad(dscale, fd_grad(lambda v: fwd(x, v, bias), scale, r), f"batchnorm_backward dscale {s}")
+        assert_grad(dbias, fd_grad(lambda v: fwd(x, scale, v), bias, r), f"batchnorm_backward dbias {s}")
+
+
+@fd_check("activate_backward")
+def fd_activations(ref):
+    x = trand(2, 5, 3, 4, lo=-6, hi=6)
+    # past mish's softplus thresholds (+-20), relu6's clamp and hard_mish's floor; exp() large for
+    # normalize_channels_softmax (Darknet subtracts no max there)
+    x[0, :, 0, 0] = [-25, -21, 19.5, 21, 25]
+    x[1, :, 0, 0] = [6.5, -2.5, -19.5, 0.3, 1.1]
+    x = away_from(x, (0, 6, -2, 20, -20))
+    r = trand(*x.shape)
+    for name in ACTIVATIONS:
+        got = ref.activate_backward(x, r, name)
+        assert_grad(got, fd_grad(lambda v: np_activation(v, name), x, r), f"activate_backward {name}")
+
+
+def np_maxpool_depth(x, oc):
+    # out channel g = max over input channels g, g + oc, ...; -FLT_MAX where there is none
+    return np.stack([x[:, g::oc].max(axis=1) if g < x.shape[1] else
+                     np.full(x[:, 0].shape, -np.finfo(np.float32).max) for g in range(oc)], axis=1)
+
+
+# (size, stride_y, stride_x, padding): Darknet's defaults, strides that differ per axis, padding
+# beyond size - 1 (windows wholly in the padding: no gradient), size 1
+POOL_FD_GEOMS = [(2, 2, 2, 1), (2, 1, 1, 1), (3, 1, 1, 2), (3, 2, 1, 2), (2, 1, 3, 0), (5, 1, 1, 4), (2, 1, 1, 4),
+                 (1, 1, 1, 3), (4, 3, 2, 3)]
+
+
+@fd_check("pool_backward")
+def fd_pool(ref):
+    for kind in ("max", "local_avg"):
+        for k, sy, sx, pad in POOL_FD_GEOMS:
+            n, c, h, w = 2, 2, 7, 6
+            x = distinct(n, c, h, w) if kind == "max" else trand(n, c, h, w)
+            oh, ow = pool_out(h, k, sy, pad), pool_out(w, k, sx, pad)
+            r = trand(n, c, oh, ow)
+            got = ref.pool_backward(kind, x, r, k, sy, sx, pad)
+            fd = fd_grad(lambda v: np_pool(v, k, sy, sx, pad, oh, ow, kind), x, r)
+            assert_grad(got, fd, f"pool_backward {kind} k{k} s{sy}{sx} p{pad}")
+    for s in [(2, 3, 5, 7), (1, 1, 1, 1)]:
+        x, r = trand(*s), trand(s[0], s[1], 1, 1)
+        got = ref.pool_backward("global_avg", x, r, 1, 1, 1, 0)
+        assert_grad(got, fd_grad(lambda v: v.mean(axis=(2, 3), keepdims=True), x, r), f"pool_backward global_avg {s}")
+    for s, oc in [((2, 8, 3, 3), 3), ((1, 5, 2, 3), 1), ((1, 3, 2, 2), 5)]:  # oc > c: channels with no input
+        x, r = distinct(*s), trand(s[0], oc, *s[2:])
+        got = ref.pool_backward("max_depth", x, r, 1, 1, 1, 0)
+        assert_grad(got, fd_grad(lambda v: np_maxpool_depth(v, oc), x, r), f"pool_backward max_depth {s} -> {oc}")
+
+
+@fd_check("add_channels")
+def fd_add_channels(ref):
+    # add_channels is route's backward: the adjoint of copy_channels(x, src, y, dst, count)
+    for n, cx, cy, h, w, src, dst, cnt in [(1, 5, 9, 3, 7, 1, 4, 3), (2, 8, 8, 5, 5, 0, 0, 8),
+                                           (2, 6, 11, 1, 1, 3, 8, 3)]:
+        x, base, r, dx0 = trand(n, cx, h, w), trand(n, cy, h, w), trand(n, cy, h, w), trand(n, cx, h, w)
+
+        def copy(v, base=base, src=src, dst=dst, cnt=cnt):
+            y = base.astype(np.float64)
+            y[:, dst:dst + cnt] = v[:, src:src + cnt]
+            return y
+
+        got = ref.add_channels(r, dst, dx0, src, cnt).astype(np.float64) - dx0
+        assert_grad(got, fd_grad(copy, x, r), f"add_channels {cx}->{cy} s{src} d{dst} c{cnt}")
+
+
+@fd_check("shortcut_backward")
+def fd_shortcut(ref):
+    combos = [("none", "none")] + [(wt, nm) for wt in ("per_feature", "per_channel") for nm in SHORTCUT_NORM]
+    cases = [(wt, nm, (n, 5, 3, 4), [(n, fc, 3, 4) for fc in fcs])
+             for wt, nm in combos for n, fcs in [(2, [5]), (1, [3]), (1, [8]), (1, [5, 2, 9])]]
+    # froms of other spatial sizes: Darknet adds them by flat per-sample index where it exists
+    cases.append(("per_feature", "softmax", (2, 3, 4, 4), [(2, 3, 2, 2), (2, 2, 5, 5)]))
+    for wt, norm, xs, fs in cases:
+        x, froms, r = trand(*xs), [trand(*f) for f in fs], trand(*xs)
+        nw = {"none": 0, "per_feature": len(fs) + 1, "per_channel": (len(fs) + 1) * xs[1]}[wt]
+        weights = away_from(trand(nw), (0,))  # relu normalisation has a kink at 0
+        dx, dfrom, dw = ref.shortcut_backward(x, froms, weights, SHORTCUT_WEIGHTS[wt], SHORTCUT_NORM[norm], r)
+        tag = f"shortcut_backward {wt}/{norm} x{xs} from{[f[1:] for f in fs]}"
+
+        def fwd(xx, ff, ww):
+            return np_shortcut(xx, ff, ww, wt, norm)
+
+        assert_grad(dx, fd_grad(lambda v: fwd(v, froms, weights), x, r), tag + " dx")
+        for k in range(len(froms)):
+            grad_k = fd_grad(lambda v: fwd(x, froms[:k] + [v] + froms[k + 1:], weights), froms[k], r)
+            assert_grad(dfrom[k], grad_k, f"{tag} dfrom[{k}]")
+        if wt != "none":
+            assert_grad(dw, fd_grad(lambda v: fwd(x, froms, v), weights, r), tag + " dweights")
+        else:
+            assert len(dw) == 0
+
+
+@fd_check("upsample_backward", "downsample_sum_backward")
+def fd_upsample(ref):
+    for s, stride, scale in [((1, 3, 4, 5), 2, 1.0), ((2, 2, 3, 3), 3, 0.5), ((1, 1, 1, 1), 4, -1.25)]:
+        n, c, h, w = s
+        x, r = trand(*s), trand(n, c, h * stride, w * stride)
+        got = ref.upsample_backward(r, stride, scale, list(s))
+        assert_grad(got, fd_grad(lambda v: nd.upsample(v, stride, scale), x, r), f"upsample_backward {s} s{stride}")
+    # odd sizes: rows/columns beyond out * stride belong to no block and get no gradient
+    for s, stride, scale in [((1, 3, 8, 6), 2, 1.0), ((2, 2, 9, 9), 3, 0.25), ((1, 2, 7, 5), 2, 1.0),
+                             ((1, 4, 13, 7), 3, -0.5)]:
+        n, c, h, w = s
+        x, r = trand(*s), trand(n, c, h // stride, w // stride)
+        got = ref.downsample_sum_backward(r, stride, scale, list(s))
+        assert_grad(got, fd_grad(lambda v: nd.upsample(v, -stride, scale), x, r),
+                    f"downsample_sum_backward {s} s{stride}")
+
+
+@fd_check("reorg_backward")
+def fd_reorg(ref):
+    # both call conventions ([reorg3d] passes the output's dims, [reorg] the input's), both
+    # directions; the forward is np_reorg (blas.c reorg_cpu transcribed), used as a permutation
+    cases = [c for c in CASES if c.op == "reorg" and c.args[0].size <= 800]
+    kinds = {c.id.split("-n")[0] for c in cases}
+    assert kinds == {"reorg3d", "reorg", "reorg-rev", "reorg3d-rev"}, kinds
+    for c in cases:
+        x, w, h, ch, stride, forward, out_shape = c.args
+        perm = np_reorg(np.arange(x.size, dtype=np.float32).reshape(x.shape), *c.args[1:]).astype(np.int64).ravel()
+        assert np.array_equal(np.sort(perm), np.arange(x.size)), c.id + ": reorg is not a permutation"
+        r = trand(*out_shape)
+        got = ref.reorg_backward(r, w, h, ch, stride, forward, list(x.shape))
+        assert_grad(got, fd_grad(lambda v: v.reshape(-1)[perm].reshape(out_shape), x, r), "reorg_backward " + c.id)
+
+
+@fd_check("scale_channels_backward", "mul_backward")
+def fd_scale_mul(ref):
+    for s in [(2, 3, 5, 7), (1, 1, 1, 1), (1, 5, 1, 3)]:
+        n, c, h, w = s
+        fr, r = trand(*s), trand(*s)
+        for wh in (False, True):
+            sc = trand(n, 1, h, w) if wh else trand(n, c, 1, 1)
+            ds, dfrom = ref.scale_channels_backward(sc, fr, wh, r)
+            tag = f"scale_channels_backward {'wh' if wh else 'c'} {s}"
+            assert_grad(ds, fd_grad(lambda v: fr * v, sc, r), tag + " ds")
+            assert_grad(dfrom, fd_grad(lambda v: v * sc, fr, r), tag + " dfrom")
+        a, b = trand(*s), trand(*s)
+        da, db = ref.mul_backward(a, b, r)
+        assert_grad(da, fd_grad(lambda v: v * b, a, r), f"mul_backward da {s}")
+        assert_grad(db, fd_grad(lambda v: a * v, b, r), f"mul_backward db {s}")
+
+
+@fd_check("softmax_backward")
+def fd_softmax(ref):
+    for s, groups in [((1, 10, 1, 1), 1), ((2, 12, 1, 1), 3), ((1, 4, 3, 3), 4), ((2, 7, 2, 2), 7)]:
+        for temp in (1.0, 0.5, 2.3):
+            x, r = trand(*s, lo=-4, hi=4), trand(*s)
+            y = nd.softmax(x, groups, temp).astype(np.float32)  # what the forward hands to backward
+            got = ref.softmax_backward(y, r, groups, temp)
+            assert_grad(got, fd_grad(lambda v: nd.softmax(v, groups, temp), x, r),
+                        f"softmax_backward {s} g{groups} t{temp}")
+
+
+@pytest.mark.parametrize("check", FD_CHECKS, ids=lambda f: f.__name__)
+def test_backward_matches_finite_differences(ref, check):
+    global trng  # each check draws from its own seeded stream, so a failure reproduces when run alone
+    trng = np.random.default_rng([20240902, FD_CHECKS.index(check)])
+    check(ref)
+
+
+# ---------------------------------------------------------------------------------------------
+# Optimizer steps against Darknet's formulas
+
+
+def np_sgd(w, grad, m, lr, momentum, decay, batch):
+    # update_convolutional_layer: Darknet's *_updates buffer holds -grad plus the momentum it kept;
+    # axpy(-decay*batch, w, upd); axpy(lr/batch, upd, w); scal(momentum, upd); the gradient restarts
+    upd = m - grad - decay * batch * w
+    return w + lr / batch * upd, np.zeros_like(grad), momentum * upd
+
+
+def np_adam(w, grad, m, v, lr, b1, b2, eps, decay, batch, t):
+    # adam_update_gpu, call by call; d is Darknet's update buffer (= -grad)
+    d = -grad
+    m, v = b1 * m, b2 * v                      # scal(B1, m); scal(B2, v)
+    d = d - decay * batch * w                  # axpy(-decay*batch, w, d)
+    m = m + (1 - b1) * d                       # axpy(1-B1, d, m)
+    v = v + (1 - b2) * d * d                   # mul(d, d); axpy(1-B2, d, v)
+    mhat, vhat = m / (1 - b1 ** t), v / (1 - b2 ** t)  # adam_kernel
+    return w + lr * mhat / (np.sqrt(np.abs(vhat)) + eps), np.zeros_like(grad), m, v
+
+
+@pytest.fixture(scope="module", params=[ORACLE] + BACKENDS)
+def any_backend(request):
+    if request.param not in _core.backends():
+        pytest.skip(f"backend {request.param!r} is not built into this module (have {_core.backends()})")
+    return _core.Ops(request.param)
+
+
+@pytest.mark.parametrize("decay,batch", [(5e-4, 4), (0.0, 1)], ids=["decay-batch4", "nodecay-batch1"])
+def test_optimizer_steps_match_darknet(any_backend, decay, batch):
+    # four steps with fresh gradients, NumPy in float64 from the same start; 5250 values cross the
+    # cpu backend's 4096-element blocks; a zero gradient must leave Adam's step finite
+    shape = (3, 7, 250)
+    rng_ = np.random.default_rng(7)
+    u = lambda lo, hi: rng_.uniform(lo, hi, shape).astype(np.float32)  # noqa: E731
+    w0, m0, v0 = u(-1, 1), u(-0.1, 0.1), u(0, 0.01)
+    grads = [u(-2, 2) for _ in range(4)]
+    grads[0].flat[0] = 0.0
+    lr, momentum, b1, b2, eps = 0.01, 0.9, 0.9, 0.999, 1e-7
+
+    w, m, want_w, want_m = w0, m0, w0.astype(np.float64), m0.astype(np.float64)
+    for t, g in enumerate(grads, 1):
+        w, g_out, m = any_backend.sgd_update(w, g, m, lr, momentum, decay, batch)
+        want_w, want_g, want_m = np_sgd(want_w, g.astype(np.float64), want_m, lr, momentum, decay, batch)
+        for got, want, what in [(w, want_w, "w"), (g_out, want_g, "grad"), (m, want_m, "m")]:
+            assert_close(got.reshape(shape), want, ATOL, RTOL, f"sgd step {t}: {what}")
+
+    w, m, v = w0, m0, v0
+    want_w, want_m, want_v = w0.astype(np.float64), m0.astype(np.float64), v0.astype(np.float64)
+    for t, g in enumerate(grads, 1):
+        w, g_out, m, v = any_backend.adam_update(w, g, m, v, lr, b1, b2, eps, decay, batch, t)
+        want_w, want_g, want_m, want_v = np_adam(want_w, g.astype(np.float64), want_m, want_v, lr, b1, b2, eps,
+                                                 decay, batch, t)
+        for got, want, what in [(w, want_w, "w"), (g_out, want_g, "grad"), (m, want_m, "m"), (v, want_v, "v")]:
+            assert_close(got.reshape(shape), want, ATOL, RTOL, f"adam step {t}: {what}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Training ops: fast backends against the reference
+#
+# Tolerances as for the forward ops: one product per element (activation gradients, mul, dfrom of
+# scale_channels and shortcut, pooling, optimizer steps) gets RTOL/ATOL; a sum of K products gets
+# DOT_TOL * sqrt(K) times its magnitude sum |a_k b_k|. Cases with a magnitude set atol=1 and
+# return the absolute bound of each output from `scale`.
+
+
+def flat_outputs(out) -> List[np.ndarray]:
+    """An op's result as a flat list of arrays: tuples and lists of arrays are unpacked, lists
+    of floats (batchnorm mean/var, shortcut dweights) become arrays."""
+    if isinstance(out, (tuple, list)) and out and all(isinstance(o, (np.ndarray, tuple, list)) for o in out):
+        return [a for o in out for a in flat_outputs(o)]
+    return [np.asarray(out)]
+
+
+def activation_is_elementwise(name: str) -> bool:
+    return not name.startswith("normalize_channels")
+
+
+def _conv_backward_cases(c: Case) -> List[Case]:
+    x, w, sy, sx, pad, dil, groups, oh, ow = c.args
+    geom = (sy, sx, pad, dil, groups)
+    dy, dw0, dx0 = trand(x.shape[0], w.shape[0], oh, ow), trand(*w.shape), trand(*x.shape)
+    k_w = x.shape[0] * oh * ow  # terms per weight gradient
+    k_x = w.shape[0] // groups * w.shape[2] * w.shape[3]  # terms per input gradient
+    # the magnitude includes the accumulated start value (the reference run on absolute values)
+    return [Case("bw_weights-" + c.id[5:], "conv2d_backward_weights", (x, dy, dw0, *geom), atol=1.0, rtol=0,
+                 scale=lambda ref: [DOT_TOL * np.sqrt(k_w) *
+                                    ref.conv2d_backward_weights(np.abs(x), np.abs(dy), np.abs(dw0), *geom)]),
+            Case("bw_data-" + c.id[5:], "conv2d_backward_data", (dy, w, dx0, *geom), atol=1.0, rtol=0,
+                 scale=lambda ref: [DOT_TOL * np.sqrt(k_x) *
+                                    ref.conv2d_backward_data(np.abs(dy), np.abs(w), np.abs(dx0), *geom)])]
+
+
+def _batchnorm_cases(s) -> List[Case]:
+    n, c, h, w = s
+    N = n * h * w
+    x = trand(*s) + trand(1, c, 1, 1, lo=-3, hi=3)  # channel means away from 0
+    scale, bias, eps, dy = trand(c, lo=0.2, hi=2), trand(c), 1e-5, trand(*s)
+    _, xn, mean, var = (a.astype(np.float32) for a in np_batchnorm_train(x, scale, bias, eps))
+    inv = (1 / np.sqrt(var.astype(np.float64) + eps)).reshape(1, -1, 1, 1)
+    sc, ax = np.abs(scale).reshape(1, -1, 1, 1).astype(np.float64), np.abs(x).astype(np.float64)
+    # x_norm = (x - mean) * inv rounds to a few ulp of (|x| + |mean|) * inv; mean and var are
+    # float64 sums in both backends
+    xn_mag = (ax + np.abs(mean).reshape(1, -1, 1, 1)) * inv
+    train_tol = [DOT_TOL * (xn_mag * sc + np.abs(bias).reshape(1, -1, 1, 1)), DOT_TOL * xn_mag,
+                 DOT_TOL * ax.mean(axis=(0, 2, 3)), DOT_TOL * (ax ** 2).mean(axis=(0, 2, 3))]
+    # dx = inv * (scale dy - mean(scale dy) - x_norm sum(scale dy x_norm) / (N - 1)): float32 terms
+    a_dy, a_dyx = np.abs(dy).astype(np.float64), np.abs(dy * xn).astype(np.float64)
+    dx_mag = inv * sc * (a_dy + a_dy.mean(axis=(0, 2, 3), keepdims=True) +
+                         np.abs(xn) * a_dyx.sum(axis=(0, 2, 3), keepdims=True) / (N - 1))
+    back_tol = [DOT_TOL * dx_mag, DOT_TOL * np.sqrt(N) * a_dyx.sum(axis=(0, 2, 3)),
+                DOT_TOL * np.sqrt(N) * a_dy.sum(axis=(0, 2, 3))]
+    return [Case(f"batchnorm_train-{s}", "batchnorm_train", (x, scale, bias, eps), atol=1.0, rtol=0,
+                 scale=lambda ref: train_tol),
+            Case(f"batchnorm_backward-{s}", "batchnorm_backward", (dy, xn, scale, var, eps), atol=1.0, rtol=0,
+                 scale=lambda ref: back_tol)]
+
+
+def _scale_channels_case(s, scale_wh: bool) -> Case:
+    n, c, h, w = s
+    sc, fr, dy = (trand(n, 1, h, w) if scale_wh else trand(n, c, 1, 1)), trand(*s), trand(*s)
+    axes, k = ((1,), c) if scale_wh else ((2, 3), h * w)  # ds sums over the channels or the plane
+    ds_tol = DOT_TOL * np.sqrt(k) * np.abs(dy * fr).astype(np.float64).sum(axis=axes, keepdims=True) + ATOL
+    dfrom_tol = RTOL * np.abs(dy * sc) + ATOL
+    return Case(f"scale_channels_backward-{'wh' if scale_wh else 'c'}-{s}", "scale_channels_backward",
+                (sc, fr, scale_wh, dy), atol=1.0, rtol=0, scale=lambda ref: [ds_tol, dfrom_tol])
+
+
+def _normalize_channels_tol(x, dy, name) -> np.ndarray:
+    # dx_c = f'(x_c) (dy_c - sum_k dy_k f(x_k) / S) / S per pixel, S = eps + sum_k f(x_k): the
+    # float32 sums over the C channels (cpu) err by ~sqrt(C) ulp of their terms
+    x = x.astype(np.float64)
+    f = np.maximum(x, 0) if name == "normalize_channels" else np.exp(x)
+    df = (x > 0).astype(np.float64) if name == "normalize_channels" else np.exp(x)
+    S = 1e-4 + f.sum(axis=1, keepdims=True)
+    gy = (np.abs(dy) * f / S).sum(axis=1, keepdims=True)
+    return DOT_TOL * np.sqrt(x.shape[1]) * df * (np.abs(dy) + gy) / S + ATOL
+
+
+def _shortcut_tol(ref, x, froms, weights, wt, norm, dy) -> List[np.ndarray]:
+    # dx and dfrom are one product each; dweights sums dy * input over the batch and the weight's
+    # group, then goes through the normalisation's Jacobian (column sums <= 2/sum for relu, <= 2
+    # for softmax, 1 without)
+    outs = flat_outputs(ref.shortcut_backward(x, froms, weights, wt, norm, dy))
+    tols = [RTOL * np.abs(o) + ATOL for o in outs[:-1]]
+    if wt == SHORTCUT_WEIGHTS["none"]:
+        return tols + [np.zeros(0)]
+    nin = len(froms) + 1
+    nch = x.shape[1] if wt == SHORTCUT_WEIGHTS["per_channel"] else 1
+    mag = flat_outputs(ref.shortcut_backward(np.abs(x), [np.abs(f) for f in froms], np.ones_like(weights), wt,
+                                             SHORTCUT_NORM["none"], np.abs(dy)))[-1]
+    mag = mag.astype(np.float64).reshape(nin, nch).sum(axis=0)  # sum over the inputs of the group
+    raw = weights.reshape(nin, nch).astype(np.float64)
+    jac = {SHORTCUT_NORM["none"]: 1.0, SHORTCUT_NORM["relu"]: 2 / (1e-4 + np.maximum(raw, 0).sum(axis=0)),
+           SHORTCUT_NORM["softmax"]: 2.0}[norm]
+    dw_tol = DOT_TOL * np.sqrt(x.size) * jac * mag + ATOL
+    return tols + [np.broadcast_to(dw_tol, (nin, nch)).ravel()]
+
+
+def training_cases() -> List[Case]:
+    out = []
+    # conv backward on every geometry of the forward parity (K > 256, N > 3072, groups, dilation...)
+    for c in CASES:
+        if c.op == "conv2d":
+            out += _conv_backward_cases(c)
+    for s in [(1, 1, 1, 1), (2, 3, 5, 7), (1, 17, 13, 7), (4, 16, 1, 1), (1, 5, 1, 33)]:
+        n, c, h, w = s
+        dy, db0 = trand(*s), trand(c)
+        db_tol = DOT_TOL * np.sqrt(n * h * w) * (np.abs(db0) + np.abs(dy).sum(axis=(0, 2, 3)))
+        out.append(Case(f"bias_backward-{s}", "bias_backward", (dy, db0), atol=1.0, rtol=0,
+                        scale=lambda ref, t=db_tol: [t]))
+        if n * h * w > 1:  # batch statistics need two values
+            out += _batchnorm_cases(s)
+        out.append(Case(f"mul_backward-{s}", "mul_backward", (trand(*s), trand(*s), dy)))
+        out += [_scale_channels_case(s, False), _scale_channels_case(s, True)]
+    for name in ACTIVATIONS:
+        for s in [(1, 1, 1, 1), (2, 7, 5, 3), (1, 13, 9, 11), (1, 1, 1, 5000)]:
+            x, dy = trand(*s, lo=-25, hi=25), trand(*s)
+            cid = f"activate_backward-{name}-{s}"
+            if activation_is_elementwise(name):
+                out.append(Case(cid, "activate_backward", (x, dy, name)))
+            else:
+                tol = _normalize_channels_tol(x, dy, name)
+                out.append(Case(cid, "activate_backward", (x, dy, name), atol=1.0, rtol=0,
+                                scale=lambda ref, t=tol: [t]))
+    for c in CASES:
+        if c.op == "pool":
+            kind, x, k, sy, sx, pad, shape = c.args
+            out.append(Case("pool_backward-" + c.id[5:], "pool_backward", (kind, x, trand(*shape), k, sy, sx, pad)))
+        elif c.op == "copy_channels":
+            x, src, y, dst, cnt = c.args
+            out.append(Case("add_channels-" + c.id[14:], "add_channels", (trand(*y.shape), dst, x, src, cnt)))
+        elif c.op == "shortcut":
+            args = c.args + (trand(*c.args[0].shape),)
+            out.append(Case("shortcut_backward-" + c.id[9:], "shortcut_backward", args, atol=1.0, rtol=0,
+                            scale=lambda ref, a=args: _shortcut_tol(ref, *a)))
+        elif c.op in ("upsample", "downsample_sum"):
+            x, stride, scale = c.args
+            n, ch, h, w = x.shape
+            dy = trand(n, ch, h * stride, w * stride) if c.op == "upsample" else trand(n, ch, h // stride, w // stride)
+            out.append(Case(c.op + "_backward-" + c.id[len(c.op) + 1:], c.op + "_backward",
+                            (dy, stride, scale, list(x.shape))))
+        elif c.op == "reorg":  # a permutation: exact
+            x, w, h, ch, stride, forward, out_shape = c.args
+            out.append(Case("reorg_backward-" + c.id, "reorg_backward",
+                            (trand(*out_shape), w, h, ch, stride, forward, list(x.shape)), atol=0, rtol=0))
+        elif c.op == "softmax":
+            x, groups, temp = c.args
+            y = nd.softmax(x, groups, temp).astype(np.float32)
+            out.append(Case("softmax_backward-" + c.id[8:], "softmax_backward", (y, trand(*x.shape), groups, temp)))
+    for n in (1, 37, 5000):  # 5000 crosses the cpu backend's 4096-element blocks
+        w, g, m, v = trand(n), trand(n), trand(n, lo=-0.1, hi=0.1), trand(n, lo=0, hi=0.01)
+        out.append(Case(f"sgd_update-{n}", "sgd_update", (w, g, m, 0.01, 0.9, 5e-4, 4)))
+        out.append(Case(f"adam_update-{n}", "adam_update", (w, g, m, v, 0.001, 0.9, 0.999, 1e-7, 5e-4, 4, 3)))
+    return out
+
+
+TRAIN_CASES = training_cases()
+
+
+@pytest.mark.parametrize("case", TRAIN_CASES, ids=lambda c: c.id)
+def test_training_op_matches_reference(backend, ref, case):
+    want = flat_outputs(getattr(ref, case.op)(*case.args))
+    got = flat_outputs(getattr(backend, case.op)(*case.args))
+    assert len(got) == len(want), f"{case.id}: {len(got)} outputs, reference has {len(want)}"
+    scales = case.scale(ref) if case.scale else [None] * len(want)
+    for k, (g, w, s) in enumerate(zip(got, want, scales)):
+        atol = case.atol if s is None else case.atol * np.asarray(s).reshape(np.shape(w))
+        assert_close(g, w, atol, case.rtol, f"{case.id} output {k}")
+
+
+def test_every_training_op_has_a_gradient_check():
+    # every training op is compared with finite differences (or, for the optimizer steps, with
+    # Darknet's formulas above); test_every_op_is_covered checks the cpu-vs-reference side
+    ops = {m for m in dir(_core.Ops) if not m.startswith("_") and TRAINING_OP.search(m)}
+    missing = ops - FD_COVERED - {"sgd_update", "adam_update"}
+    assert not missing, f"training ops without a finite-difference check: {sorted(missing)}"
+    kinds = {c.args[0] for c in TRAIN_CASES if c.op == "pool_backward"}
+    assert kinds == {"max", "local_avg", "global_avg", "max_depth"}

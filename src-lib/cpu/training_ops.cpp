@@ -310,13 +310,17 @@ void shortcut_backward(const Tensor& x, const std::vector<const Tensor*>& from, 
             if (wt == ShortcutWeights::per_feature || c == ch)
                 for (int k = 0; k < nin; ++k) g[k] += dw_norm[(size_t)c * nin + k];
         const float* wn = w.data() + (size_t)ch * nin;
+        int kmax = 0;  // the input whose raw weight is the max that softmax subtracts
+        for (int k = 1; k < nin; ++k)
+            if (weights[ch + k * nchan] > weights[ch + kmax * nchan]) kmax = k;
         for (int j = 0; j < nin; ++j) {
             double raw = weights[ch + j * nchan], total = 0;
             for (int k = 0; k < nin; ++k) {
                 double jac;
                 if (norm == ShortcutNorm::none) jac = (j == k);
                 else if (norm == ShortcutNorm::relu) jac = raw > 0 ? ((j == k) - wn[k]) / sums[ch] : 0.0;
-                else jac = wn[k] * ((j == k) - wn[j]);
+                else  // raw_kmax also moves the max, which scales eps: dw_k/dmax = -w_k eps / sum
+                    jac = wn[k] * ((j == k) - wn[j]) - (j == kmax ? wn[k] * 0.0001 / sums[ch] : 0.0);
                 total += g[k] * jac;
             }
             dweights[ch + j * nchan] += (float)total;

@@ -508,8 +508,12 @@ public:
                 size_t step = wt == ShortcutWeights::per_channel ? (size_t)s.c : 1;
                 std::vector<double> raw(nin, 1.0), w(nin, 1.0), in(nin, 0.0);
                 double sum = 0.0001, mx = -FLT_MAX;
+                int kmax = 0;  // the input whose raw weight is the max that softmax subtracts
                 if (wt != ShortcutWeights::none) {
-                    for (int k = 0; k < nin; ++k) raw[k] = weights[widx + k * step], mx = std::max(mx, raw[k]);
+                    for (int k = 0; k < nin; ++k) {
+                        raw[k] = weights[widx + k * step];
+                        if (raw[k] > mx) mx = raw[k], kmax = k;
+                    }
                     for (int k = 0; k < nin; ++k) {
                         if (norm == ShortcutNorm::relu) sum += raw[k] > 0 ? raw[k] : 0;
                         if (norm == ShortcutNorm::softmax) sum += std::exp(raw[k] - mx);
@@ -538,8 +542,9 @@ public:
                         if (norm == ShortcutNorm::none) dwk_draw = (j == k);
                         else if (norm == ShortcutNorm::relu)
                             dwk_draw = raw[j] > 0 ? ((j == k) - w[k]) / sum : 0.0;
-                        else  // softmax: dw_k/draw_j = w_k (delta_jk - w_j) (the max shift only rescales eps)
-                            dwk_draw = w[k] * ((j == k) - w[j]);
+                        else  // softmax: w_k (delta_jk - w_j); raw_kmax also moves the max, which scales eps:
+                            // w_k = e^(raw_k - mx) / (eps + sum e^(raw_i - mx)), dw_k/dmx = -w_k eps / sum
+                            dwk_draw = w[k] * ((j == k) - w[j]) - (j == kmax ? w[k] * 0.0001 / sum : 0.0);
                         g += d * in[k] * dwk_draw;
                     }
                     dweights[widx + j * step] += (float)g;

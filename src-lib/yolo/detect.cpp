@@ -28,10 +28,10 @@ void correct_yolo_boxes(std::vector<Detection>& dets, size_t from, int w, int h,
     if (letter) {
         if ((float)netw / w < (float)neth / h) {
             new_w = netw;
-            new_h = (h * netw) / w;
+            new_h = (int)((long long)h * netw / w);  // 64-bit: a huge image must not overflow
         } else {
             new_h = neth;
-            new_w = (w * neth) / h;
+            new_w = (int)((long long)w * neth / h);
         }
     }
     float deltaw = (float)(netw - new_w), deltah = (float)(neth - new_h);
@@ -49,6 +49,10 @@ void correct_yolo_boxes(std::vector<Detection>& dets, size_t from, int w, int h,
 
 std::vector<Detection> get_detections(const Network& net, const LayerOutputs& outputs, int b, int image_w, int image_h,
                                       float thresh, bool letterbox) {
+    // the letterbox correction divides by them (an integer division by zero would kill the process)
+    if (image_w <= 0 || image_h <= 0)
+        throw DarknetError("image size must be positive, got " + std::to_string(image_w) + "x" +
+                           std::to_string(image_h) + " for image " + std::to_string(b));
     std::vector<Detection> dets;
     int netw = net.options.width, neth = net.options.height;
     for (int li : net.yolo_layers()) {
