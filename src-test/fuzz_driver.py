@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import re
 import resource
@@ -199,6 +198,7 @@ def w_truncate(rng, data):
 
 
 def w_header(rng, data):
+    data = data.ljust(12, b"\0")  # a truncated file gets a full header again
     fields = list(struct.unpack("<3i", data[:12]))
     i = rng.randrange(3)
     fields[i] = rng.choice([0, 1, 2, 999, 1000, 1001, 2 ** 31 - 1, -(2 ** 31), -1, rng.randrange(-2 ** 31, 2 ** 31)])
@@ -225,7 +225,7 @@ def w_body_bytes(rng, data):
 def w_all_special(rng, data):
     # every weight NaN / Inf / huge: forward and NMS must cope with non-finite values
     v = rng.choice([float("nan"), float("inf"), -3.4e38, 1e30])
-    body = np.full((len(data) - 20) // 4, v, np.float32).tobytes()
+    body = np.full(max(len(data) - 20, 0) // 4, v, np.float32).tobytes()
     return data[:20] + body + data[20 + len(body):]
 
 
@@ -272,7 +272,10 @@ def exercise(net: "_core.Net", rng: random.Random, stats: Counter) -> None:
     yolo = list(net.yolo_layers)
     boxes = sum(layers[i]["output"][1] * layers[i]["output"][2] * len(net.yolo_info(i)["mask"]) for i in yolo)
     if yolo and boxes <= 5000:
-        net.detect(x, [(net.width * 2 + 1, net.height + 3)], 0.005, 0.45, bool(rng.random() < 0.5))
+        size = (net.width * 2 + 1, net.height + 3)
+        if rng.random() < 0.1:  # degenerate original-image sizes must raise, not divide by zero
+            size = rng.choice([(0, 0), (0, 7), (7, -1), (2 ** 31 - 1, 1), (1, 2 ** 31 - 1)])
+        net.detect(x, [size], 0.005, 0.45, bool(rng.random() < 0.5))
         stats["detect ok"] += 1
 
 

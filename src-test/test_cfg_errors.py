@@ -121,9 +121,8 @@ def test_non_integer_in_list(tmp_path):
     ("stride", "-1", "1.."), ("pad", "3", "0..1"), ("groups", "0", "1.."),
 ])
 def test_out_of_range_value(tmp_path, option, bad, expected_range):
-    conv = CONV.format(filters=8)
-    conv = conv.replace(f"\n{option}=", f"\n{option}_old=") + f"{option}={bad}\n"
-    text = NET + conv
+    kept = [line for line in CONV.format(filters=8).split("\n") if not line.startswith(option + "=")]
+    text = NET + "\n".join(kept) + f"{option}={bad}\n"
     msg, path = build_error(tmp_path, text)
     # the hint is the allowed range
     assert_points_at(msg, path, line_of(text, f"{option}={bad}"), "out of range", f"(expected {expected_range}")
@@ -273,6 +272,16 @@ def test_binary_after_valid_lines(tmp_path):
     assert_points_at(str(e.value), str(path), (NET + CONV.format(filters=8)).count("\n") + 1, "binary data")
 
 
+def test_invalid_utf8_is_quoted_not_a_decode_error(tmp_path):
+    # the message quotes the bad line; its invalid bytes are shown escaped, the error stays a DarknetError
+    path = tmp_path / "bad.cfg"
+    text = (NET + "\n[convolutional]\n").encode() + b"filters\xa3\xff\n"
+    path.write_bytes(text)
+    with pytest.raises(DarknetError) as e:
+        Network(path)
+    assert_points_at(str(e.value), str(path), text.count(b"\n"), "malformed line", "\\xa3")
+
+
 # ---- warnings ------------------------------------------------------------------------------------
 
 
@@ -288,6 +297,18 @@ def test_unknown_options_are_warnings_with_file_and_line(tmp_path):
         assert hits, f"no warning for {key}: {msgs}"
         assert f"{path}:{line_of(text, key + '=')}:" in hits[0] and "not used" in hits[0]
     assert len(net.layers) == 2  # warnings do not stop the build
+
+
+def test_repeated_option_warns_and_first_value_wins(tmp_path):
+    # Darknet reads the first occurrence and reports the repeat as an unused field
+    text = NET + CONV.format(filters=8).replace("size=3", "size=3\nfilters=4")
+    path = tmp_path / "dup.cfg"
+    path.write_text(text)
+    with pytest.warns(UserWarning, match="repeats line") as record:
+        net = Network(path)
+    msg = next(str(w.message) for w in record if "repeats" in str(w.message))
+    assert f"{path}:{line_of(text, 'filters=4')}:" in msg and f"line {line_of(text, 'filters=8')}" in msg
+    assert net.layers[0]["output"][0] == 8
 
 
 def test_known_options_do_not_warn(tmp_path):

@@ -173,9 +173,10 @@ def test_cfg_with_a_typo(photos, yolov3_tiny, tmp_path, capsys):
     _assert_one_line_error(rc, err, f"{typo}:")
 
 
-def test_detect_without_model_is_a_usage_error(photos, capsys):
+def test_detect_with_half_a_model_is_a_usage_error(photos, capsys):
+    # neither --cfg nor --weights means the bundled demo model (test_demo_model.py); one alone is a mistake
     with pytest.raises(SystemExit) as e:
-        main(["detect", str(photos / "camera.jpg")])
+        main(["detect", str(photos / "camera.jpg"), "--cfg", "yolov4-tiny.cfg"])
     assert e.value.code == 2
     assert "--cfg and --weights" in capsys.readouterr().err
 
