@@ -7,8 +7,10 @@
 from ._core import DarknetError
 from .network import Detection, Network, read_names
 from .evaluate import compute_map
+from .train import StopTraining, TrainingDiverged, TrainResult, train
 
 map = compute_map  # darknet_py.map(data, cfg, weights, ...): Darknet's `detector map`
 
 __version__ = "0.1.0"
-__all__ = ["DarknetError", "Detection", "Network", "compute_map", "read_names", "__version__"]
+__all__ = ["DarknetError", "Detection", "Network", "StopTraining", "TrainResult", "TrainingDiverged", "compute_map",
+           "read_names", "train", "__version__"]

@@ -3,8 +3,9 @@
 Average loss (blue) against iterations on the left axis, mAP in percent (red, with its value
 written beside each point) on the right axis, the iteration axis running to max_batches. Drawn
 with OpenCV alone, so there is no plotting dependency. Darknet fixes the loss axis at
-max_chart_loss (20); we scale it to the losses seen (ignoring the first iterations' spike), so a
-model whose loss starts at 400 and ends at 0.5 still shows its tail.
+max_chart_loss (20); we scale it to the average losses of the last 80% of the iterations (the
+first ones' spike is clipped at the top), so a loss that starts at 400 and ends at 0.5 still
+shows its tail.
 """
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ class Chart:
         if not self.losses:
             return 1.0
         avg = np.array([a for _, _, a in self.losses])
-        tail = avg[min(len(avg) - 1, max(1, len(avg) // 20)):]  # skip the first 5%: the initial spike
+        tail = avg[len(avg) // 5:]  # the last 80%: the first iterations' spike is drawn clipped at the top
         return _nice_ceiling(float(np.max(tail)) * 1.1)
 
     def draw(self, status: str = "") -> np.ndarray:

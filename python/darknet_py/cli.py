@@ -48,7 +48,11 @@ For a single image the detections are also printed as Darknet prints them.
 --cfg takes a path or the name of a cfg shipped with darknet_py (see `{PROG} info`); an
 80-class network gets the shipped coco.names unless --names is given.
 
+Without --cfg and --weights it uses the bundled demo model (circles, squares, triangles, stars),
+and without SOURCE that model's sample image.
+
 examples:
+  {PROG} detect
   {PROG} detect dog.jpg --cfg yolov4-tiny.cfg --weights yolov4-tiny.weights
   {PROG} detect photos/ --cfg yolov4-tiny --weights yolov4-tiny.weights --out annotated/
   {PROG} detect "shots/*.png" --cfg my.cfg --weights my.weights --names my.names --thresh 0.5
@@ -83,9 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("detect", help="detect objects in images, folders, globs or videos",
                        description="Detect objects and write annotated copies.", epilog=DETECT_EXAMPLES,
                        formatter_class=_Formatter)
-    p.add_argument("source", metavar="SOURCE", help="image, folder, glob or video file")
-    p.add_argument("--cfg", help="network .cfg: a path or a shipped cfg's name (required)")
-    p.add_argument("--weights", help="Darknet .weights file (required)")
+    p.add_argument("source", metavar="SOURCE", nargs="?",
+                   help="image, folder, glob or video file (default with the demo model: its sample image)")
+    p.add_argument("--cfg", help="network .cfg: a path or a shipped cfg's name (default: the bundled demo model)")
+    p.add_argument("--weights", help="Darknet .weights file (default: the bundled demo model's)")
     p.add_argument("--names", help="class names, one per line (default: shipped coco.names for 80 classes)")
     p.add_argument("--thresh", type=_unit_interval, default=0.25, help="confidence threshold (default: %(default)s)")
     p.add_argument("--nms", type=_unit_interval, default=0.45, help="NMS IoU threshold, 0 turns NMS off (default: %(default)s)")
@@ -151,9 +156,19 @@ def cmd_detect(args: argparse.Namespace) -> int:
     from .runner import DetectOptions, Runner, write_json
     from .sources import resolve_source
 
-    if not args.cfg or not args.weights:
-        args.parser.error("detect needs --cfg and --weights: there is no bundled demo model yet "
+    if not args.cfg and not args.weights:  # the bundled demo model, on its sample image by default
+        from .demo import NOTE, demo_files
+
+        demo = demo_files()
+        args.cfg, args.weights = demo["cfg"], demo["weights"]
+        args.names = args.names or demo["names"]
+        args.source = args.source or demo["image"]
+        print(NOTE, file=sys.stderr)
+    elif not args.cfg or not args.weights:
+        args.parser.error("detect needs both --cfg and --weights, or neither for the bundled demo model "
                           f"(e.g. --cfg yolov4-tiny.cfg --weights yolov4-tiny.weights; `{PROG} info` lists the shipped cfgs)")
+    if args.source is None:
+        args.parser.error("detect needs a SOURCE with --cfg and --weights (an image, folder, glob or video)")
     if args.threads:
         _core.set_threads(args.threads)
     source = resolve_source(args.source)  # before loading the model: a typo should fail fast

@@ -76,6 +76,7 @@ class TrainResult:
     chart: Optional[str] = None
     stopped: bool = False  # True: stopped early by the callback
     seconds: float = 0.0
+    net: Any = field(default=None, repr=False)  # the trained darknet_py._core.Net (its last input size)
 
     @property
     def weights(self) -> Optional[str]:
@@ -206,7 +207,8 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
     draws the batches an uninterrupted one would have. workers: the loader's threads (0: load in this
     thread). callback(stats): called after every iteration with a dict (iteration, loss, avg_loss,
     rate, seconds, load_seconds, images, eta_seconds, width, height, heads, map, best_map,
-    max_batches); returning False or raising StopTraining stops training. verbose: the per-head lines
+    max_batches, net: the _core.Net being trained); returning False or raising StopTraining stops
+    training. verbose: the per-head lines
     every iteration (else every `heads_every`). multiscale=False ignores random=1 (a fixed size).
     quiet: no iteration lines. Returns a TrainResult; raises TrainingDiverged on NaN/Inf."""
     from . import _core
@@ -278,6 +280,17 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
     raw.seen = start * batch  # a whole number of iterations, as the iteration count derives from it
     lr_rng = random.Random(seed)
 
+    # ---- mAP: a second network at the cfg's size, given the training weights before each measure
+    eval_net = None
+    valid_list = spec.valid or spec.train
+    if calc_map:
+        from .network import Network
+
+        if not valid_list or not os.path.isfile(valid_list) or not read_image_list(valid_list):
+            raise ValueError(f"{spec.where('valid')}: no valid image list for mAP ({valid_list}); "
+                             "set `valid =` in the .data file or train without --map")
+        eval_net = Network(cfg, None, spec.names if spec.names and os.path.isfile(spec.names) else None, backend)
+
     # ---- data
     loader = BatchLoader.from_files(data, cfg, batch_size=mini, seed=seed, workers=workers,
                                     start=start * subdivisions,
@@ -291,18 +304,8 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
     if map_every is None:
         map_every = max(100, 4 * train_images // batch)  # AlexeyAB: every 4 epochs, at least 100
 
-    # ---- mAP: a second network at the cfg's size, given the training weights before each measure
-    eval_net = None
-    valid_list = spec.valid or spec.train
-    if calc_map:
-        from .network import Network
-
-        if not valid_list or not os.path.isfile(valid_list) or not read_image_list(valid_list):
-            raise ValueError(f"{spec.where('valid')}: no valid image list for mAP ({valid_list}); "
-                             "set `valid =` in the .data file or train without --map")
-        eval_net = Network(cfg, None, spec.names if spec.names and os.path.isfile(spec.names) else None, backend)
-
-    result = TrainResult(iteration=start, start_iteration=start, max_batches=total, seed=seed, backup_dir=backup)
+    result = TrainResult(iteration=start, start_iteration=start, max_batches=total, seed=seed, backup_dir=backup,
+                         net=raw)
     ch = Chart(os.path.join(backup, "chart.png"), total, title=f"{base}  batch {batch}") if chart else None
     if ch is not None:
         result.chart = ch.save()
@@ -431,7 +434,8 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
                 info = {"iteration": iteration, "loss": loss, "avg_loss": avg_loss, "rate": rate, "seconds": seconds,
                         "load_seconds": load_seconds, "images": iteration * batch, "eta_seconds": eta,
                         "width": raw.width, "height": raw.height, "heads": merged, "map": last_map,
-                        "best_map": best_map if best_map >= 0 else None, "max_batches": total}
+                        "best_map": best_map if best_map >= 0 else None, "max_batches": total,
+                        "net": raw}
                 try:
                     if callback(info) is False:
                         raise StopTraining()
