@@ -11,32 +11,14 @@ import sys
 import warnings
 from typing import Any, Dict, Optional, Sequence
 
+from .argtypes import positive_int, unit_interval
+
 DEFAULT_OUT = "detections"
 PROG = "darknet_py"
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):
     """Keeps the examples' line breaks (defaults are spelled out in each option's help)."""
-
-
-def _unit_interval(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 <= v < 1:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {v}")
-    return v
-
-
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
-    return v
 
 
 DETECT_EXAMPLES = f"""\
@@ -92,12 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cfg", help="network .cfg: a path or a shipped cfg's name (default: the bundled demo model)")
     p.add_argument("--weights", help="Darknet .weights file (default: the bundled demo model's)")
     p.add_argument("--names", help="class names, one per line (default: shipped coco.names for 80 classes)")
-    p.add_argument("--thresh", type=_unit_interval, default=0.25, help="confidence threshold (default: %(default)s)")
-    p.add_argument("--nms", type=_unit_interval, default=0.45, help="NMS IoU threshold, 0 turns NMS off (default: %(default)s)")
+    p.add_argument("--thresh", type=unit_interval, default=0.25, help="confidence threshold (default: %(default)s)")
+    p.add_argument("--nms", type=unit_interval, default=0.45, help="NMS IoU threshold, 0 turns NMS off (default: %(default)s)")
     p.add_argument("--letterbox", action="store_true", help="keep the aspect ratio when resizing (Darknet's -letter_box)")
     p.add_argument("--out", default=DEFAULT_OUT, metavar="DIR", help="folder for the annotated images/videos (default: ./%(default)s/)")
     p.add_argument("--json", metavar="FILE", help="also write every detection to this JSON file")
-    p.add_argument("--threads", type=_positive_int, metavar="N", help="CPU threads (default: all cores)")
+    p.add_argument("--threads", type=positive_int, metavar="N", help="CPU threads (default: all cores)")
     p.add_argument("--backend", choices=("cpu", "reference"), default="cpu",
                    help="compute backend; reference is slow, naive loops, for checking (default: %(default)s)")
     p.set_defaults(func=cmd_detect, parser=p)
@@ -112,8 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "and the total, as Darknet does when it loads a network.",
                        epilog=CFGLAYERS_EXAMPLES, formatter_class=_Formatter)
     p.add_argument("cfg", metavar="CFG", help="a .cfg path or a shipped cfg's name")
-    p.add_argument("--width", type=_positive_int, help="network input width (default: the cfg's)")
-    p.add_argument("--height", type=_positive_int, help="network input height (default: the cfg's)")
+    p.add_argument("--width", type=positive_int, help="network input width (default: the cfg's)")
+    p.add_argument("--height", type=positive_int, help="network input height (default: the cfg's)")
     p.set_defaults(func=cmd_cfglayers, parser=p)
 
     from .evaluate import add_parser as add_map_parser

@@ -34,6 +34,8 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Op
 
 import numpy as np
 
+from .argtypes import positive_int, unit_interval
+
 VALID_POINTS = (0, 11, 101)
 COLLECT_THRESH = 0.005  # Darknet's validate_detector_map collects detections above this
 NMS_THRESH = 0.45
@@ -406,16 +408,6 @@ examples:
 """
 
 
-def _fraction(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 <= v < 1:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {v}")
-    return v
-
-
 def add_parser(sub: Any, formatter: Any) -> argparse.ArgumentParser:
     """Registers the `map` subcommand on the CLI's subparsers."""
     p = sub.add_parser("map", help="mean average precision on a dataset's valid list (Darknet's detector map)",
@@ -424,16 +416,15 @@ def add_parser(sub: Any, formatter: Any) -> argparse.ArgumentParser:
     p.add_argument("data", metavar="DATA", help="Darknet .data file (valid =, names =, classes =)")
     p.add_argument("cfg", metavar="CFG", help="network .cfg: a path or a shipped cfg's name")
     p.add_argument("weights", metavar="WEIGHTS", help="Darknet .weights file")
-    p.add_argument("--iou-thresh", type=_fraction, default=0.5, help="IoU for a match (default: %(default)s)")
+    p.add_argument("--iou-thresh", type=unit_interval, default=0.5, help="IoU for a match (default: %(default)s)")
     p.add_argument("--points", type=int, choices=VALID_POINTS, default=0,
                    help="0: area under the curve (VOC2010+), 11: VOC2007, 101: COCO (default: %(default)s)")
-    p.add_argument("--thresh", type=_fraction, default=0.25,
+    p.add_argument("--thresh", type=unit_interval, default=0.25,
                    help="confidence threshold for TP/FP, precision, recall, F1, IoU (default: %(default)s)")
     p.add_argument("--letterbox", action="store_true", help="letterbox even if the cfg has no letter_box=1")
     p.add_argument("--json", metavar="FILE", help="also write the results to this JSON file")
-    from .cli import _positive_int  # the CLI's own option types, so that messages agree
 
-    p.add_argument("--threads", type=_positive_int, metavar="N", help="CPU threads (default: all cores)")
+    p.add_argument("--threads", type=positive_int, metavar="N", help="CPU threads (default: all cores)")
     p.add_argument("--backend", choices=("cpu", "reference"), default="cpu", help="compute backend (default: %(default)s)")
     p.set_defaults(func=cmd_map, parser=p)
     return p

@@ -31,6 +31,8 @@ from typing import List, Optional, Sequence, Tuple
 import cv2
 import numpy as np
 
+from .argtypes import positive_int, unit_interval
+
 SHAPES = ("circle", "square", "triangle", "star", "hexagon", "cross", "ring", "diamond")
 DATA_NAME, NAMES_NAME = "shapes.data", "shapes.names"
 MAX_COVER = 0.4  # a new shape may hide at most this fraction of an earlier one's area
@@ -339,7 +341,6 @@ def _class_count(text: str) -> int:
 
 def add_parser(sub, formatter) -> argparse.ArgumentParser:
     """Registers the `synth` subcommand on the CLI's subparsers."""
-    from .cli import _positive_int, _unit_interval  # the CLI's own option types, so that messages agree
 
     p = sub.add_parser("synth", help="generate a synthetic dataset of coloured shapes",
                        description="Write a detection dataset of coloured shapes on textured backgrounds in\n"
@@ -347,17 +348,17 @@ def add_parser(sub, formatter) -> argparse.ArgumentParser:
                                    "train.txt, valid.txt and shapes.data.",
                        epilog=SYNTH_EXAMPLES, formatter_class=formatter)
     p.add_argument("dir", metavar="DIR", help="output folder (created if needed)")
-    p.add_argument("--images", type=_positive_int, required=True, metavar="N", help="number of images")
+    p.add_argument("--images", type=positive_int, required=True, metavar="N", help="number of images")
     p.add_argument("--classes", type=_class_count, required=True, metavar="K",
                    help=f"number of classes, 1..{len(SHAPES)}: {' '.join(SHAPES)} (in this order)")
     p.add_argument("--size", type=parse_size, default=(416, 416), metavar="WxH", help="image size (default: 416x416)")
     p.add_argument("--seed", type=int, default=0, help="random seed: same seed, same bytes (default: %(default)s)")
-    p.add_argument("--valid-fraction", type=_unit_interval, default=0.2, metavar="F",
+    p.add_argument("--valid-fraction", type=unit_interval, default=0.2, metavar="F",
                    help="fraction of the images listed in valid.txt (default: %(default)s)")
     p.add_argument("--absolute", action="store_true", help="write absolute paths in the lists and the .data file")
     p.add_argument("--labels-beside-images", action="store_true",
                    help="also write each label next to its image (AlexeyAB Darknet's custom-dataset layout)")
-    p.add_argument("--workers", type=_positive_int, metavar="N", help="threads (default: min(4, cores))")
+    p.add_argument("--workers", type=positive_int, metavar="N", help="threads (default: min(4, cores))")
     p.set_defaults(func=cmd_synth, parser=p)
     return p
 

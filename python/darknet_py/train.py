@@ -39,6 +39,7 @@ from typing import Any, Callable, Dict, List, Optional, TextIO, Tuple
 
 import numpy as np
 
+from .argtypes import positive_int
 from .chart import Chart
 from .checkpoint import save_weights_atomic
 from .lr_policy import LrSchedule
@@ -484,16 +485,6 @@ examples:
 """
 
 
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
-    return v
-
-
 def add_parser(sub: Any, formatter: Any) -> argparse.ArgumentParser:
     """Registers the `train` subcommand on the CLI's subparsers."""
     p = sub.add_parser("train", help="train a detector on a Darknet dataset (Darknet's detector train)",
@@ -504,14 +495,14 @@ def add_parser(sub: Any, formatter: Any) -> argparse.ArgumentParser:
     p.add_argument("--weights", metavar="W", help="start from these weights (a _last.weights resumes)")
     p.add_argument("--clear", action="store_true", help="reset the iteration count (seen) to 0")
     p.add_argument("--map", action="store_true", help="measure mAP@0.5 on the valid list; keep <cfg>_best.weights")
-    p.add_argument("--map-every", type=_positive_int, metavar="N",
+    p.add_argument("--map-every", type=positive_int, metavar="N",
                    help="mAP every N iterations (default: Darknet's max(100, 4 epochs))")
-    p.add_argument("--save-every", type=_positive_int, metavar="N",
+    p.add_argument("--save-every", type=positive_int, metavar="N",
                    help="keep <cfg>_N.weights every N iterations (default: 1000, or 10000 past 10000 batches)")
     p.add_argument("--out", metavar="DIR", help="backup folder (default: the .data file's backup)")
-    p.add_argument("--threads", type=_positive_int, metavar="N", help="CPU threads (default: all cores)")
+    p.add_argument("--threads", type=positive_int, metavar="N", help="CPU threads (default: all cores)")
     p.add_argument("--workers", type=int, metavar="N", help="image loading threads (default: min(4, cores))")
-    p.add_argument("--max-batches", type=_positive_int, metavar="N", help="train to iteration N (replaces the cfg's)")
+    p.add_argument("--max-batches", type=positive_int, metavar="N", help="train to iteration N (replaces the cfg's)")
     p.add_argument("--seed", type=int, metavar="S", help="random seed: initialisation, data, augmentation")
     p.add_argument("--verbose", action="store_true", help="print the per-head statistics every iteration")
     p.add_argument("--backend", choices=("cpu", "reference"), default="cpu", help="compute backend (default: %(default)s)")

@@ -1,33 +1,170 @@
 #include "conv2d.h"
 
-#include "../kernels/im2col.h"
-#include "gemm.h"
+#include <algorithm>
+#include <cstring>
+
+#include "gemm_driver.h"
 #include "thread_pool.h"
+#include "winograd.h"
 
 namespace dn {
 
-void cpu_conv2d(const Tensor& x, const Tensor& w, const ConvGeom& g, Tensor& y, std::vector<float>& workspace) {
-    const Shape &xs = x.shape(), &ys = y.shape();
-    int cin_g = xs.c / g.groups, cout_g = ys.c / g.groups;
-    int K = cin_g * g.kh * g.kw, N = ys.h * ys.w;
-    bool direct = g.kh == 1 && g.kw == 1 && g.stride_x == 1 && g.stride_y == 1 && g.pad == 0;
-    Im2colArgs a{cin_g, xs.h, xs.w, g.kh, g.kw, g.pad, g.stride_y, g.stride_x, g.dilation, ys.h, ys.w};
-    if (!direct) workspace.resize((size_t)K * N);
-    for (int n = 0; n < xs.n; ++n)
-        for (int grp = 0; grp < g.groups; ++grp) {
-            const float* im = x.data() + ((size_t)n * xs.c + (size_t)grp * cin_g) * xs.h * xs.w;
-            const float* B = im;
-            if (!direct) {
-                float* col = workspace.data();
-                ThreadPool::instance().parallel_for(K, [&](size_t b, size_t e) {
-                    for (size_t row = b; row < e; ++row) im2col_row((uint)row, im, col, a);
-                });
-                B = col;
+namespace {
+
+// The input with its zero border made explicit, so that packing B needs no bounds checks: tap
+// (ky, kx) of output pixel (oy, ox) reads padded[oy*sy + ky*d][ox*sx + kx*d]. Sized to cover every
+// tap, also Darknet's dilated layers whose output size ignores the dilation (taps past the image
+// read zeros there too).
+struct Padded {
+    const float* data;
+    int hp, wp;
+    long plane, image;  // floats per channel plane, per image
+};
+
+// Floats of slack before and after the padded images: a vector load for one segment of lanes
+// (see pack_panel) may reach up to 2 VW floats beyond that segment's own pixels on either side.
+constexpr long SLACK = 4 * simd::VW;
+
+bool is_1x1_direct(const ConvGeom& g) {
+    return g.kh == 1 && g.kw == 1 && g.stride_x == 1 && g.stride_y == 1 && g.pad == 0;
+}
+
+Padded pad_input(const Tensor& x, const ConvGeom& g, int oh, int ow, std::vector<float>& buf) {
+    const Shape& s = x.shape();
+    // 1x1 stride-1 layers read the image as it is: their B rows are whole channel planes
+    if (is_1x1_direct(g)) return {x.data(), s.h, s.w, (long)s.plane(), (long)s.sample()};
+    int hp = std::max(s.h + 2 * g.pad, (oh - 1) * g.stride_y + (g.kh - 1) * g.dilation + 1);
+    int wp = std::max(s.w + 2 * g.pad, (ow - 1) * g.stride_x + (g.kw - 1) * g.dilation + 1);
+    long plane = (long)hp * wp;
+    buf.resize((size_t)s.n * s.c * plane + 2 * SLACK);
+    std::memset(buf.data(), 0, SLACK * 4);
+    std::memset(buf.data() + SLACK + (size_t)s.n * s.c * plane, 0, SLACK * 4);
+    float* out = buf.data() + SLACK;
+    const float* in = x.data();
+    ThreadPool::instance().parallel_for((size_t)s.n * s.c, [&](size_t b, size_t e) {
+        for (size_t nc = b; nc < e; ++nc) {
+            float* dst = out + nc * plane;
+            const float* src = in + nc * s.plane();
+            std::memset(dst, 0, (size_t)g.pad * wp * 4);
+            for (int y = 0; y < s.h; ++y) {
+                float* row = dst + (long)(y + g.pad) * wp;
+                std::memset(row, 0, (size_t)g.pad * 4);
+                std::memcpy(row + g.pad, src + (long)y * s.w, (size_t)s.w * 4);
+                std::memset(row + g.pad + s.w, 0, (size_t)(wp - g.pad - s.w) * 4);
             }
-            const float* W = w.data() + (size_t)grp * cout_g * K;
-            float* out = y.data() + ((size_t)n * ys.c + (size_t)grp * cout_g) * N;
-            cpu_sgemm(false, false, cout_g, N, K, 1.0f, W, K, B, N, 0.0f, out, N);
+            std::memset(dst + (long)(s.h + g.pad) * wp, 0, (size_t)(hp - s.h - g.pad) * wp * 4);
         }
+    }, 4);
+    return {out, hp, wp, plane, (long)s.c * plane};
+}
+
+// How one vector of a B panel (VW output pixels) reads a row of B: the pixels fall into segments
+// of one output row each, whose taps are sx floats apart in the padded image, so each segment is
+// one contiguous load (sx = 1) or two loads and an even-lane shuffle (sx = 2), blended by lane
+// mask. Wider strides, or more segments than fit, use a gather.
+struct PixelSegments {
+    int n = 0;              // segments; 0 = use the gather
+    long in[4];             // padded-image offset of local lane 0 for each segment (lane l at in + l*sx)
+    simd::ivec mask[4];     // each segment's lanes
+};
+
+void map_pixels(int j0, int nvalid, int ow, int sx, int sy, long wp, bool direct, PixelSegments& ps) {
+    using namespace simd;
+    ps.n = 0;
+    if (nvalid < VW || sx > 2) return;
+    if (direct) {  // the image itself: consecutive pixels are consecutive floats, across rows too
+        ps.n = 1, ps.in[0] = j0, ps.mask[0] = iota() >= 0;
+        return;
+    }
+    const ivec id = iota();
+    for (int l = 0; l < VW;) {
+        if (ps.n == 4) {
+            ps.n = 0;
+            return;
+        }
+        int j = j0 + l, oy = j / ow, ox = j - oy * ow, len = std::min(VW - l, ow - ox);
+        ps.in[ps.n] = (long)oy * sy * wp + (long)(ox - l) * sx;
+        ps.mask[ps.n] = (id >= l) & (id < l + len);
+        ++ps.n;
+        l += len;
+    }
+}
+
+}  // namespace
+
+const char* cpu_conv2d_path(const Shape& x, const Shape&, const ConvGeom& g, const Shape& y) {
+    if (int m = winograd_tile(x, g, y)) return m == 4 ? "winograd-f4" : "winograd-f2";
+    return is_1x1_direct(g) ? "gemm-1x1" : "gemm";
+}
+
+void cpu_conv2d(const Tensor& x, const Tensor& w, const ConvGeom& g, const float* scale, const float* shift,
+                Activation act, Tensor& y, ConvWorkspace& ws) {
+    using namespace simd;
+    const Shape &xs = x.shape(), &ys = y.shape();
+    Epilogue e;
+    e.scale = scale;
+    e.shift = shift;
+    e.act = act;
+    if (int m = winograd_tile(xs, g, ys)) {
+        winograd_conv3x3(m, x, w, g, e, y, ws.padded, ws.transformed);
+        return;
+    }
+    const int cin_g = xs.c / g.groups, cout_g = ys.c / g.groups;
+    const int taps = g.kh * g.kw, K = cin_g * taps, N = ys.h * ys.w, ow = ys.w;
+    const Padded p = pad_input(x, g, ys.h, ys.w, ws.padded);
+    const int sy = g.stride_y, sx = g.stride_x, d = g.dilation, kw = g.kw;
+
+    for (int grp = 0; grp < g.groups; ++grp) {
+        const float* img0 = p.data + (long)grp * cin_g * p.plane;
+        // B_b[k][j]: k = (channel, ky, kx), j = output pixel (oy, ox)
+        const bool direct = is_1x1_direct(g);
+        auto pack_b = [&](int b, int k0, int kc, int j0, int nr, float* dst) {
+            const float* img = img0 + b * p.image;
+            PixelSegments seg[NV];
+            alignas(64) int base[NR];
+            for (int v = 0; v < NV; ++v) map_pixels(j0 + v * VW, nr - v * VW, ow, sx, sy, p.wp, direct, seg[v]);
+            for (int jj = 0; jj < NR; ++jj) {
+                int j = j0 + std::min(jj, nr - 1);  // columns past nr repeat the last one: finite, never stored
+                int oy = j / ow, ox = j - oy * ow;
+                base[jj] = direct ? j : oy * sy * p.wp + ox * sx;
+            }
+            static const ivec even = [] {
+                ivec m;
+                for (int l = 0; l < VW; ++l) m[l] = 2 * l;
+                return m;
+            }();
+            int c = k0 / taps, t = k0 - c * taps, ky = t / kw, kx = t - ky * kw;
+            for (int k = 0; k < kc; ++k) {
+                const float* src = img + c * p.plane + (long)ky * d * p.wp + kx * d;
+                float* o = dst + (size_t)k * NR;
+                for (int v = 0; v < NV; ++v) {
+                    const PixelSegments& ps = seg[v];
+                    vec x;
+                    if (ps.n == 0) {
+                        x = gather(src, base + v * VW);
+                    } else if (sx == 1) {
+                        x = load(src + ps.in[0]);
+                        for (int q = 1; q < ps.n; ++q) x = ps.mask[q] ? load(src + ps.in[q]) : x;
+                    } else {
+                        x = __builtin_shuffle(load(src + ps.in[0]), load(src + ps.in[0] + VW), even);
+                        for (int q = 1; q < ps.n; ++q)
+                            x = ps.mask[q] ? __builtin_shuffle(load(src + ps.in[q]), load(src + ps.in[q] + VW), even) : x;
+                    }
+                    store(o + v * VW, x);
+                }
+                if (++kx == kw) {
+                    kx = 0;
+                    if (++ky == g.kh) ky = 0, ++c;
+                }
+            }
+        };
+        Epilogue eg = e;  // rows of this group's C are channels grp*cout_g + row
+        if (scale) eg.scale = scale + (size_t)grp * cout_g;
+        if (shift) eg.shift = shift + (size_t)grp * cout_g;
+        // the weights [cout][cin*kh*kw] are A as they are (no packing pass: see simd::tile)
+        gemm_driver(xs.n, cout_g, N, K, w.data() + (size_t)grp * cout_g * K, K, pack_b, y.data() + (size_t)grp * cout_g * N,
+                    (long)ys.c * N, N, eg);
+    }
 }
 
 }  // namespace dn

@@ -1,6 +1,8 @@
-// Convolution on the CPU backend: chooses between a direct GEMM (1x1 stride 1, no padding) and
-// im2col + GEMM. Kept apart from cpu_backend.cpp so that fast paths (Winograd, implicit GEMM)
-// can grow here without touching the other ops.
+// Convolution on the CPU backend, with the folded batch norm and the activation fused into the
+// GEMM epilogue. Paths: Winograd F(4,3)/F(2,3) for 3x3 stride-1 layers where it pays
+// (winograd.h), else an implicit GEMM whose B panels are packed straight from the (zero-padded)
+// image: no im2col buffer, and for 1x1 stride-1 layers B is the image itself.
+// Kept apart from cpu_backend.cpp so the fast paths do not touch the other ops.
 #pragma once
 #include <vector>
 
@@ -8,7 +10,17 @@
 
 namespace dn {
 
-// y = conv(x, w) with Darknet's geometry; `workspace` is reused across calls.
-void cpu_conv2d(const Tensor& x, const Tensor& w, const ConvGeom& g, Tensor& y, std::vector<float>& workspace);
+// Reusable buffers of one backend, grown as needed.
+struct ConvWorkspace {
+    std::vector<float> padded, transformed;  // padded or split input; Winograd-transformed filters or inputs
+};
+
+// y = act(conv(x, w) * scale[c] + shift[c]); scale null = 1, shift null = no affine.
+void cpu_conv2d(const Tensor& x, const Tensor& w, const ConvGeom& g, const float* scale, const float* shift,
+                Activation act, Tensor& y, ConvWorkspace& ws);
+
+// Which path cpu_conv2d takes for this layer ("winograd-f4", "winograd-f2", "gemm-1x1", "gemm"):
+// for tests and profiles.
+const char* cpu_conv2d_path(const Shape& x, const Shape& w, const ConvGeom& g, const Shape& y);
 
 }  // namespace dn

@@ -8,7 +8,7 @@ namespace dn {
 void cpu_sgemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
                int ldb, float beta, float* C, int ldc);
 
-// Describes the micro-kernel compiled in, e.g. "12x32 tile, 16-float vectors", for `darknet_py info`.
+// Describes the micro-kernel compiled in, e.g. "8x48 tile, 16-float vectors (AVX-512)", for `darknet_py info`.
 const char* cpu_sgemm_kernel();
 
 }  // namespace dn

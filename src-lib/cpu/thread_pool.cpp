@@ -1,8 +1,30 @@
 #include "thread_pool.h"
 
+#include <chrono>
 #include <cstdlib>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
 namespace dn {
+
+namespace {
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+    _mm_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+}
+
+// How long an idle worker (or the caller waiting for the last chunk) spins before it sleeps or
+// yields: longer than the gaps between the parallel loops of a forward pass, short enough that
+// an idle pool stops using the CPU at once on a human scale.
+constexpr auto kSpin = std::chrono::microseconds(100);
+
+}  // namespace
 
 int default_thread_count() {
     if (const char* env = std::getenv("DARKNET_PY_THREADS")) {
@@ -23,7 +45,7 @@ ThreadPool::~ThreadPool() { stop(); }
 
 void ThreadPool::start(int n) {
     quit_ = false;
-    for (int i = 0; i < n - 1; ++i) workers_.emplace_back([this, i] { worker(i); });
+    for (int i = 0; i < n - 1; ++i) workers_.emplace_back([this] { worker(); });
 }
 
 void ThreadPool::stop() {
@@ -43,53 +65,78 @@ void ThreadPool::set_threads(int n) {
     start(n);
 }
 
-void ThreadPool::worker(int) {
-    unsigned seen = 0;
-    for (;;) {
-        std::unique_lock<std::mutex> lk(mu_);
-        cv_.wait(lk, [&] { return quit_ || generation_ != seen; });
-        if (quit_) return;
-        seen = generation_;
-        while (next_chunk_ < chunks_) {
-            size_t c = next_chunk_++;
-            size_t b = job_n_ * c / chunks_, e = job_n_ * (c + 1) / chunks_;
-            auto* job = job_;
-            lk.unlock();
-            (*job)(b, e);
-            lk.lock();
-            if (++finished_ == chunks_) done_cv_.notify_one();
-        }
+void ThreadPool::run_chunks(const Fn& fn, size_t n, size_t chunks) {
+    for (size_t c; (c = next_chunk_.fetch_add(1, std::memory_order_relaxed)) < chunks;) {
+        fn(n * c / chunks, n * (c + 1) / chunks);
+        finished_.fetch_add(1, std::memory_order_release);
     }
 }
 
-void ThreadPool::parallel_for(size_t n, const std::function<void(size_t, size_t)>& fn, size_t min_chunk) {
+void ThreadPool::worker() {
+    unsigned seen = generation_.load();
+    for (;;) {
+        auto t0 = std::chrono::steady_clock::now();
+        for (unsigned spins = 0; generation_.load(std::memory_order_acquire) == seen && !quit_.load(); ++spins) {
+            cpu_relax();
+            if ((spins & 255) == 255 && std::chrono::steady_clock::now() - t0 > kSpin) {
+                std::unique_lock<std::mutex> lk(mu_);
+                ++sleepers_;
+                cv_.wait(lk, [&] { return quit_.load() || generation_.load() != seen; });
+                --sleepers_;
+                break;
+            }
+        }
+        if (quit_) return;
+        const Fn* fn;
+        size_t n, chunks;
+        {
+            // read the job under the lock: parallel_for writes it under the same lock, and only
+            // once no worker is inside run_chunks (active_ == 0)
+            std::lock_guard<std::mutex> lk(mu_);
+            seen = generation_.load();
+            fn = job_, n = job_n_, chunks = chunks_;
+            if (!fn) continue;  // that job is already over
+            active_.fetch_add(1);
+        }
+        run_chunks(*fn, n, chunks);
+        active_.fetch_sub(1, std::memory_order_release);
+    }
+}
+
+void ThreadPool::parallel_for(size_t n, const Fn& fn, size_t min_chunk) {
+    parallel_for(n, fn, min_chunk, false);
+}
+
+void ThreadPool::parallel_for(size_t n, const Fn& fn, size_t min_chunk, bool one_chunk_per_thread) {
     if (n == 0) return;
     size_t max_chunks = (n + min_chunk - 1) / (min_chunk ? min_chunk : 1);
-    size_t chunks = std::min<size_t>((size_t)threads(), max_chunks);
+    // a few chunks per thread, so that a thread that starts late (woken, or preempted by another
+    // process) leaves its share to the others instead of holding everyone up
+    size_t chunks = std::min<size_t>((size_t)threads() * (one_chunk_per_thread ? 1 : 4), max_chunks);
     if (chunks <= 1 || workers_.empty()) {
         fn(0, n);
         return;
     }
     std::lock_guard<std::mutex> run(run_mu_);
-    std::unique_lock<std::mutex> lk(mu_);
-    job_ = &fn;
-    job_n_ = n;
-    chunks_ = chunks;
-    next_chunk_ = 0;
-    finished_ = 0;
-    ++generation_;
-    cv_.notify_all();
-    // the calling thread works too
-    while (next_chunk_ < chunks_) {
-        size_t c = next_chunk_++;
-        size_t b = n * c / chunks, e = n * (c + 1) / chunks;
-        lk.unlock();
-        fn(b, e);
-        lk.lock();
-        ++finished_;
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        job_ = &fn, job_n_ = n, chunks_ = chunks;
+        next_chunk_.store(0), finished_.store(0);
+        generation_.fetch_add(1, std::memory_order_release);
+        if (sleepers_) cv_.notify_all();
     }
-    done_cv_.wait(lk, [&] { return finished_ == chunks_; });
-    job_ = nullptr;
+    run_chunks(fn, n, chunks);  // the calling thread works too
+    auto t0 = std::chrono::steady_clock::now();
+    for (unsigned spins = 0; finished_.load(std::memory_order_acquire) != chunks; ++spins) {
+        cpu_relax();
+        if ((spins & 255) == 255 && std::chrono::steady_clock::now() - t0 > kSpin) std::this_thread::yield();
+    }
+    {
+        std::lock_guard<std::mutex> lk(mu_);
+        job_ = nullptr;  // workers that wake up now find nothing to do
+    }
+    // a worker may still be between its last chunk and leaving run_chunks
+    while (active_.load(std::memory_order_acquire) != 0) cpu_relax();
 }
 
 }  // namespace dn

@@ -1,0 +1,110 @@
+"""Peak resident memory of a yolov4-tiny forward and of a training iteration. The engine allocates in C++, which tracemalloc
+does not see, so a fresh process reports its high-water mark (VmHWM, or ru_maxrss) before and
+after the forward pass."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import bench_common as bc
+from conftest import report
+
+_SCRIPT = r"""
+import json, resource, sys, tempfile
+sys.path.insert(0, {bench_dir!r})
+import bench_common as bc
+
+def hwm_mb():
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    return r / (1024 * 1024 if sys.platform == "darwin" else 1024)
+
+with tempfile.TemporaryDirectory() as d:
+    net, _, _ = bc.random_model(bc.find_model("yolov4-tiny"), d)
+    blob = bc.input_blob(net)
+    before = hwm_mb()
+    net.forward(blob)
+    after = hwm_mb()
+    net.forward(blob)  # a second pass must reuse the buffers
+    again = hwm_mb()
+print(json.dumps({{"loaded_mb": before, "forward_mb": after, "second_forward_mb": again}}))
+"""
+
+
+_TRAIN_SCRIPT = r"""
+import json, resource, sys, tempfile
+import numpy as np
+sys.path.insert(0, {bench_dir!r})
+import bench_common as bc
+from test_bench_train import random_truths, BATCH
+
+def hwm_mb():
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return r / (1024 * 1024 if sys.platform == "darwin" else 1024)
+
+with tempfile.TemporaryDirectory() as d:
+    net, _, _ = bc.random_model(bc.find_model("yolov4-tiny"), d)
+    raw = net._net
+    blob = bc.input_blob(net, batch=BATCH)
+    truths = random_truths(np.random.default_rng(0), BATCH)
+    before = hwm_mb()
+    for _ in range(2):
+        raw.forward_train(blob, [])
+        raw.yolo_loss(truths)
+        raw.backward()
+        raw.update(1e-6, BATCH)
+    after = hwm_mb()
+print(json.dumps({{"loaded_mb": before, "train_mb": after}}))
+"""
+
+
+def _measure(threads: int, script: str = _SCRIPT) -> dict:
+    env = dict(os.environ, DARKNET_PY_THREADS=str(threads))
+    code = script.format(bench_dir=str(Path(__file__).resolve().parent))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_peak_memory_yolov4_tiny_forward(benchmark, threads):
+    result = {}
+
+    def run():
+        result.update(_measure(threads))
+
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    benchmark.extra_info.update(result)
+    report(f"yolov4-tiny 416 forward peak RSS: {result['forward_mb']:.0f} MB (after loading "
+           f"{result['loaded_mb']:.0f} MB, +{result['forward_mb'] - result['loaded_mb']:.0f} MB for the forward; "
+           f"second forward {result['second_forward_mb']:.0f} MB)")
+    # a second forward that grows memory would mean buffers are not reused
+    assert result["second_forward_mb"] <= result["forward_mb"] * 1.05 + 5
+
+
+def test_peak_memory_yolov4_tiny_train_iteration(benchmark, threads):
+    import darknet_py
+
+    if not hasattr(darknet_py._core.Net, "forward_train"):
+        pytest.skip("this build has no training bindings (Net.forward_train)")
+    result = {}
+    benchmark.pedantic(lambda: result.update(_measure(threads, _TRAIN_SCRIPT)), rounds=1, iterations=1)
+    benchmark.extra_info.update(result)
+    report(f"yolov4-tiny 416 training iteration (batch 16) peak RSS: {result['train_mb']:.0f} MB "
+           f"(+{result['train_mb'] - result['loaded_mb']:.0f} MB over the loaded network)")

@@ -1,0 +1,24 @@
+"""Option types shared by the CLI's subcommands, so that their messages agree."""
+import argparse
+
+
+def unit_interval(text: str) -> float:
+    """A number in [0, 1): thresholds, fractions."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= v < 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {v}")
+    return v
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1: counts, threads, iterations."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
+    return v
