@@ -1,5 +1,6 @@
 // [connected]: fully connected, y = act(bn(W x) or W x + b). W is [outputs, inputs], as Darknet stores it.
 #include "layer.h"
+#include "norm_activation.h"
 
 namespace dn {
 
@@ -14,7 +15,8 @@ public:
         be.gemm(false, true, batch, outputs, inputs, 1.0f, x.data(), inputs, weights.data(), inputs, 0.0f, y.data(),
                 outputs);
         if (batch_normalize)
-            be.batchnorm_inference(y, rolling_mean.data(), rolling_variance.data(), scales.data(), biases.data(), 1e-5f);
+            be.batchnorm_inference(y, rolling_mean.data(), rolling_variance.data(), scales.data(), biases.data(),
+                                   NormActivationTrainer::kEps);
         else
             be.add_bias(y, biases.data());
         be.activate(y, activation);
@@ -23,29 +25,12 @@ public:
         int batch = x.shape().n, inputs = (int)in.sample(), outputs = out.c;
         be.gemm(false, true, batch, outputs, inputs, 1.0f, x.data(), inputs, weights.data(), inputs, 0.0f, y.data(),
                 outputs);
-        if (batch_normalize) {
-            x_norm_.resize(y.shape());
-            batch_mean_.resize(outputs);
-            batch_var_.resize(outputs);
-            be.batchnorm_train(y, batch_mean_.data(), batch_var_.data(), x_norm_, scales.data(), biases.data(), 1e-5f);
-            for (int c = 0; c < outputs; ++c) {
-                rolling_mean[c] = 0.99f * rolling_mean[c] + 0.01f * batch_mean_[c];
-                rolling_variance[c] = 0.99f * rolling_variance[c] + 0.01f * batch_var_[c];
-            }
-        } else {
-            be.add_bias(y, biases.data());
-        }
-        keep_pre_activation(be, y, activation, pre_activation_);
+        trainer_.forward(be, y, batch_normalize, activation, scales, biases, rolling_mean, rolling_variance);
     }
     void backward(Backend& be, const Tensor& x, const Tensor&, Tensor& dy, Tensor* dx, const LayerOutputs&,
                   std::vector<Tensor>&) override {
         int batch = x.shape().n, inputs = (int)in.sample(), outputs = out.c;
-        if (activation != Activation::linear) be.activate_backward(pre_activation_, dy, activation);
-        if (batch_normalize)
-            be.batchnorm_backward(dy, x_norm_, scales.data(), batch_var_.data(), 1e-5f, scale_grad.data(),
-                                  bias_grad.data());
-        else
-            be.bias_backward(dy, bias_grad.data());
+        trainer_.backward(be, dy, batch_normalize, activation, scales, bias_grad, scale_grad);
         // dW[outputs, inputs] += dY^T X ; dX[batch, inputs] += dY W
         be.gemm(true, false, outputs, inputs, batch, 1.0f, dy.data(), outputs, x.data(), inputs, 1.0f,
                 weight_grad.data(), inputs);
@@ -75,8 +60,7 @@ public:
     Tensor weight_grad, bias_grad, scale_grad;
 
 private:
-    std::vector<float> batch_mean_, batch_var_;
-    Tensor x_norm_, pre_activation_;
+    NormActivationTrainer trainer_;  // training state kept from forward_train for backward
 };
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "layer.h"
+#include "norm_activation.h"
 
 namespace dn {
 
@@ -21,7 +22,7 @@ public:
         int n = out.c;
         affine_.resize(2 * (size_t)n);
         for (int c = 0; c < n; ++c) {
-            float k = scales[c] / std::sqrt(rolling_variance[c] + 1e-5f);
+            float k = scales[c] / std::sqrt(rolling_variance[c] + NormActivationTrainer::kEps);
             affine_[c] = k;
             affine_[n + c] = biases[c] - rolling_mean[c] * k;
         }
@@ -30,30 +31,12 @@ public:
 
     void forward_train(Backend& be, const Tensor& x, Tensor& y, const LayerOutputs&) override {
         be.conv2d(x, weights, geom, y);
-        if (batch_normalize) {
-            x_norm_.resize(y.shape());
-            batch_mean_.resize(out.c);
-            batch_var_.resize(out.c);
-            be.batchnorm_train(y, batch_mean_.data(), batch_var_.data(), x_norm_, scales.data(), biases.data(), 1e-5f);
-            // Darknet's rolling statistics: 99% old, 1% this batch
-            for (int c = 0; c < out.c; ++c) {
-                rolling_mean[c] = 0.99f * rolling_mean[c] + 0.01f * batch_mean_[c];
-                rolling_variance[c] = 0.99f * rolling_variance[c] + 0.01f * batch_var_[c];
-            }
-        } else {
-            be.add_bias(y, biases.data());
-        }
-        keep_pre_activation(be, y, activation, pre_activation_);
+        trainer_.forward(be, y, batch_normalize, activation, scales, biases, rolling_mean, rolling_variance);
     }
 
     void backward(Backend& be, const Tensor& x, const Tensor&, Tensor& dy, Tensor* dx, const LayerOutputs&,
                   std::vector<Tensor>&) override {
-        if (activation != Activation::linear) be.activate_backward(pre_activation_, dy, activation);
-        if (batch_normalize)
-            be.batchnorm_backward(dy, x_norm_, scales.data(), batch_var_.data(), 1e-5f, scale_grad.data(),
-                                  bias_grad.data());
-        else
-            be.bias_backward(dy, bias_grad.data());
+        trainer_.backward(be, dy, batch_normalize, activation, scales, bias_grad, scale_grad);
         be.conv2d_backward_weights(x, dy, geom, weight_grad);
         if (dx) be.conv2d_backward_data(dy, weights, geom, *dx);
     }
@@ -92,9 +75,7 @@ public:
 
 private:
     std::vector<float> affine_;  // folded batchnorm: scale then shift per output channel
-    // training state kept from forward_train for backward
-    std::vector<float> batch_mean_, batch_var_;
-    Tensor x_norm_, pre_activation_;
+    NormActivationTrainer trainer_;  // training state kept from forward_train for backward
 };
 
 }  // namespace

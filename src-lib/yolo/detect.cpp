@@ -7,22 +7,6 @@ namespace dn {
 
 namespace {
 
-Box get_yolo_box(const float* x, const std::vector<float>& anchors, int n, int index, int col, int row, int lw, int lh,
-                 int netw, int neth, int stride, bool new_coords) {
-    Box b;
-    b.x = (col + x[index + 0 * stride]) / lw;
-    b.y = (row + x[index + 1 * stride]) / lh;
-    float tw = x[index + 2 * stride], th = x[index + 3 * stride];
-    if (new_coords) {
-        b.w = tw * tw * 4 * anchors[2 * n] / netw;
-        b.h = th * th * 4 * anchors[2 * n + 1] / neth;
-    } else {
-        b.w = std::exp(tw) * anchors[2 * n] / netw;
-        b.h = std::exp(th) * anchors[2 * n + 1] / neth;
-    }
-    return b;
-}
-
 void correct_yolo_boxes(std::vector<Detection>& dets, size_t from, int w, int h, int netw, int neth, bool letter) {
     int new_w = netw, new_h = neth;
     if (letter) {
@@ -46,6 +30,22 @@ void correct_yolo_boxes(std::vector<Detection>& dets, size_t from, int w, int h,
 }
 
 }  // namespace
+
+Box get_yolo_box(const float* x, const std::vector<float>& anchors, int n, int index, int col, int row, int lw, int lh,
+                 int netw, int neth, int stride, bool new_coords) {
+    Box b;
+    b.x = (col + x[index + 0 * stride]) / lw;
+    b.y = (row + x[index + 1 * stride]) / lh;
+    float tw = x[index + 2 * stride], th = x[index + 3 * stride];
+    if (new_coords) {
+        b.w = tw * tw * 4 * anchors[2 * n] / netw;
+        b.h = th * th * 4 * anchors[2 * n + 1] / neth;
+    } else {
+        b.w = std::exp(tw) * anchors[2 * n] / netw;
+        b.h = std::exp(th) * anchors[2 * n + 1] / neth;
+    }
+    return b;
+}
 
 std::vector<Detection> get_detections(const Network& net, const LayerOutputs& outputs, int b, int image_w, int image_h,
                                       float thresh, bool letterbox) {

@@ -14,6 +14,11 @@ struct Detection {
     std::vector<float> prob;  // per class: objectness * class probability, 0 where <= thresh or suppressed
 };
 
+// Darknet's get_yolo_box: the box of anchor `n` (index into `anchors`) at cell (col, row) of a head
+// whose outputs start at x[index], entries `stride` apart; relative to the network input.
+Box get_yolo_box(const float* x, const std::vector<float>& anchors, int n, int index, int col, int row, int lw, int lh,
+                 int netw, int neth, int stride, bool new_coords);
+
 // Decodes every yolo layer of `net` for sample `b` of the last forward pass.
 std::vector<Detection> get_detections(const Network& net, const LayerOutputs& outputs, int b, int image_w, int image_h,
                                       float thresh, bool letterbox);

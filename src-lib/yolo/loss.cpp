@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "box_iou_grad.h"
+#include "detect.h"
 
 namespace dn {
 
@@ -34,36 +35,15 @@ struct HeadImage {
     int index(int n, int loc, int entry) const { return n * plane * (5 + s.classes) + entry * plane + loc; }
 
     Box pred(int n, int i, int j) const {
-        int bi = index(n, j * lw + i, 0);
-        Box b;
-        b.x = (i + out[bi]) / lw;
-        b.y = (j + out[bi + plane]) / lh;
-        float tw = out[bi + 2 * plane], th = out[bi + 3 * plane];
-        int a = s.mask[n];
-        if (s.new_coords) {
-            b.w = tw * tw * 4 * s.anchors[2 * a] / netw;
-            b.h = th * th * 4 * s.anchors[2 * a + 1] / neth;
-        } else {
-            b.w = std::exp(tw) * s.anchors[2 * a] / netw;
-            b.h = std::exp(th) * s.anchors[2 * a + 1] / neth;
-        }
-        return b;
+        return get_yolo_box(out, s.anchors, s.mask[n], index(n, j * lw + i, 0), i, j, lw, lh, netw, neth, plane,
+                            s.new_coords);
     }
 
-    // Darknet's delta_yolo_box for mask slot n (anchor index `a`) at cell (i, j); returns the IoUs.
-    BoxIous delta_box(const Box& truth, int n, int a, int i, int j, float scale) {
-        int bi = index(n, j * lw + i, 0);
-        Box p;
-        p.x = (i + out[bi]) / lw;
-        p.y = (j + out[bi + plane]) / lh;
+    // Darknet's delta_yolo_box for mask slot n at cell (i, j); returns the IoUs.
+    BoxIous delta_box(const Box& truth, int n, int i, int j, float scale) {
+        int bi = index(n, j * lw + i, 0), a = s.mask[n];
         float tw_out = out[bi + 2 * plane], th_out = out[bi + 3 * plane];
-        if (s.new_coords) {
-            p.w = tw_out * tw_out * 4 * s.anchors[2 * a] / netw;
-            p.h = th_out * th_out * 4 * s.anchors[2 * a + 1] / neth;
-        } else {
-            p.w = std::exp(tw_out) * s.anchors[2 * a] / netw;
-            p.h = std::exp(th_out) * s.anchors[2 * a + 1] / neth;
-        }
+        Box p = pred(n, i, j);
         BoxIous ious = box_ious(p, truth);
         if (p.w == 0) p.w = 1.0f;
         if (p.h == 0) p.h = 1.0f;
@@ -177,7 +157,7 @@ YoloLossStats yolo_loss(const YoloLayer& layer, const Tensor& output, Tensor& gr
                         h.delta_class(n, loc, cls, nullptr);
                         if (s.objectness_smooth) h.delta[h.index(n, loc, 5 + cls)] = iou_mult - h.out[h.index(n, loc, 5 + cls)];
                         const Box& tb = boxes[best_t].box;
-                        h.delta_box(tb, n, s.mask[n], i, j, 2 - tb.w * tb.h);
+                        h.delta_box(tb, n, i, j, 2 - tb.w * tb.h);
                     }
                 }
 
@@ -194,9 +174,9 @@ YoloLossStats yolo_loss(const YoloLayer& layer, const Tensor& output, Tensor& gr
                 float iou = box_iou(Box{0, 0, s.anchors[2 * a] / netw, s.anchors[2 * a + 1] / neth}, shape);
                 if (iou > best) best = iou, best_n = a;
             }
-            auto assign = [&](int slot, int anchor) {
+            auto assign = [&](int slot) {
                 int loc = j * lw + i, oi = h.index(slot, loc, 4);
-                BoxIous ious = h.delta_box(tb, slot, anchor, i, j, 2 - tb.w * tb.h);
+                BoxIous ious = h.delta_box(tb, slot, i, j, 2 - tb.w * tb.h);
                 tot_iou += ious.iou;
                 avg_obj += h.out[oi];
                 float d = s.obj_normalizer * (1 - h.out[oi]);
@@ -208,14 +188,14 @@ YoloLossStats yolo_loss(const YoloLayer& layer, const Tensor& output, Tensor& gr
                 if (ious.iou > .75f) recall75 += 1;
             };
             int slot = mask_slot(s.mask, best_n);
-            if (slot >= 0) assign(slot, best_n);
+            if (slot >= 0) assign(slot);
             if (s.iou_thresh < 1.0f)
                 for (int a = 0; a < s.num; ++a) {
                     int other = mask_slot(s.mask, a);
                     if (other < 0 || a == best_n) continue;
                     // Darknet compares with its iou_thresh_kind (IoU by default)
                     float iou = box_iou(Box{0, 0, s.anchors[2 * a] / netw, s.anchors[2 * a + 1] / neth}, shape);
-                    if (iou > s.iou_thresh) assign(other, a);
+                    if (iou > s.iou_thresh) assign(other);
                 }
         }
 
