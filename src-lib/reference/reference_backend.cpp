@@ -228,8 +228,10 @@ public:
                         at(y, n, c, i / stride, j / stride) += scale * at(x, n, c, i, j);
     }
 
-    void reorg(const Tensor& x, int w, int h, int c, int stride, bool forward, Tensor& y) override {
-        int batch = (int)(x.size() / ((size_t)w * h * c));
+    // Darknet's reorg_cpu index map over a w x h x c loop: calls f(in_index, out_index) for every element.
+    template <class F>
+    static void reorg_map(size_t total, int w, int h, int c, int stride, F f) {
+        int batch = (int)(total / ((size_t)w * h * c));
         int out_c = c / (stride * stride);
         for (int b = 0; b < batch; ++b)
             for (int k = 0; k < c; ++k)
@@ -238,10 +240,15 @@ public:
                         size_t in_index = i + (size_t)w * (j + (size_t)h * (k + (size_t)c * b));
                         int c2 = k % out_c, offset = k / out_c;
                         int w2 = i * stride + offset % stride, h2 = j * stride + offset / stride;
-                        size_t out_index = w2 + (size_t)w * stride * (h2 + (size_t)h * stride * (c2 + (size_t)out_c * b));
-                        if (forward) y[out_index] = x[in_index];
-                        else y[in_index] = x[out_index];
+                        f(in_index, w2 + (size_t)w * stride * (h2 + (size_t)h * stride * (c2 + (size_t)out_c * b)));
                     }
+    }
+
+    void reorg(const Tensor& x, int w, int h, int c, int stride, bool forward, Tensor& y) override {
+        reorg_map(x.size(), w, h, c, stride, [&](size_t in, size_t out) {
+            if (forward) y[out] = x[in];
+            else y[in] = x[out];
+        });
     }
 
     void scale_channels(const Tensor& s, const Tensor& from, bool scale_wh, Tensor& y) override {
@@ -572,19 +579,10 @@ public:
     }
 
     void reorg_backward(const Tensor& dy, int w, int h, int c, int stride, bool forward, Tensor& dx) override {
-        int batch = (int)(dy.size() / ((size_t)w * h * c));
-        int out_c = c / (stride * stride);
-        for (int b = 0; b < batch; ++b)
-            for (int k = 0; k < c; ++k)
-                for (int j = 0; j < h; ++j)
-                    for (int i = 0; i < w; ++i) {
-                        size_t in_index = i + (size_t)w * (j + (size_t)h * (k + (size_t)c * b));
-                        int c2 = k % out_c, offset = k / out_c;
-                        int w2 = i * stride + offset % stride, h2 = j * stride + offset / stride;
-                        size_t out_index = w2 + (size_t)w * stride * (h2 + (size_t)h * stride * (c2 + (size_t)out_c * b));
-                        if (forward) dx[in_index] += dy[out_index];
-                        else dx[out_index] += dy[in_index];
-                    }
+        reorg_map(dy.size(), w, h, c, stride, [&](size_t in, size_t out) {
+            if (forward) dx[in] += dy[out];
+            else dx[out] += dy[in];
+        });
     }
 
     void scale_channels_backward(const Tensor& s, const Tensor& from, bool scale_wh, const Tensor& dy, Tensor& ds,
