@@ -115,8 +115,8 @@ void Network::backward() {
     }
 }
 
-void Network::update(float lr, int batch) {
-    ++updates_;
+void Network::update(float lr, int batch, int t) {
+    int step = t > 0 ? t : ++updates_;
     momentum_.resize(layers.size());
     adam_v_.resize(layers.size());
     for (size_t i = 0; i < layers.size(); ++i) {
@@ -132,7 +132,7 @@ void Network::update(float lr, int batch) {
                 Tensor& v = adam_v_[i][k];
                 if (v.size() != p.value->size()) v = Tensor(p.value->shape());
                 backend_->adam_update(p.value->data(), p.grad->data(), m.data(), v.data(), p.value->size(), lr,
-                                      options.B1, options.B2, options.eps, decay, batch, updates_);
+                                      options.B1, options.B2, options.eps, decay, batch, step);
             } else {
                 backend_->sgd_update(p.value->data(), p.grad->data(), m.data(), p.value->size(), lr, options.momentum,
                                      decay, batch);

@@ -32,8 +32,9 @@ public:
     void backward();
     // Applies Darknet's SGD (or Adam when opt.adam) with learning rate lr, then clears the gradients.
     // `batch` is the number of images whose gradients were accumulated (batch x subdivisions in Darknet).
-    void update(float lr, int batch);
-    int updates_done() const { return updates_; }
+    // `t` is Adam's step count (Darknet: the iteration, so that a resumed run continues it); t <= 0
+    // counts this network's updates instead.
+    void update(float lr, int batch, int t = 0);
 
     // Indices of the [yolo] layers; empty for a classifier.
     std::vector<int> yolo_layers() const;

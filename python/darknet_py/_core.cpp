@@ -337,10 +337,11 @@ PYBIND11_MODULE(_core, m) {
             py::gil_scoped_release nogil;
             n.backward();
         })
-        .def("update", [](Network& n, float lr, int batch) {
+        .def("update", [](Network& n, float lr, int batch, int t) {
             py::gil_scoped_release nogil;
-            n.update(lr, batch);
-        }, py::arg("lr"), py::arg("batch"))
+            n.update(lr, batch, t);
+        }, py::arg("lr"), py::arg("batch"), py::arg("t") = 0,
+           "SGD/Adam step; t = Adam's step (the iteration), 0 = count this network's updates.")
         .def("gradients", [](py::object self, int i) {
             Network& n = self.cast<Network&>();
             py::dict d;

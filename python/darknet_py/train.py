@@ -383,7 +383,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
                     iteration + 1, path_last if last_saved_at is not None else None)
             iteration += 1
             rate = schedule.rate(iteration, lr_rng)
-            raw.update(rate, batch)
+            raw.update(rate, batch, iteration)  # Adam's step is the iteration, as Darknet, so resuming continues it
             raw.seen = iteration * batch
             seconds = time.perf_counter() - t0
             avg_loss = loss if avg_loss < 0 else avg_loss
