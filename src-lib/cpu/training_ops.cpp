@@ -1,11 +1,16 @@
 #include "training_ops.h"
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstring>
 
 #include "../kernels/im2col.h"
 #include "../kernels/optimizer.h"
+#include "conv2d.h"
 #include "gemm.h"
+#include "gemm_driver.h"
+#include "simd.h"
 #include "thread_pool.h"
 
 namespace dn::cpu {
@@ -19,61 +24,286 @@ void pfor(size_t n, F&& fn, size_t grain = 1) {
     }, grain);
 }
 
+// Sums of p[i] - m and of (p[i] - m)^2 over [0, n): vector lanes of floats within blocks of 1024
+// elements (vectorised; a double accumulator per element would be one long dependency chain),
+// doubles across blocks, so a plane of 43k values keeps double-like accuracy.
+void centered_sums(const float* p, size_t n, float m, double& s1, double& s2) {
+    using simd::VW;
+    const simd::vec mv = simd::splat(m);
+    for (size_t b = 0; b < n; b += 1024) {
+        size_t e = std::min(n, b + 1024), i = b;
+        simd::vec a1{}, a2{};
+        for (; i + VW <= e; i += VW) {
+            simd::vec d = simd::load(p + i) - mv;
+            a1 += d;
+            a2 += d * d;
+        }
+        float t1 = 0, t2 = 0;
+        for (int l = 0; l < VW; ++l) t1 += a1[l], t2 += a2[l];
+        for (; i < e; ++i) {
+            float d = p[i] - m;
+            t1 += d, t2 += d * d;
+        }
+        s1 += t1, s2 += t2;
+    }
+}
+
+// Sums of a[i] and of a[i] * b[i] over [0, n), blocked as centered_sums.
+void dot_sums(const float* a, const float* b, size_t n, double& sa, double& sab) {
+    using simd::VW;
+    for (size_t blk = 0; blk < n; blk += 1024) {
+        size_t e = std::min(n, blk + 1024), i = blk;
+        simd::vec a1{}, a2{};
+        for (; i + VW <= e; i += VW) {
+            simd::vec x = simd::load(a + i);
+            a1 += x;
+            a2 += x * simd::load(b + i);
+        }
+        float t1 = 0, t2 = 0;
+        for (int l = 0; l < VW; ++l) t1 += a1[l], t2 += a2[l];
+        for (; i < e; ++i) t1 += a[i], t2 += a[i] * b[i];
+        sa += t1, sab += t2;
+    }
+}
+
 Im2colArgs im2col_args(const Shape& xs, const Shape& ys, const ConvGeom& g) {
     return Im2colArgs{xs.c / g.groups, xs.h, xs.w, g.kh, g.kw, g.pad, g.stride_y, g.stride_x, g.dilation, ys.h, ys.w};
 }
 
-// Adds column-matrix row `row` back into the image (the adjoint of im2col_row).
-void col2im_add_channel(int c, const float* col, float* im, const Im2colArgs& a) {
-    float* dst = im + (size_t)c * a.height * a.width;
-    for (int ky = 0; ky < a.kh; ++ky)
-        for (int kx = 0; kx < a.kw; ++kx) {
-            const float* src = col + ((size_t)(c * a.kh + ky) * a.kw + kx) * a.out_h * a.out_w;
-            for (int oy = 0; oy < a.out_h; ++oy) {
-                int iy = oy * a.stride_y - a.pad + ky * a.dilation;
-                if (iy < 0 || iy >= a.height) continue;
-                for (int ox = 0; ox < a.out_w; ++ox) {
-                    int ix = ox * a.stride_x - a.pad + kx * a.dilation;
-                    if (ix >= 0 && ix < a.width) dst[(size_t)iy * a.width + ix] += src[(size_t)oy * a.out_w + ox];
-                }
+// The output columns ox whose input column ix = ox * stride + off lies inside [0, width): [o0, o1).
+// Hoisting the bounds out of the inner loops lets im2col/col2im run branch-free (and vectorised).
+inline void valid_range(int off, int stride, int width, int out_w, int& o0, int& o1) {
+    o0 = off >= 0 ? 0 : (-off + stride - 1) / stride;
+    o1 = width - off <= 0 ? 0 : (width - off - 1) / stride + 1;
+    o0 = std::min(o0, out_w);
+    o1 = std::max(o0, std::min(o1, out_w));
+}
+
+// Column matrix [K = c*kh*kw rows, out_h*out_w columns] of one image (single-threaded: the
+// callers run one image per thread).
+void im2col_image(const float* im, float* col, const Im2colArgs& a) {
+    int rows = a.channels * a.kh * a.kw;
+    for (int row = 0; row < rows; ++row) {
+        int kx = row % a.kw, ky = (row / a.kw) % a.kh, c = row / (a.kw * a.kh);
+        const float* src = im + (size_t)c * a.height * a.width;
+        float* dst = col + (size_t)row * a.out_h * a.out_w;
+        int off = kx * a.dilation - a.pad, o0, o1;
+        valid_range(off, a.stride_x, a.width, a.out_w, o0, o1);
+        for (int oy = 0; oy < a.out_h; ++oy) {
+            int iy = oy * a.stride_y - a.pad + ky * a.dilation;
+            float* d = dst + (size_t)oy * a.out_w;
+            if (iy < 0 || iy >= a.height) {
+                std::memset(d, 0, sizeof(float) * a.out_w);
+                continue;
             }
+            const float* s = src + (size_t)iy * a.width + off;
+            for (int ox = 0; ox < o0; ++ox) d[ox] = 0.0f;
+            if (a.stride_x == 1)
+                for (int ox = o0; ox < o1; ++ox) d[ox] = s[ox];
+            else
+                for (int ox = o0; ox < o1; ++ox) d[ox] = s[(long)ox * a.stride_x];
+            for (int ox = o1; ox < a.out_w; ++ox) d[ox] = 0.0f;
         }
+    }
+}
+
+// Adds the column matrix of one image back into the image (the adjoint of im2col_image).
+void col2im_image(const float* col, float* im, const Im2colArgs& a) {
+    int rows = a.channels * a.kh * a.kw;
+    for (int row = 0; row < rows; ++row) {
+        int kx = row % a.kw, ky = (row / a.kw) % a.kh, c = row / (a.kw * a.kh);
+        float* dst = im + (size_t)c * a.height * a.width;
+        const float* src = col + (size_t)row * a.out_h * a.out_w;
+        int off = kx * a.dilation - a.pad, o0, o1;
+        valid_range(off, a.stride_x, a.width, a.out_w, o0, o1);
+        for (int oy = 0; oy < a.out_h; ++oy) {
+            int iy = oy * a.stride_y - a.pad + ky * a.dilation;
+            if (iy < 0 || iy >= a.height) continue;
+            float* d = dst + (size_t)iy * a.width + off;
+            const float* s = src + (size_t)oy * a.out_w;
+            if (a.stride_x == 1)
+                for (int ox = o0; ox < o1; ++ox) d[ox] += s[ox];
+            else
+                for (int ox = o0; ox < o1; ++ox) d[(long)ox * a.stride_x] += s[ox];
+        }
+    }
+}
+
+// 1x1, stride 1, no padding: the image already is its column matrix (no im2col / col2im).
+bool is_pointwise(const ConvGeom& g) {
+    return g.kh == 1 && g.kw == 1 && g.stride_y == 1 && g.stride_x == 1 && g.pad == 0;
+}
+
+// The backward convolutions run one image per thread (each image's GEMMs are too small, and their
+// im2col/col2im too serial, to share well between threads) with the register tile of the forward
+// GEMM called directly, since pool work cannot nest. Returns how many image workers to run.
+int image_workers(int batch) {
+    return std::max(1, std::min(ThreadPool::instance().threads(), batch));
+}
+
+// Runs fn(worker, image) for every image, worker w taking a fixed contiguous range of images: a
+// fixed split keeps each worker's partial sums, and so the gradients, the same from run to run.
+template <class F>
+void for_images(int batch, int workers, F&& fn) {
+    ThreadPool::instance().run_jobs((size_t)workers, [&](size_t w) {
+        for (int n = (int)(w * batch / workers); n < (int)((w + 1) * batch / workers); ++n) fn((int)w, n);
+    });
 }
 
 }  // namespace
 
+// dW[cout_g, K] = sum over images of dY[cout_g, N] * col[K, N]^T, computed transposed as
+// dW^T[K, cout_g] = col[K, N] * dY^T[N, cout_g]: the tile then reads the column matrix as its
+// row-major A (no packing), and only dY^T (cout_g x N, smaller than col's K x N for all but the
+// first layers) is transposed into B panels. Each worker accumulates its own dW^T; they are summed and transposed into dW at the end.
 void conv2d_backward_weights(const Tensor& x, const Tensor& dy, const ConvGeom& g, Tensor& dw, std::vector<float>& ws) {
+    using simd::MR;
+    using simd::NR;
     const Shape &xs = x.shape(), &ys = dy.shape();
-    int cin_g = xs.c / g.groups, cout_g = ys.c / g.groups;
-    int K = cin_g * g.kh * g.kw, N = ys.h * ys.w;
-    Im2colArgs a = im2col_args(xs, ys, g);
-    ws.resize((size_t)K * N);
-    for (int n = 0; n < xs.n; ++n)
+    const int cin_g = xs.c / g.groups, cout_g = ys.c / g.groups;
+    const int K = cin_g * g.kh * g.kw, N = ys.h * ys.w;
+    const Im2colArgs a = im2col_args(xs, ys, g);
+    const bool direct = is_pointwise(g);
+    const int workers = image_workers(xs.n), q_panels = (cout_g + NR - 1) / NR, kcmax = gemm_kc(N);
+    const size_t acc_n = (size_t)g.groups * K * cout_g, col_n = direct ? 0 : (size_t)K * N,
+                 b_n = (size_t)kcmax * q_panels * NR, per_worker = acc_n + col_n + b_n;
+    ws.resize(per_worker * workers);
+    for (int w = 0; w < workers; ++w) std::fill(ws.data() + w * per_worker, ws.data() + w * per_worker + acc_n, 0.0f);
+    Epilogue acc_e;
+    acc_e.beta = 1.0f;  // C += A*B
+    for_images(xs.n, workers, [&](int w, int n) {
+        float* acc = ws.data() + w * per_worker;
+        float* colbuf = acc + acc_n;
+        float* bpack = colbuf + col_n;
         for (int grp = 0; grp < g.groups; ++grp) {
             const float* im = x.data() + ((size_t)n * xs.c + (size_t)grp * cin_g) * xs.plane();
-            float* col = ws.data();
-            pfor(K, [&](size_t row) { im2col_row((uint)row, im, col, a); });
+            const float* col = im;
+            if (!direct) {
+                im2col_image(im, colbuf, a);
+                col = colbuf;
+            }
             const float* d = dy.data() + ((size_t)n * ys.c + (size_t)grp * cout_g) * N;
-            // dW[cout_g, K] += dY[cout_g, N] * col[K, N]^T
-            cpu_sgemm(false, true, cout_g, K, N, 1.0f, d, N, col, N, 1.0f, dw.data() + (size_t)grp * cout_g * K, K);
+            float* c = acc + (size_t)grp * K * cout_g;  // dW^T of this group, rows cout_g apart
+            for (int k0 = 0; k0 < N; k0 += kcmax) {
+                int kc = std::min(kcmax, N - k0);
+                for (int q = 0; q < q_panels; ++q) {  // B panel q: dst[k*NR + j] = dY[q*NR + j][k0 + k]
+                    float* dst = bpack + (size_t)q * kc * NR;
+                    for (int j = 0; j < NR; ++j) {
+                        int o = q * NR + j;
+                        if (o >= cout_g) {
+                            for (int k = 0; k < kc; ++k) dst[k * NR + j] = 0.0f;
+                            continue;
+                        }
+                        const float* src = d + (size_t)o * N + k0;
+                        for (int k = 0; k < kc; ++k) dst[k * NR + j] = src[k];
+                    }
+                }
+                for (int p = 0; p < K; p += MR) {
+                    int mr = std::min(MR, K - p);
+                    for (int q = 0; q < q_panels; ++q)
+                        simd::tile(kc, col + (size_t)p * N + k0, N, bpack + (size_t)q * kc * NR,
+                                   c + (size_t)p * cout_g + q * NR, cout_g, mr, std::min(NR, cout_g - q * NR), acc_e,
+                                   0, true, true);
+                }
+            }
         }
+    });
+    // dW[grp][o][k] += sum over workers of acc[grp][k][o]
+    pfor((size_t)g.groups * cout_g, [&](size_t go) {
+        size_t grp = go / cout_g, o = go % cout_g;
+        float* dst = dw.data() + go * K;
+        for (int w = 0; w < workers; ++w) {
+            const float* src = ws.data() + w * per_worker + grp * K * cout_g + o;
+            for (int k = 0; k < K; ++k) dst[k] += src[(size_t)k * cout_g];
+        }
+    });
 }
 
-void conv2d_backward_data(const Tensor& dy, const Tensor& w, const ConvGeom& g, Tensor& dx, std::vector<float>& ws) {
+// Stride-1 square kernels with (k-1)*dilation >= pad: dX = conv(dY, W') with W' the filters
+// flipped in y and x and with input/output channels swapped, padded by (k-1)*dilation - pad (the
+// transposed convolution of a stride-1 convolution is a convolution). That runs on the forward
+// fast paths (Winograd, implicit GEMM) with no col2im pass; the result is added into dX.
+bool backward_data_as_conv(const Tensor& dy, const Tensor& w, const ConvGeom& g, Tensor& dx) {
     const Shape &xs = dx.shape(), &ys = dy.shape();
-    int cin_g = xs.c / g.groups, cout_g = ys.c / g.groups;
-    int K = cin_g * g.kh * g.kw, N = ys.h * ys.w;
-    Im2colArgs a = im2col_args(xs, ys, g);
-    ws.resize((size_t)K * N);
-    for (int n = 0; n < xs.n; ++n)
+    if (g.stride_y != 1 || g.stride_x != 1 || g.kh != g.kw || (g.kh - 1) * g.dilation < g.pad) return false;
+    const int cin_g = xs.c / g.groups, cout_g = ys.c / g.groups, kh = g.kh, kw = g.kw;
+    static thread_local Tensor flipped, tmp;
+    static thread_local ConvWorkspace conv_ws;
+    flipped.resize(Shape{xs.c, cout_g, kh, kw});
+    for (int grp = 0; grp < g.groups; ++grp)
+        for (int co = 0; co < cout_g; ++co)
+            for (int ci = 0; ci < cin_g; ++ci)
+                for (int ky = 0; ky < kh; ++ky)
+                    for (int kx = 0; kx < kw; ++kx)
+                        flipped.data()[(((size_t)(grp * cin_g + ci) * cout_g + co) * kh + ky) * kw + kx] =
+                            w.data()[(((size_t)(grp * cout_g + co) * cin_g + ci) * kh + kh - 1 - ky) * kw + kw - 1 - kx];
+    tmp.resize(xs);
+    ConvGeom tg{kh, kw, 1, 1, (kh - 1) * g.dilation - g.pad, g.dilation, g.groups};
+    cpu_conv2d(dy, flipped, tg, nullptr, nullptr, Activation::linear, tmp, conv_ws);
+    size_t n = dx.size(), block = 16384;
+    float* d = dx.data();
+    const float* t = tmp.data();  // (tmp is thread_local: the workers must not name it themselves)
+    pfor((n + block - 1) / block, [&](size_t blk) {
+        for (size_t i = blk * block, e = std::min(n, i + block); i < e; ++i) d[i] += t[i];
+    });
+    return true;
+}
+
+// col[K, N] = W[cout_g, K]^T * dY[cout_g, N] per image, scattered back into dX by col2im; for 1x1
+// stride-1 layers the product is added straight into dX. W^T is packed once for the whole batch.
+void conv2d_backward_data(const Tensor& dy, const Tensor& w, const ConvGeom& g, Tensor& dx, std::vector<float>& ws) {
+    using simd::MR;
+    using simd::NR;
+    const Shape &xs = dx.shape(), &ys = dy.shape();
+    const int cin_g = xs.c / g.groups, cout_g = ys.c / g.groups;
+    const int K = cin_g * g.kh * g.kw, N = ys.h * ys.w;
+    const Im2colArgs a = im2col_args(xs, ys, g);
+    const bool direct = is_pointwise(g);
+    if (!direct && backward_data_as_conv(dy, w, g, dx)) return;
+    const int workers = image_workers(xs.n), kcmax = gemm_kc(cout_g), m_panels = (K + MR - 1) / MR;
+    const int n_panels = (N + NR - 1) / NR, nbp = std::min(GEMM_NB_PANELS, n_panels);
+    const size_t a_n = packed_a_floats(K, cout_g), col_n = direct ? 0 : (size_t)K * N,
+                 b_n = (size_t)kcmax * nbp * NR, per_worker = col_n + b_n;
+    ws.resize(a_n * g.groups + per_worker * workers);
+    float* apack = ws.data();
+    for (int grp = 0; grp < g.groups; ++grp)
+        pack_a(true, w.data() + (size_t)grp * cout_g * K, K, K, cout_g, apack + grp * a_n);
+    Epilogue e;
+    e.beta = direct ? 1.0f : 0.0f;  // the direct path adds into dX, which may hold other gradients
+    for_images(xs.n, workers, [&](int wk, int n) {
+        float* colbuf = ws.data() + a_n * g.groups + wk * per_worker;
+        float* bpack = colbuf + col_n;
         for (int grp = 0; grp < g.groups; ++grp) {
             const float* d = dy.data() + ((size_t)n * ys.c + (size_t)grp * cout_g) * N;
-            float* col = ws.data();
-            // col[K, N] = W[cout_g, K]^T * dY[cout_g, N], then scattered back into the image
-            cpu_sgemm(true, false, K, N, cout_g, 1.0f, w.data() + (size_t)grp * cout_g * K, K, d, N, 0.0f, col, N);
             float* im = dx.data() + ((size_t)n * xs.c + (size_t)grp * cin_g) * xs.plane();
-            pfor(cin_g, [&](size_t c) { col2im_add_channel((int)c, col, im, a); });
+            float* out = direct ? im : colbuf;
+            const float* ap = apack + grp * a_n;
+            for (int q0 = 0; q0 < n_panels; q0 += nbp) {
+                int q1 = std::min(n_panels, q0 + nbp);
+                for (int k0 = 0; k0 < cout_g; k0 += kcmax) {
+                    int kc = std::min(kcmax, cout_g - k0);
+                    bool first = k0 == 0, last = k0 + kc == cout_g;
+                    for (int q = q0; q < q1; ++q) {  // B panel: rows k0.. of dY, columns q*NR..
+                        float* dst = bpack + (size_t)(q - q0) * kc * NR;
+                        int j0 = q * NR, nr = std::min(NR, N - j0);
+                        for (int k = 0; k < kc; ++k) {
+                            const float* src = d + (size_t)(k0 + k) * N + j0;
+                            if (nr == NR) std::memcpy(dst + k * NR, src, NR * sizeof(float));
+                            else for (int j = 0; j < NR; ++j) dst[k * NR + j] = j < nr ? src[j] : 0.0f;
+                        }
+                    }
+                    for (int p = 0; p < m_panels; ++p) {
+                        int mr = std::min(MR, K - p * MR);
+                        const float* ak = ap + (size_t)p * MR * cout_g + (size_t)k0 * MR;
+                        for (int q = q0; q < q1; ++q)
+                            simd::tile(kc, ak, 0, bpack + (size_t)(q - q0) * kc * NR, out + (size_t)p * MR * N + q * NR,
+                                       N, mr, std::min(NR, N - q * NR), e, 0, first, last);
+                    }
+                }
+            }
+            if (!direct) col2im_image(colbuf, im, a);
         }
+    });
 }
 
 void bias_backward(const Tensor& dy, float* db) {
@@ -95,26 +325,23 @@ void batchnorm_train(Tensor& y, float* mean, float* var, Tensor& x_norm, const f
     size_t plane = s.plane();
     double count = (double)s.n * plane;
     pfor(s.c, [&](size_t c) {
-        double sum = 0, sq = 0;
-        for (int n = 0; n < s.n; ++n) {
-            const float* p = y.data() + ((size_t)n * s.c + c) * plane;
-            for (size_t i = 0; i < plane; ++i) sum += p[i];
-        }
-        double m = sum / count;
-        for (int n = 0; n < s.n; ++n) {
-            const float* p = y.data() + ((size_t)n * s.c + c) * plane;
-            for (size_t i = 0; i < plane; ++i) sq += (p[i] - m) * (p[i] - m);
-        }
-        double v = count > 1 ? sq / (count - 1) : 0.0;
+        // one pass for both moments, around a shift (the channel's first value) close to the mean,
+        // so that sum((x - shift)^2) - count * (mean - shift)^2 does not cancel catastrophically
+        float shift = y.data()[c * plane];
+        double s1 = 0, s2 = 0;
+        for (int n = 0; n < s.n; ++n) centered_sums(y.data() + ((size_t)n * s.c + c) * plane, plane, shift, s1, s2);
+        double dm = s1 / count, m = shift + dm;
+        double v = count > 1 ? std::max(0.0, s2 - s1 * dm) / (count - 1) : 0.0;
         mean[c] = (float)m;
         var[c] = (float)v;
-        float inv = (float)(1.0 / std::sqrt(v + eps)), fm = (float)m;
+        const float inv = (float)(1.0 / std::sqrt(v + eps)), fm = (float)m, sc = scale[c], bi = bias[c];
         for (int n = 0; n < s.n; ++n) {
             float* p = y.data() + ((size_t)n * s.c + c) * plane;
             float* xn = x_norm.data() + ((size_t)n * s.c + c) * plane;
             for (size_t i = 0; i < plane; ++i) {
-                xn[i] = (p[i] - fm) * inv;
-                p[i] = xn[i] * scale[c] + bias[c];
+                float v_ = (p[i] - fm) * inv;
+                xn[i] = v_;
+                p[i] = v_ * sc + bi;
             }
         }
     });
@@ -128,18 +355,17 @@ void batchnorm_backward(Tensor& dy, const Tensor& x_norm, const float* scale, co
     pfor(s.c, [&](size_t c) {
         double sdy = 0, sdyx = 0;
         for (int n = 0; n < s.n; ++n) {
-            const float* d = dy.data() + ((size_t)n * s.c + c) * plane;
-            const float* xn = x_norm.data() + ((size_t)n * s.c + c) * plane;
-            for (size_t i = 0; i < plane; ++i) sdy += d[i], sdyx += (double)d[i] * xn[i];
+            size_t off = ((size_t)n * s.c + c) * plane;
+            dot_sums(dy.data() + off, x_norm.data() + off, plane, sdy, sdyx);
         }
         dscale[c] += (float)sdyx;
         dbias[c] += (float)sdy;
-        float inv = (float)(1.0 / std::sqrt((double)var[c] + eps));
-        float gmean = (float)(scale[c] * sdy / N), gx = (float)(scale[c] * sdyx / (N > 1 ? N - 1 : 1));
+        const float inv = (float)(1.0 / std::sqrt((double)var[c] + eps)), sc = scale[c];
+        const float gmean = (float)(sc * sdy / N), gx = (float)(sc * sdyx / (N > 1 ? N - 1 : 1));
         for (int n = 0; n < s.n; ++n) {
             float* d = dy.data() + ((size_t)n * s.c + c) * plane;
             const float* xn = x_norm.data() + ((size_t)n * s.c + c) * plane;
-            for (size_t i = 0; i < plane; ++i) d[i] = inv * (scale[c] * d[i] - gmean - xn[i] * gx);
+            for (size_t i = 0; i < plane; ++i) d[i] = inv * (sc * d[i] - gmean - xn[i] * gx);
         }
     });
 }
@@ -150,7 +376,12 @@ void activate_backward(const Tensor& x, Tensor& dy, Activation a) {
         size_t n = dy.size(), block = 4096;
         pfor((n + block - 1) / block, [&](size_t blk) {
             size_t e = std::min(n, (blk + 1) * block);
-            for (size_t i = blk * block; i < e; ++i) dy.data()[i] *= activate_gradient(x.data()[i], a);
+            float* d = dy.data();
+            const float* xv = x.data();
+            if (a == Activation::leaky)  // the common case, written so that it vectorises
+                for (size_t i = blk * block; i < e; ++i) d[i] *= xv[i] > 0 ? 1.0f : 0.1f;
+            else
+                for (size_t i = blk * block; i < e; ++i) d[i] *= activate_gradient(xv[i], a);
         });
         return;
     }
