@@ -69,3 +69,10 @@ def random_models(workdir, threads):
         return cache[model.name]
 
     return get
+
+
+@pytest.fixture(autouse=True)
+def _timings_wanted(request):
+    # these tests exist to report timings; with --benchmark-disable there are none to report
+    if request.config.getoption("benchmark_disable", default=False):
+        pytest.skip("--benchmark-disable: the benchmark suite has nothing to measure")
