@@ -17,14 +17,6 @@ namespace dn {
 
 namespace {
 
-// Runs fn(i) for i in [0, n) on the pool; `grain` = minimum items per chunk.
-template <class F>
-void pfor(size_t n, F&& fn, size_t grain = 1) {
-    ThreadPool::instance().parallel_for(n, [&](size_t b, size_t e) {
-        for (size_t i = b; i < e; ++i) fn(i);
-    }, grain);
-}
-
 class CpuBackend final : public Backend {
 public:
     const char* name() const override { return "cpu"; }
@@ -51,7 +43,7 @@ public:
         const Shape& s = y.shape();
         size_t plane = s.plane();
         float* d = y.data();
-        pfor((size_t)s.n * s.c, [&](size_t nc) {
+        parallel_for_each((size_t)s.n * s.c, [&](size_t nc) {
             float b = bias[nc % s.c];
             float* p = d + nc * plane;
             for (size_t i = 0; i < plane; ++i) p[i] += b;
@@ -63,7 +55,7 @@ public:
         const Shape& s = y.shape();
         size_t plane = s.plane();
         float* d = y.data();
-        pfor((size_t)s.n * s.c, [&](size_t nc) {
+        parallel_for_each((size_t)s.n * s.c, [&](size_t nc) {
             int c = (int)(nc % s.c);
             float inv = 1.0f / std::sqrt(var[c] + eps);
             float m = mean[c], sc = scale[c], b = bias[c];
@@ -77,7 +69,7 @@ public:
         if (a == Activation::linear) return;
         if (activation_is_elementwise(a)) {
             size_t n = y.size(), block = 4096;
-            pfor((n + block - 1) / block, [&](size_t blk) {
+            parallel_for_each((n + block - 1) / block, [&](size_t blk) {
                 size_t e = std::min(n, (blk + 1) * block);
                 for (size_t i = blk * block; i < e; ++i) d[i] = activate_scalar(d[i], a);
             });
@@ -85,7 +77,7 @@ public:
         }
         const Shape& s = y.shape();
         size_t plane = s.plane();
-        pfor((size_t)s.n * plane, [&](size_t np) {
+        parallel_for_each((size_t)s.n * plane, [&](size_t np) {
             size_t n = np / plane, p = np % plane;
             float* base = d + n * s.sample() + p;
             float sum = 0.0001f;
@@ -104,7 +96,7 @@ public:
     void pool(const Tensor& x, const PoolGeom& g, Tensor& y) {
         const Shape &xs = x.shape(), &ys = y.shape();
         int off = -g.padding / 2;
-        pfor((size_t)ys.n * ys.c, [&](size_t nc) {
+        parallel_for_each((size_t)ys.n * ys.c, [&](size_t nc) {
             const float* src = x.data() + nc * xs.plane();
             float* dst = y.data() + nc * ys.plane();
             for (int oy = 0; oy < ys.h; ++oy) {
@@ -133,7 +125,7 @@ public:
     void avgpool_global(const Tensor& x, Tensor& y) override {
         const Shape& s = x.shape();
         size_t plane = s.plane();
-        pfor((size_t)s.n * s.c, [&](size_t nc) {
+        parallel_for_each((size_t)s.n * s.c, [&](size_t nc) {
             const float* p = x.data() + nc * plane;
             float sum = 0;
             for (size_t i = 0; i < plane; ++i) sum += p[i];
@@ -144,7 +136,7 @@ public:
     void maxpool_depth(const Tensor& x, Tensor& y) override {
         const Shape &xs = x.shape(), &ys = y.shape();
         size_t plane = xs.plane();
-        pfor((size_t)ys.n * ys.c, [&](size_t nc) {
+        parallel_for_each((size_t)ys.n * ys.c, [&](size_t nc) {
             size_t n = nc / ys.c;
             int c = (int)(nc % ys.c);
             float* dst = y.data() + nc * plane;
@@ -187,7 +179,7 @@ public:
                     w[(size_t)ch * nin + k] = v;
                 }
             }
-        pfor((size_t)s.n * s.c, [&](size_t nc) {
+        parallel_for_each((size_t)s.n * s.c, [&](size_t nc) {
             size_t n = nc / s.c, c = nc % s.c;
             const float* wc = w.data() + (wt == ShortcutWeights::per_channel ? c * nin : 0);
             size_t off = c * plane;
@@ -207,7 +199,7 @@ public:
 
     void upsample(const Tensor& x, int stride, float scale, Tensor& y) override {
         const Shape &xs = x.shape(), &ys = y.shape();
-        pfor((size_t)ys.n * ys.c, [&](size_t nc) {
+        parallel_for_each((size_t)ys.n * ys.c, [&](size_t nc) {
             const float* src = x.data() + nc * xs.plane();
             float* dst = y.data() + nc * ys.plane();
             for (int i = 0; i < ys.h; ++i) {
@@ -220,7 +212,7 @@ public:
 
     void downsample_sum(const Tensor& x, int stride, float scale, Tensor& y) override {
         const Shape &xs = x.shape(), &ys = y.shape();
-        pfor((size_t)ys.n * ys.c, [&](size_t nc) {
+        parallel_for_each((size_t)ys.n * ys.c, [&](size_t nc) {
             const float* src = x.data() + nc * xs.plane();
             float* dst = y.data() + nc * ys.plane();
             for (int i = 0; i < ys.h; ++i)
@@ -240,7 +232,7 @@ public:
         size_t sample = (size_t)w * h * c;
         size_t batch = x.size() / sample;
         int out_c = c / (stride * stride);
-        pfor(batch * c, [&](size_t bk) {
+        parallel_for_each(batch * c, [&](size_t bk) {
             size_t b = bk / c;
             int k = (int)(bk % c);
             int c2 = k % out_c, offset = k / out_c;
@@ -258,7 +250,7 @@ public:
     void scale_channels(const Tensor& s, const Tensor& from, bool scale_wh, Tensor& y) override {
         const Shape& fs = from.shape();
         size_t plane = fs.plane();
-        pfor((size_t)fs.n * fs.c, [&](size_t nc) {
+        parallel_for_each((size_t)fs.n * fs.c, [&](size_t nc) {
             const float* f = from.data() + nc * plane;
             float* d = y.data() + nc * plane;
             if (scale_wh) {
@@ -273,7 +265,7 @@ public:
 
     void mul(const Tensor& a, const Tensor& b, Tensor& y) override {
         size_t n = y.size(), block = 4096;
-        pfor((n + block - 1) / block, [&](size_t blk) {
+        parallel_for_each((n + block - 1) / block, [&](size_t blk) {
             size_t e = std::min(n, (blk + 1) * block);
             for (size_t i = blk * block; i < e; ++i) y.data()[i] = a.data()[i] * b.data()[i];
         });
@@ -281,7 +273,7 @@ public:
 
     void softmax(const Tensor& x, int groups, float temperature, Tensor& y) override {
         size_t per_sample = x.shape().sample(), gsize = per_sample / groups;
-        pfor((size_t)x.shape().n * groups, [&](size_t ng) {
+        parallel_for_each((size_t)x.shape().n * groups, [&](size_t ng) {
             const float* src = x.data() + ng * gsize;
             float* dst = y.data() + ng * gsize;
             float largest = -FLT_MAX, sum = 0;
@@ -301,7 +293,7 @@ public:
         const Shape& s = x.shape();
         const int entries = 5 + g.classes;
         const size_t plane = s.plane();
-        pfor((size_t)s.n * s.c, [&](size_t nc) {
+        parallel_for_each((size_t)s.n * s.c, [&](size_t nc) {
             int entry = (int)(nc % s.c) % entries;
             bool logistic = !g.new_coords && entry != 2 && entry != 3, scaled = entry < 2;
             float k = g.scale_x_y, b = 0.5f * (g.scale_x_y - 1.0f);

@@ -58,4 +58,12 @@ private:
 
 int default_thread_count();
 
+// Runs fn(i) for every i in [0, n) on the pool; `grain` = minimum items per chunk.
+template <class F>
+void parallel_for_each(size_t n, F&& fn, size_t grain = 1) {
+    ThreadPool::instance().parallel_for(n, [&](size_t b, size_t e) {
+        for (size_t i = b; i < e; ++i) fn(i);
+    }, grain);
+}
+
 }  // namespace dn

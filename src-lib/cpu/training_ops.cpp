@@ -17,13 +17,6 @@ namespace dn::cpu {
 
 namespace {
 
-template <class F>
-void pfor(size_t n, F&& fn, size_t grain = 1) {
-    ThreadPool::instance().parallel_for(n, [&](size_t b, size_t e) {
-        for (size_t i = b; i < e; ++i) fn(i);
-    }, grain);
-}
-
 // Sums of p[i] - m and of (p[i] - m)^2 over [0, n): vector lanes of floats within blocks of 1024
 // elements (vectorised; a double accumulator per element would be one long dependency chain),
 // doubles across blocks, so a plane of 43k values keeps double-like accuracy.
@@ -209,7 +202,7 @@ void conv2d_backward_weights(const Tensor& x, const Tensor& dy, const ConvGeom& 
         }
     });
     // dW[grp][o][k] += sum over workers of acc[grp][k][o]
-    pfor((size_t)g.groups * cout_g, [&](size_t go) {
+    parallel_for_each((size_t)g.groups * cout_g, [&](size_t go) {
         size_t grp = go / cout_g, o = go % cout_g;
         float* dst = dw.data() + go * K;
         for (int w = 0; w < workers; ++w) {
@@ -243,7 +236,7 @@ bool backward_data_as_conv(const Tensor& dy, const Tensor& w, const ConvGeom& g,
     size_t n = dx.size(), block = 16384;
     float* d = dx.data();
     const float* t = tmp.data();  // (tmp is thread_local: the workers must not name it themselves)
-    pfor((n + block - 1) / block, [&](size_t blk) {
+    parallel_for_each((n + block - 1) / block, [&](size_t blk) {
         for (size_t i = blk * block, e = std::min(n, i + block); i < e; ++i) d[i] += t[i];
     });
     return true;
@@ -309,7 +302,7 @@ void conv2d_backward_data(const Tensor& dy, const Tensor& w, const ConvGeom& g, 
 void bias_backward(const Tensor& dy, float* db) {
     const Shape& s = dy.shape();
     size_t plane = s.plane();
-    pfor(s.c, [&](size_t c) {
+    parallel_for_each(s.c, [&](size_t c) {
         double sum = 0;
         for (int n = 0; n < s.n; ++n) {
             const float* p = dy.data() + ((size_t)n * s.c + c) * plane;
@@ -324,7 +317,7 @@ void batchnorm_train(Tensor& y, float* mean, float* var, Tensor& x_norm, const f
     const Shape& s = y.shape();
     size_t plane = s.plane();
     double count = (double)s.n * plane;
-    pfor(s.c, [&](size_t c) {
+    parallel_for_each(s.c, [&](size_t c) {
         // one pass for both moments, around a shift (the channel's first value) close to the mean,
         // so that sum((x - shift)^2) - count * (mean - shift)^2 does not cancel catastrophically
         float shift = y.data()[c * plane];
@@ -352,7 +345,7 @@ void batchnorm_backward(Tensor& dy, const Tensor& x_norm, const float* scale, co
     const Shape& s = dy.shape();
     size_t plane = s.plane();
     double N = (double)s.n * plane;
-    pfor(s.c, [&](size_t c) {
+    parallel_for_each(s.c, [&](size_t c) {
         double sdy = 0, sdyx = 0;
         for (int n = 0; n < s.n; ++n) {
             size_t off = ((size_t)n * s.c + c) * plane;
@@ -374,7 +367,7 @@ void activate_backward(const Tensor& x, Tensor& dy, Activation a) {
     if (a == Activation::linear) return;
     if (activation_is_elementwise(a)) {
         size_t n = dy.size(), block = 4096;
-        pfor((n + block - 1) / block, [&](size_t blk) {
+        parallel_for_each((n + block - 1) / block, [&](size_t blk) {
             size_t e = std::min(n, (blk + 1) * block);
             float* d = dy.data();
             const float* xv = x.data();
@@ -388,7 +381,7 @@ void activate_backward(const Tensor& x, Tensor& dy, Activation a) {
     const Shape& s = x.shape();
     size_t plane = s.plane();
     bool relu_form = a == Activation::normalize_channels;
-    pfor((size_t)s.n * plane, [&](size_t np) {
+    parallel_for_each((size_t)s.n * plane, [&](size_t np) {
         size_t n = np / plane, p = np % plane;
         const float* xb = x.data() + n * s.sample() + p;
         float* db = dy.data() + n * s.sample() + p;
@@ -410,7 +403,7 @@ void pool_backward(bool max, const Tensor& x, const Tensor& dy, const PoolGeom& 
     const Shape &xs = x.shape(), &ys = dy.shape();
     int off = -g.padding / 2;
     // one task per (n, c) plane: windows overlap only within a plane, so accumulation is race-free
-    pfor((size_t)ys.n * ys.c, [&](size_t nc) {
+    parallel_for_each((size_t)ys.n * ys.c, [&](size_t nc) {
         const float* src = x.data() + nc * xs.plane();
         const float* d = dy.data() + nc * ys.plane();
         float* out = dx.data() + nc * xs.plane();
@@ -443,7 +436,7 @@ void pool_backward(bool max, const Tensor& x, const Tensor& dy, const PoolGeom& 
 void avgpool_global_backward(const Tensor& dy, Tensor& dx) {
     const Shape& s = dx.shape();
     size_t plane = s.plane();
-    pfor((size_t)s.n * s.c, [&](size_t nc) {
+    parallel_for_each((size_t)s.n * s.c, [&](size_t nc) {
         float g = dy.data()[nc] / plane;
         float* p = dx.data() + nc * plane;
         for (size_t i = 0; i < plane; ++i) p[i] += g;
@@ -453,7 +446,7 @@ void avgpool_global_backward(const Tensor& dy, Tensor& dx) {
 void maxpool_depth_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
     const Shape &xs = x.shape(), &ys = dy.shape();
     size_t plane = xs.plane();
-    pfor((size_t)ys.n * ys.c, [&](size_t nc) {
+    parallel_for_each((size_t)ys.n * ys.c, [&](size_t nc) {
         size_t n = nc / ys.c;
         int c = (int)(nc % ys.c);
         for (size_t i = 0; i < plane; ++i) {
@@ -471,7 +464,7 @@ void maxpool_depth_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
 void add_channels(const Tensor& x, int src_c0, Tensor& y, int dst_c0, int count) {
     const Shape &xs = x.shape(), &ys = y.shape();
     size_t plane = xs.plane();
-    pfor((size_t)xs.n * count, [&](size_t nc) {
+    parallel_for_each((size_t)xs.n * count, [&](size_t nc) {
         size_t n = nc / count, c = nc % count;
         const float* s = x.data() + (n * xs.c + src_c0 + c) * plane;
         float* d = y.data() + (n * ys.c + dst_c0 + c) * plane;
@@ -506,7 +499,7 @@ void shortcut_backward(const Tensor& x, const std::vector<const Tensor*>& from, 
         }
     // dL/d(normalised w) accumulated per (channel group, input), reduced over the batch afterwards
     std::vector<double> dw_norm((size_t)s.c * nin, 0.0);
-    pfor(s.c, [&](size_t c) {
+    parallel_for_each(s.c, [&](size_t c) {
         const float* wc = w.data() + (wt == ShortcutWeights::per_channel ? c * nin : 0);
         size_t off = c * plane;
         for (int n = 0; n < s.n; ++n) {
@@ -561,7 +554,7 @@ void shortcut_backward(const Tensor& x, const std::vector<const Tensor*>& from, 
 
 void upsample_backward(const Tensor& dy, int stride, float scale, Tensor& dx) {
     const Shape &xs = dx.shape(), &ys = dy.shape();
-    pfor((size_t)xs.n * xs.c, [&](size_t nc) {
+    parallel_for_each((size_t)xs.n * xs.c, [&](size_t nc) {
         const float* d = dy.data() + nc * ys.plane();
         float* out = dx.data() + nc * xs.plane();
         for (int i = 0; i < ys.h; ++i)
@@ -571,7 +564,7 @@ void upsample_backward(const Tensor& dy, int stride, float scale, Tensor& dx) {
 
 void downsample_sum_backward(const Tensor& dy, int stride, float scale, Tensor& dx) {
     const Shape &xs = dx.shape(), &ys = dy.shape();
-    pfor((size_t)xs.n * xs.c, [&](size_t nc) {
+    parallel_for_each((size_t)xs.n * xs.c, [&](size_t nc) {
         const float* d = dy.data() + nc * ys.plane();
         float* out = dx.data() + nc * xs.plane();
         for (int i = 0; i < xs.h; ++i)
@@ -585,7 +578,7 @@ void reorg_backward(const Tensor& dy, int w, int h, int c, int stride, bool forw
     size_t sample = (size_t)w * h * c, batch = dy.size() / sample;
     int out_c = c / (stride * stride);
     // the reorg is a permutation: each output element maps to exactly one input element, no races
-    pfor(batch * c, [&](size_t bk) {
+    parallel_for_each(batch * c, [&](size_t bk) {
         size_t b = bk / c;
         int k = (int)(bk % c), c2 = k % out_c, offset = k / out_c;
         for (int j = 0; j < h; ++j)
@@ -604,7 +597,7 @@ void scale_channels_backward(const Tensor& s, const Tensor& from, bool scale_wh,
     const Shape& fs = from.shape();
     size_t plane = fs.plane();
     if (!scale_wh) {
-        pfor((size_t)fs.n * fs.c, [&](size_t nc) {
+        parallel_for_each((size_t)fs.n * fs.c, [&](size_t nc) {
             const float* f = from.data() + nc * plane;
             const float* d = dy.data() + nc * plane;
             float* df = dfrom.data() + nc * plane;
@@ -618,7 +611,7 @@ void scale_channels_backward(const Tensor& s, const Tensor& from, bool scale_wh,
         });
         return;
     }
-    pfor(fs.n, [&](size_t n) {
+    parallel_for_each(fs.n, [&](size_t n) {
         const float* sp = s.data() + n * plane;
         float* dsp = ds.data() + n * plane;
         for (int c = 0; c < fs.c; ++c) {
@@ -633,7 +626,7 @@ void scale_channels_backward(const Tensor& s, const Tensor& from, bool scale_wh,
 
 void mul_backward(const Tensor& a, const Tensor& b, const Tensor& dy, Tensor& da, Tensor& db) {
     size_t n = dy.size(), block = 4096;
-    pfor((n + block - 1) / block, [&](size_t blk) {
+    parallel_for_each((n + block - 1) / block, [&](size_t blk) {
         size_t e = std::min(n, (blk + 1) * block);
         for (size_t i = blk * block; i < e; ++i) {
             da.data()[i] += dy.data()[i] * b.data()[i];
@@ -644,7 +637,7 @@ void mul_backward(const Tensor& a, const Tensor& b, const Tensor& dy, Tensor& da
 
 void softmax_backward(const Tensor& y, const Tensor& dy, int groups, float temperature, Tensor& dx) {
     size_t per_sample = y.shape().sample(), gsize = per_sample / groups;
-    pfor((size_t)y.shape().n * groups, [&](size_t ng) {
+    parallel_for_each((size_t)y.shape().n * groups, [&](size_t ng) {
         const float* yy = y.data() + ng * gsize;
         const float* d = dy.data() + ng * gsize;
         float* out = dx.data() + ng * gsize;
@@ -656,7 +649,7 @@ void softmax_backward(const Tensor& y, const Tensor& dy, int groups, float tempe
 
 void sgd_update(float* w, float* grad, float* m, size_t n, float lr, float momentum, float decay, int batch) {
     size_t block = 4096;
-    pfor((n + block - 1) / block, [&](size_t blk) {
+    parallel_for_each((n + block - 1) / block, [&](size_t blk) {
         size_t e = std::min(n, (blk + 1) * block);
         for (size_t i = blk * block; i < e; ++i) sgd_step((uint)i, w, grad, m, lr, momentum, decay, batch);
     });
@@ -665,7 +658,7 @@ void sgd_update(float* w, float* grad, float* m, size_t n, float lr, float momen
 void adam_update(float* w, float* grad, float* m, float* v, size_t n, float lr, float b1, float b2, float eps,
                  float decay, int batch, int t) {
     size_t block = 4096;
-    pfor((n + block - 1) / block, [&](size_t blk) {
+    parallel_for_each((n + block - 1) / block, [&](size_t blk) {
         size_t e = std::min(n, (blk + 1) * block);
         for (size_t i = blk * block; i < e; ++i) adam_step((uint)i, w, grad, m, v, lr, b1, b2, eps, decay, batch, t);
     });
