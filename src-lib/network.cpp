@@ -1,7 +1,7 @@
 #include "network.h"
 
-#include <chrono>
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 
 namespace dn {
@@ -58,19 +58,23 @@ void Network::resize_input(int width, int height) {
     } catch (...) {
         layers = std::move(old);
         options = old_options;
+        warnings = old_warnings;
         throw;
     }
-    options.width = width, options.height = height;
-    warnings = old_warnings;
+    warnings = old_warnings;  // the rebuild repeats the cfg's warnings
     outputs_.clear();
     deltas_.clear();
 }
 
-const LayerOutputs& Network::forward(const Tensor& x) {
-    const Shape& s = x.shape();
+void Network::check_input(const Shape& s) const {
     if (s.c != options.channels || s.h != options.height || s.w != options.width)
         throw DarknetError("input is " + s.str() + " but the network expects Nx" + std::to_string(options.channels) +
                            "x" + std::to_string(options.height) + "x" + std::to_string(options.width));
+}
+
+const LayerOutputs& Network::forward(const Tensor& x) {
+    const Shape& s = x.shape();
+    check_input(s);
     outputs_.resize(layers.size());
     layer_ms_.assign(layers.size(), 0.0);
     const Tensor* in = &x;
@@ -87,9 +91,7 @@ const LayerOutputs& Network::forward(const Tensor& x) {
 
 const LayerOutputs& Network::forward_train(const Tensor& x) {
     const Shape& s = x.shape();
-    if (s.c != options.channels || s.h != options.height || s.w != options.width)
-        throw DarknetError("input is " + s.str() + " but the network expects Nx" + std::to_string(options.channels) +
-                           "x" + std::to_string(options.height) + "x" + std::to_string(options.width));
+    check_input(s);
     input_ = x;
     outputs_.resize(layers.size());
     deltas_.resize(layers.size());

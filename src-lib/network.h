@@ -63,6 +63,7 @@ public:
 
 private:
     void build(const CfgFile& cfg);
+    void check_input(const Shape& s) const;  // throws unless s matches the [net] input
     CfgFile cfg_;  // kept for resize_input
     std::unique_ptr<Backend> backend_;
     LayerOutputs outputs_;
