@@ -24,3 +24,44 @@ def test_wrong_image_type_is_a_clear_error(yolov3_tiny):
         net.detect(np.zeros((10, 10, 3), np.float32))
     with pytest.raises(TypeError, match="NumPy array"):
         net.detect([[1, 2, 3]])
+
+
+ADAM_CFG = """[net]
+width=8
+height=8
+channels=1
+adam=1
+B1=0.9
+B2=0.999
+eps=0.000001
+decay=0.0005
+
+[convolutional]
+filters=2
+size=3
+stride=1
+pad=1
+activation=linear
+"""
+
+
+def test_adam_step_count_is_the_iteration_given(tmp_path):
+    """Darknet's Adam corrects its moments with t = the training iteration, so a resumed run goes on
+    from the iteration it resumed at; Net.update(lr, batch, t) must use that t, not its own count."""
+    from darknet_py import _core
+    cfg = tmp_path / "adam.cfg"
+    cfg.write_text(ADAM_CFG)
+    net = _core.Net(str(cfg))
+    rng = np.random.default_rng(3)
+    w = net.params(0)["weights"]
+    w[...] = rng.standard_normal(w.shape)
+    w0 = w.copy()
+    g = rng.standard_normal(w.shape).astype(np.float32)
+    net.gradients(0)["weights"][...] = g.reshape(net.gradients(0)["weights"].shape)
+    lr, batch, t = 0.01, 4, 7
+    net.update(lr, batch, t)
+    # Darknet's adam_update with fresh moments: d = -g - decay*batch*w; m = (1-B1) d; v = (1-B2) d^2
+    d = -g.astype(np.float64) - 0.0005 * batch * w0
+    m, v = 0.1 * d, 0.001 * d * d
+    want = w0 + lr * (m / (1 - 0.9 ** t)) / (np.sqrt(v / (1 - 0.999 ** t)) + 1e-6)
+    np.testing.assert_allclose(net.params(0)["weights"], want, rtol=2e-4, atol=1e-6)
