@@ -11,6 +11,7 @@
 #include "gemm.h"
 #include "simd.h"
 #include "thread_pool.h"
+#include "shortcut_weights.h"
 #include "training_ops.h"
 
 namespace dn {
@@ -161,24 +162,9 @@ public:
         const Shape& s = x.shape();
         size_t per_sample = s.sample(), plane = s.plane();
         int nin = (int)from.size() + 1;
-        // per_feature: one weight per input; per_channel: one per input and channel. Normalised once per channel.
-        int nchan = wt == ShortcutWeights::per_channel ? s.c : 1;
-        std::vector<float> w((size_t)nin * nchan, 1.0f);
-        if (wt != ShortcutWeights::none)
-            for (int ch = 0; ch < nchan; ++ch) {
-                float mx = -FLT_MAX, sum = 0.0001f;
-                for (int k = 0; k < nin; ++k) mx = std::max(mx, weights[ch + k * nchan]);
-                for (int k = 0; k < nin; ++k) {
-                    float v = weights[ch + k * nchan];
-                    sum += norm == ShortcutNorm::relu ? (v > 0 ? v : 0) : std::exp(v - mx);
-                }
-                for (int k = 0; k < nin; ++k) {
-                    float v = weights[ch + k * nchan];
-                    if (norm == ShortcutNorm::relu) v = (v > 0 ? v : 0) / sum;
-                    else if (norm == ShortcutNorm::softmax) v = std::exp(v - mx) / sum;
-                    w[(size_t)ch * nin + k] = v;
-                }
-            }
+        // per_feature: one weight per input; per_channel: one per input and channel.
+        std::vector<float> w, sums;
+        cpu::normalize_shortcut_weights(weights, wt, norm, nin, wt == ShortcutWeights::per_channel ? s.c : 1, w, sums);
         parallel_for_each((size_t)s.n * s.c, [&](size_t nc) {
             size_t n = nc / s.c, c = nc % s.c;
             const float* wc = w.data() + (wt == ShortcutWeights::per_channel ? c * nin : 0);

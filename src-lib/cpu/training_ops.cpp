@@ -10,6 +10,7 @@
 #include "conv2d.h"
 #include "gemm.h"
 #include "gemm_driver.h"
+#include "shortcut_weights.h"
 #include "simd.h"
 #include "thread_pool.h"
 
@@ -479,24 +480,9 @@ void shortcut_backward(const Tensor& x, const std::vector<const Tensor*>& from, 
     size_t per_sample = s.sample(), plane = s.plane();
     int nin = (int)from.size() + 1;
     int nchan = wt == ShortcutWeights::per_channel ? s.c : 1;
-    // normalised weights per channel group (as in the forward) and their Jacobian w.r.t. the raw weights
-    std::vector<float> w((size_t)nin * nchan, 1.0f), sums(nchan, 1.0f);
-    if (wt != ShortcutWeights::none)
-        for (int ch = 0; ch < nchan; ++ch) {
-            float mx = -FLT_MAX, sum = 0.0001f;
-            for (int k = 0; k < nin; ++k) mx = std::max(mx, weights[ch + k * nchan]);
-            for (int k = 0; k < nin; ++k) {
-                float v = weights[ch + k * nchan];
-                sum += norm == ShortcutNorm::relu ? std::max(v, 0.0f) : std::exp(v - mx);
-            }
-            sums[ch] = sum;
-            for (int k = 0; k < nin; ++k) {
-                float v = weights[ch + k * nchan];
-                if (norm == ShortcutNorm::relu) v = std::max(v, 0.0f) / sum;
-                else if (norm == ShortcutNorm::softmax) v = std::exp(v - mx) / sum;
-                w[(size_t)ch * nin + k] = v;
-            }
-        }
+    // normalised weights per channel group (as in the forward); their Jacobian is applied below
+    std::vector<float> w, sums;
+    normalize_shortcut_weights(weights, wt, norm, nin, nchan, w, sums);
     // dL/d(normalised w) accumulated per (channel group, input), reduced over the batch afterwards
     std::vector<double> dw_norm((size_t)s.c * nin, 0.0);
     parallel_for_each(s.c, [&](size_t c) {
