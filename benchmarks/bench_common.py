@@ -6,8 +6,10 @@ from __future__ import annotations
 import os
 import platform
 import re
+import resource
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -258,3 +260,16 @@ def gemm_peak(threads: int, n: int = 1536) -> Peak:
 
 def safe_name(s: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", s)
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory in MB (VmHWM on Linux, ru_maxrss elsewhere)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    return r / (1024 * 1024 if sys.platform == "darwin" else 1024)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import os
 import statistics
 import sys
 import tempfile
@@ -25,7 +24,6 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_common as bc  # noqa: E402

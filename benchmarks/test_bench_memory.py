@@ -11,67 +11,44 @@ from pathlib import Path
 
 import pytest
 
-import bench_common as bc
 from conftest import report
 
 _SCRIPT = r"""
-import json, resource, sys, tempfile
+import json, sys, tempfile
 sys.path.insert(0, {bench_dir!r})
 import bench_common as bc
-
-def hwm_mb():
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
-    return r / (1024 * 1024 if sys.platform == "darwin" else 1024)
 
 with tempfile.TemporaryDirectory() as d:
     net, _, _ = bc.random_model(bc.find_model("yolov4-tiny"), d)
     blob = bc.input_blob(net)
-    before = hwm_mb()
+    before = bc.peak_rss_mb()
     net.forward(blob)
-    after = hwm_mb()
+    after = bc.peak_rss_mb()
     net.forward(blob)  # a second pass must reuse the buffers
-    again = hwm_mb()
+    again = bc.peak_rss_mb()
 print(json.dumps({{"loaded_mb": before, "forward_mb": after, "second_forward_mb": again}}))
 """
 
 
 _TRAIN_SCRIPT = r"""
-import json, resource, sys, tempfile
+import json, sys, tempfile
 import numpy as np
 sys.path.insert(0, {bench_dir!r})
 import bench_common as bc
 from test_bench_train import random_truths, BATCH
-
-def hwm_mb():
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return r / (1024 * 1024 if sys.platform == "darwin" else 1024)
 
 with tempfile.TemporaryDirectory() as d:
     net, _, _ = bc.random_model(bc.find_model("yolov4-tiny"), d)
     raw = net._net
     blob = bc.input_blob(net, batch=BATCH)
     truths = random_truths(np.random.default_rng(0), BATCH)
-    before = hwm_mb()
+    before = bc.peak_rss_mb()
     for _ in range(2):
         raw.forward_train(blob, [])
         raw.yolo_loss(truths)
         raw.backward()
         raw.update(1e-6, BATCH)
-    after = hwm_mb()
+    after = bc.peak_rss_mb()
 print(json.dumps({{"loaded_mb": before, "train_mb": after}}))
 """
 

@@ -45,6 +45,7 @@ def detector(workdir, threads):
 
 
 def run_cli_pipeline(net, clip: str, out_dir: str) -> int:
+    """The video path of `darknet_py detect`: returns the number of frames it wrote."""
     from darknet_py.runner import DetectOptions, Runner
     from darknet_py.sources import resolve_source
 
@@ -54,34 +55,11 @@ def run_cli_pipeline(net, clip: str, out_dir: str) -> int:
     return len(runner.results)
 
 
-def run_opencv_pipeline(net, clip: str, out_dir: str) -> int:
-    """The same steps without the CLI's runner (used if its module is missing)."""
-    from darknet_py.draw import draw_detections
-
-    cap = cv2.VideoCapture(clip)
-    out = cv2.VideoWriter(os.path.join(out_dir, "out.avi"), cv2.VideoWriter_fourcc(*"MJPG"), 25.0, (W, H))
-    n = 0
-    while True:
-        ok, frame = cap.read()
-        if not ok:
-            break
-        dets = net.detect(frame)
-        out.write(draw_detections(frame, dets, net.classes))
-        n += 1
-    out.release()
-    return n
-
-
 def test_video_detect_pipeline_fps(benchmark, workdir, detector, threads):
     net, what = detector
     clip = os.path.join(workdir, "clip.avi")
     make_clip(clip)
-    try:
-        import darknet_py.runner  # noqa: F401
-
-        pipeline, how = run_cli_pipeline, "darknet_py.runner (the CLI's video path)"
-    except ImportError:
-        pipeline, how = run_opencv_pipeline, "OpenCV decode/encode + Network.detect"
+    pipeline, how = run_cli_pipeline, "darknet_py.runner (the CLI's video path)"
     out_dir = os.path.join(workdir, "video-out")
     pipeline(net, clip, out_dir)  # warm-up: buffers, codec
     frames = {}
