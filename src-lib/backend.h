@@ -2,6 +2,7 @@
 // Every backend implements every op with the same meaning; `reference` is the naive oracle,
 // `cpu` is the fast one. src-test/test_ops.py compares them op by op.
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,21 +43,46 @@ public:
     virtual ~Backend() = default;
     virtual const char* name() const = 0;
 
-    // C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C, row-major.
-    virtual void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
-                      const float* B, int ldb, float beta, float* C, int ldc) = 0;
+    // ---- memory: where this backend's tensors live ---------------------------------------------
+    // The device whose memory holds this backend's tensors; null = host memory (cpu, reference).
+    virtual std::shared_ptr<Device> device() const { return nullptr; }
+    // A tensor in this backend's memory (zeroed on the host, unspecified on a device).
+    Tensor alloc(Shape s) const { return Tensor(s, std::make_shared<Buffer>(device(), s.size())); }
+    // Gives t shape s in this backend's memory; reallocates only when t lives elsewhere or is too small.
+    void resize(Tensor& t, Shape s) const {
+        if (t.buffer() && t.device() == device().get()) t.resize(s);
+        else t = alloc(s);
+    }
+    // t in this backend's memory: t itself when it is there already, otherwise a copy.
+    Tensor adopt(const Tensor& t) const {
+        if (t.buffer() && t.device() == device().get()) return t;
+        Tensor r = alloc(t.shape());
+        copy_tensor(t, r);
+        return r;
+    }
+
+    // y[i] = value for every element
+    virtual void fill(Tensor& y, float value) = 0;
+
+    // C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C, row-major, on whole tensors.
+    virtual void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const Tensor& A, int lda,
+                      const Tensor& B, int ldb, float beta, Tensor& C, int ldc) = 0;
 
     // y = conv(x, w); w is [out_c, in_c/groups, kh, kw]. No bias.
     virtual void conv2d(const Tensor& x, const Tensor& w, const ConvGeom& g, Tensor& y) = 0;
     // y = act(conv(x, w) * scale[c] + shift[c]); scale may be null (= 1). The inference path of
     // [convolutional]: batchnorm becomes a per-channel affine that a backend can fuse into its GEMM epilogue.
-    virtual void conv2d_affine_act(const Tensor& x, const Tensor& w, const ConvGeom& g, const float* scale,
-                                   const float* shift, Activation a, Tensor& y) = 0;
+    virtual void conv2d_affine_act(const Tensor& x, const Tensor& w, const ConvGeom& g, const Tensor* scale,
+                                   const Tensor& shift, Activation a, Tensor& y) = 0;
+    // Batchnorm with rolling statistics as a per-channel affine: k = scales / sqrt(var + eps),
+    // scale_out = k, shift_out = biases - mean * k (what conv2d_affine_act takes).
+    virtual void batchnorm_fold(const Tensor& scales, const Tensor& biases, const Tensor& mean, const Tensor& var,
+                                float eps, Tensor& scale_out, Tensor& shift_out) = 0;
     // y[n,c,:,:] += bias[c]
-    virtual void add_bias(Tensor& y, const float* bias) = 0;
+    virtual void add_bias(Tensor& y, const Tensor& bias) = 0;
     // y = (y - mean) / sqrt(var + eps) * scale + bias, per channel
-    virtual void batchnorm_inference(Tensor& y, const float* mean, const float* var, const float* scale,
-                                     const float* bias, float eps) = 0;
+    virtual void batchnorm_inference(Tensor& y, const Tensor& mean, const Tensor& var, const Tensor& scale,
+                                     const Tensor& bias, float eps) = 0;
     virtual void activate(Tensor& y, Activation a) = 0;
 
     virtual void maxpool(const Tensor& x, const PoolGeom& g, Tensor& y) = 0;
@@ -68,7 +94,7 @@ public:
     // y[:, dst_c0 : dst_c0+count] = x[:, src_c0 : src_c0+count] (route and its groups)
     virtual void copy_channels(const Tensor& x, int src_c0, Tensor& y, int dst_c0, int count) = 0;
     // y = sum of x and every `from` tensor (Darknet's shortcut with differing shapes), optionally weighted.
-    virtual void shortcut(const Tensor& x, const std::vector<const Tensor*>& from, const float* weights,
+    virtual void shortcut(const Tensor& x, const std::vector<const Tensor*>& from, const Tensor* weights,
                           ShortcutWeights wt, ShortcutNorm norm, Tensor& y) = 0;
     // nearest-neighbour upsample by `stride`, times scale
     virtual void upsample(const Tensor& x, int stride, float scale, Tensor& y) = 0;
@@ -94,15 +120,17 @@ public:
     // dx += dL/dx of y = conv(x, w)
     virtual void conv2d_backward_data(const Tensor& dy, const Tensor& w, const ConvGeom& g, Tensor& dx) = 0;
     // db[c] += sum of dy[:, c, :, :]
-    virtual void bias_backward(const Tensor& dy, float* db) = 0;
+    virtual void bias_backward(const Tensor& dy, Tensor& db) = 0;
     // Training batchnorm on y in place, with batch statistics: mean[c], var[c] (unbiased, as Darknet),
     // x_norm = (y - mean) / sqrt(var + eps), y = x_norm * scale + bias.
-    virtual void batchnorm_train(Tensor& y, float* mean, float* var, Tensor& x_norm, const float* scale,
-                                 const float* bias, float eps) = 0;
+    virtual void batchnorm_train(Tensor& y, Tensor& mean, Tensor& var, Tensor& x_norm, const Tensor& scale,
+                                 const Tensor& bias, float eps) = 0;
+    // Darknet's rolling statistics: rolling = keep * rolling + (1 - keep) * batch_value, per element.
+    virtual void rolling_update(Tensor& rolling, const Tensor& batch_value, float keep) = 0;
     // Given dy = dL/d(batchnorm output): dscale += sum(dy * x_norm), dbias += sum(dy), and dy becomes
     // dL/d(batchnorm input) (through the batch statistics).
-    virtual void batchnorm_backward(Tensor& dy, const Tensor& x_norm, const float* scale, const float* var,
-                                    float eps, float* dscale, float* dbias) = 0;
+    virtual void batchnorm_backward(Tensor& dy, const Tensor& x_norm, const Tensor& scale, const Tensor& var,
+                                    float eps, Tensor& dscale, Tensor& dbias) = 0;
     // dy = dL/d(pre-activation x), from dy = dL/d(act(x)), in place.
     virtual void activate_backward(const Tensor& x, Tensor& dy, Activation a) = 0;
     virtual void maxpool_backward(const Tensor& x, const Tensor& dy, const PoolGeom& g, Tensor& dx) = 0;
@@ -112,9 +140,9 @@ public:
     // y[:, dst_c0 : dst_c0+count] += x[:, src_c0 : src_c0+count] (route backward)
     virtual void add_channels(const Tensor& x, int src_c0, Tensor& y, int dst_c0, int count) = 0;
     // Backward of shortcut: dx, each dfrom[k] (may be null) and dweights (when weighted) accumulate.
-    virtual void shortcut_backward(const Tensor& x, const std::vector<const Tensor*>& from, const float* weights,
+    virtual void shortcut_backward(const Tensor& x, const std::vector<const Tensor*>& from, const Tensor* weights,
                                    ShortcutWeights wt, ShortcutNorm norm, const Tensor& dy, Tensor& dx,
-                                   const std::vector<Tensor*>& dfrom, float* dweights) = 0;
+                                   const std::vector<Tensor*>& dfrom, Tensor* dweights) = 0;
     virtual void upsample_backward(const Tensor& dy, int stride, float scale, Tensor& dx) = 0;
     virtual void downsample_sum_backward(const Tensor& dy, int stride, float scale, Tensor& dx) = 0;
     // Backward of reorg(x, w, h, c, stride, forward): dx += the inverse permutation of dy.
@@ -125,12 +153,16 @@ public:
     // dx += dL/dx of y = softmax(x) (true Jacobian; Darknet's classifier passes the cost delta straight through)
     virtual void softmax_backward(const Tensor& y, const Tensor& dy, int groups, float temperature, Tensor& dx) = 0;
 
-    // Darknet's SGD step on n values: m = m - grad - decay*batch*w; w += lr/batch * m; m *= momentum; grad = 0.
+    // Dropout's mask: mask[i] = 0 with probability p, else 1 / (1 - p), drawn from a counter-based
+    // hash of (seed, i) (kernels/dropout.h) so that every backend draws the same mask for a seed.
+    virtual void dropout_mask(Tensor& mask, float probability, uint64_t seed) = 0;
+
+    // Darknet's SGD step: m = m - grad - decay*batch*w; w += lr/batch * m; m *= momentum; grad = 0.
     // (m is Darknet's `*_updates` buffer; pass decay = 0 for biases and batchnorm scales.)
-    virtual void sgd_update(float* w, float* grad, float* m, size_t n, float lr, float momentum, float decay,
+    virtual void sgd_update(Tensor& w, Tensor& grad, Tensor& m, float lr, float momentum, float decay,
                             int batch) = 0;
     // Darknet's Adam step (t = update count from 1): see kernels/optimizer.h.
-    virtual void adam_update(float* w, float* grad, float* m, float* v, size_t n, float lr, float b1, float b2,
+    virtual void adam_update(Tensor& w, Tensor& grad, Tensor& m, Tensor& v, float lr, float b1, float b2,
                              float eps, float decay, int batch, int t) = 0;
 };
 

@@ -32,9 +32,38 @@ void Network::build(const CfgFile& cfg) {
     }
     if (layers.empty()) throw DarknetError(cfg.path + ": the cfg has no layers after [net]");
     warn_unused_options(cfg, warnings);
+    allocate_params();
 }
 
-void Network::set_backend(const std::string& name) { backend_ = make_backend(name); }
+void Network::allocate_params() {
+    for (auto& l : layers)
+        for (Param& p : l->params) {
+            p.value = backend_->alloc(p.shape);
+            backend_->fill(p.value, p.init);
+            if (!p.has_grad) continue;
+            p.grad = backend_->alloc(p.shape);
+            backend_->fill(p.grad, 0.0f);
+        }
+}
+
+void Network::set_backend(const std::string& name) { set_backend(make_backend(name)); }
+
+void Network::set_backend(std::unique_ptr<Backend> backend) {
+    // Parameters and optimizer state move to the new backend's memory; activations are rebuilt.
+    backend_ = std::move(backend);
+    for (auto& l : layers)
+        for (Param& p : l->params) {
+            p.value = backend_->adopt(p.value);
+            if (p.has_grad) p.grad = backend_->adopt(p.grad);
+        }
+    for (auto* state : {&momentum_, &adam_v_})
+        for (auto& per_layer : *state)
+            for (Tensor& t : per_layer)
+                if (!t.empty()) t = backend_->adopt(t);
+    outputs_.clear();
+    deltas_.clear();
+    input_ = Tensor();
+}
 
 void Network::resize_input(int width, int height) {
     if (width == options.width && height == options.height) return;
@@ -48,11 +77,12 @@ void Network::resize_input(int width, int height) {
     try {
         build(cfg);
         for (size_t i = 0; i < layers.size(); ++i) {
-            auto from = old[i]->params(), to = layers[i]->params();
+            auto &from = old[i]->params, &to = layers[i]->params;
             for (size_t k = 0; k < from.size(); ++k) {
-                if (from[k].tensor->size() != to[k].tensor->size())
+                if (from[k].shape != to[k].shape)
                     throw DarknetError("layer " + std::to_string(i) + " (" + old[i]->type() + ") has parameters that depend on the input size; cannot resize to " + std::to_string(width) + "x" + std::to_string(height));
-                std::copy(from[k].tensor->data(), from[k].tensor->data() + from[k].tensor->size(), to[k].tensor->data());
+                to[k].value = from[k].value;  // the same buffers: values and pending gradients carry over
+                to[k].grad = from[k].grad;
             }
         }
     } catch (...) {
@@ -77,11 +107,13 @@ const LayerOutputs& Network::forward(const Tensor& x) {
     check_input(s);
     outputs_.resize(layers.size());
     layer_ms_.assign(layers.size(), 0.0);
-    const Tensor* in = &x;
+    deltas_.clear();  // a plain forward invalidates the training state of forward_train
+    Tensor input = backend_->adopt(x);
+    const Tensor* in = &input;
     for (size_t i = 0; i < layers.size(); ++i) {
         auto t0 = std::chrono::steady_clock::now();
         Layer& l = *layers[i];
-        outputs_[i].resize(Shape{s.n, l.out.c, l.out.h, l.out.w});
+        backend_->resize(outputs_[i], Shape{s.n, l.out.c, l.out.h, l.out.w});
         l.forward(*backend_, *in, outputs_[i], outputs_);
         in = &outputs_[i];
         layer_ms_[i] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -92,16 +124,16 @@ const LayerOutputs& Network::forward(const Tensor& x) {
 const LayerOutputs& Network::forward_train(const Tensor& x) {
     const Shape& s = x.shape();
     check_input(s);
-    input_ = x;
+    input_ = backend_->adopt(x);
     outputs_.resize(layers.size());
     deltas_.resize(layers.size());
     const Tensor* in = &input_;
     for (size_t i = 0; i < layers.size(); ++i) {
         Layer& l = *layers[i];
         Shape os{s.n, l.out.c, l.out.h, l.out.w};
-        outputs_[i].resize(os);
-        deltas_[i].resize(os);
-        std::fill(deltas_[i].data(), deltas_[i].data() + deltas_[i].size(), 0.0f);
+        backend_->resize(outputs_[i], os);
+        backend_->resize(deltas_[i], os);
+        backend_->fill(deltas_[i], 0.0f);
         l.forward_train(*backend_, *in, outputs_[i], outputs_);
         in = &outputs_[i];
     }
@@ -121,23 +153,28 @@ void Network::update(float lr, int batch, int t) {
     int step = t > 0 ? t : ++updates_;
     momentum_.resize(layers.size());
     adam_v_.resize(layers.size());
+    // Optimizer state (Darknet's *_updates, Adam's second moment) lives beside each parameter.
+    auto state = [&](Tensor& t, const Shape& s) {
+        if (t.size() == s.size()) return;
+        t = backend_->alloc(s);
+        backend_->fill(t, 0.0f);
+    };
     for (size_t i = 0; i < layers.size(); ++i) {
-        auto params = layers[i]->trainables();
+        auto& params = layers[i]->params;
         momentum_[i].resize(params.size());
         adam_v_[i].resize(params.size());
         for (size_t k = 0; k < params.size(); ++k) {
-            const Trainable& p = params[k];
+            Param& p = params[k];
+            if (!p.has_grad) continue;
             Tensor& m = momentum_[i][k];
-            if (m.size() != p.value->size()) m = Tensor(p.value->shape());
+            state(m, p.shape);
             float decay = p.decay ? options.decay : 0.0f;
             if (options.adam) {
                 Tensor& v = adam_v_[i][k];
-                if (v.size() != p.value->size()) v = Tensor(p.value->shape());
-                backend_->adam_update(p.value->data(), p.grad->data(), m.data(), v.data(), p.value->size(), lr,
-                                      options.B1, options.B2, options.eps, decay, batch, step);
+                state(v, p.shape);
+                backend_->adam_update(p.value, p.grad, m, v, lr, options.B1, options.B2, options.eps, decay, batch, step);
             } else {
-                backend_->sgd_update(p.value->data(), p.grad->data(), m.data(), p.value->size(), lr, options.momentum,
-                                     decay, batch);
+                backend_->sgd_update(p.value, p.grad, m, lr, options.momentum, decay, batch);
             }
         }
     }

@@ -45,8 +45,11 @@ public:
     // the input size (e.g. [connected]).
     void resize_input(int width, int height);
 
+    // Moves parameters and optimizer state to another backend (and its device).
     void set_backend(const std::string& name);
+    void set_backend(std::unique_ptr<Backend> backend);
     const Backend& backend() const { return *backend_; }
+    Backend& backend() { return *backend_; }
 
     // Darknet's layer table ("cfglayers"): index, type, filters/size, input -> output, BFLOPs.
     std::string layer_table() const;
@@ -63,6 +66,7 @@ public:
 
 private:
     void build(const CfgFile& cfg);
+    void allocate_params();  // every layer's parameter values and gradients, on the backend
     void check_input(const Shape& s) const;  // throws unless s matches the [net] input
     CfgFile cfg_;  // kept for resize_input
     std::unique_ptr<Backend> backend_;

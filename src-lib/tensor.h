@@ -1,5 +1,7 @@
-// Tensor: an NCHW fp32 array. Storage is shared (reference-counted) so that layers can hand
-// views of their outputs to later layers without copies.
+// Tensor: an NCHW fp32 array = a shape plus a buffer that knows where it lives (host memory or
+// one device's memory). Buffers are shared (reference-counted) so that layers can hand their
+// outputs to later layers without copies. Elements are reachable only on the host (data());
+// a device tensor crosses to the host through the explicit copies at the end of this file.
 #pragma once
 #include <cstddef>
 #include <memory>
@@ -7,6 +9,9 @@
 #include <vector>
 
 namespace dn {
+
+class Device;
+struct DeviceMemory;
 
 struct Shape {
     int n = 1, c = 0, h = 0, w = 0;
@@ -20,29 +25,62 @@ struct Shape {
     }
 };
 
+// One allocation of `count` floats: zeroed host memory, or memory of `device` (contents unspecified).
+class Buffer {
+public:
+    explicit Buffer(size_t count) : count_(count), host_(count, 0.0f) {}
+    Buffer(std::shared_ptr<Device> device, size_t count);
+    ~Buffer();
+    Buffer(const Buffer&) = delete;
+    Buffer& operator=(const Buffer&) = delete;
+
+    size_t count() const { return count_; }
+    float* host() { return device_ ? nullptr : host_.data(); }
+    Device* device() const { return device_.get(); }
+    const std::shared_ptr<Device>& device_ptr() const { return device_; }
+    DeviceMemory* memory() const { return memory_; }
+
+private:
+    size_t count_;
+    std::vector<float> host_;
+    std::shared_ptr<Device> device_;
+    DeviceMemory* memory_ = nullptr;
+};
+
 class Tensor {
 public:
     Tensor() = default;
-    explicit Tensor(Shape s) : shape_(s), storage_(std::make_shared<std::vector<float>>(s.size(), 0.0f)) {}
-    static Tensor zeros(int n, int c, int h, int w) { return Tensor(Shape{n, c, h, w}); }
+    explicit Tensor(Shape s) : shape_(s), buffer_(std::make_shared<Buffer>(s.size())) {}  // host, zeroed
+    Tensor(Shape s, std::shared_ptr<Buffer> b) : shape_(s), buffer_(std::move(b)) {}
 
     const Shape& shape() const { return shape_; }
     size_t size() const { return shape_.size(); }
-    bool empty() const { return !storage_ || shape_.size() == 0; }
-    float* data() { return storage_ ? storage_->data() : nullptr; }
-    const float* data() const { return storage_ ? storage_->data() : nullptr; }
-    float& operator[](size_t i) { return (*storage_)[i]; }
-    float operator[](size_t i) const { return (*storage_)[i]; }
+    bool empty() const { return !buffer_ || shape_.size() == 0; }
+    bool on_host() const { return !buffer_ || !buffer_->device(); }
+    Device* device() const { return buffer_ ? buffer_->device() : nullptr; }
+    DeviceMemory* memory() const { return buffer_ ? buffer_->memory() : nullptr; }
+    const std::shared_ptr<Buffer>& buffer() const { return buffer_; }
 
-    // Reallocates only when the element count grows; contents are unspecified afterwards.
-    void resize(Shape s) {
-        if (!storage_ || storage_->size() < s.size()) storage_ = std::make_shared<std::vector<float>>(s.size(), 0.0f);
-        shape_ = s;
-    }
+    // Host elements. Throws DarknetError for a device tensor: copy it to the host first.
+    float* data();
+    const float* data() const { return const_cast<Tensor*>(this)->data(); }
+    // One host element (for the reference backend's obvious loops; fast code takes data() once).
+    float& operator[](size_t i) { return data()[i]; }
+    float operator[](size_t i) const { return data()[i]; }
+
+    // New shape in the same memory space (host stays host, a device tensor stays on its device);
+    // reallocates only when the element count grows; contents are unspecified afterwards.
+    void resize(Shape s);
 
 private:
     Shape shape_;
-    std::shared_ptr<std::vector<float>> storage_;
+    std::shared_ptr<Buffer> buffer_;
 };
+
+// ---- explicit host <-> device copies (plain memcpy where both sides are host memory) --------
+void copy_from_host(const float* src, Tensor& dst);   // dst.size() floats
+void copy_to_host(const Tensor& src, float* dst);     // src.size() floats
+void copy_tensor(const Tensor& src, Tensor& dst);     // same size, any memory spaces
+Tensor to_host(const Tensor& t);                      // t itself when it is already on the host
 
 }  // namespace dn

@@ -24,10 +24,10 @@ struct Reader {
     }
 };
 
-void transpose_in_place(Tensor& t, int rows, int cols) {
-    std::vector<float> tmp(t.data(), t.data() + (size_t)rows * cols);
+void transpose_in_place(std::vector<float>& v, int rows, int cols) {
+    std::vector<float> tmp = v;
     for (int r = 0; r < rows; ++r)
-        for (int c = 0; c < cols; ++c) t[(size_t)c * rows + r] = tmp[(size_t)r * cols + c];
+        for (int c = 0; c < cols; ++c) v[(size_t)c * rows + r] = tmp[(size_t)r * cols + c];
 }
 
 }  // namespace
@@ -51,21 +51,24 @@ WeightsHeader load_weights(Network& net, const std::string& path, int max_layers
         h.seen = seen32;
     }
 
+    std::vector<float> staging;  // one parameter at a time: read on the host, then copied to its device
     int n = max_layers < 0 ? (int)net.layers.size() : std::min(max_layers, (int)net.layers.size());
     for (int i = 0; i < n; ++i) {
         Layer& l = *net.layers[i];
-        for (const ParamBlock& b : l.params()) {
-            size_t count = b.tensor->size();
-            if (!r.read(b.tensor->data(), count * 4)) {
+        for (Param& p : l.params) {
+            size_t count = p.value.size();
+            staging.resize(count);
+            if (!r.read(staging.data(), count * 4)) {
                 size_t have = r.remaining / 4;
                 throw DarknetError(path + ": file ends inside layer " + std::to_string(i) + " (" + l.type() +
-                                   ", cfg line " + std::to_string(l.line) + "): its " + b.name + " need " +
+                                   ", cfg line " + std::to_string(l.line) + "): its " + p.name + " need " +
                                    std::to_string(count) + " floats but only " + std::to_string(have) +
                                    " remain (missing " + std::to_string(count - have) +
                                    "). Is the weights file for this cfg?");
             }
-            if (h.transpose() && std::strcmp(l.type(), "connected") == 0 && std::strcmp(b.name, "weights") == 0)
-                transpose_in_place(*b.tensor, (int)l.in.sample(), l.out.c);
+            if (h.transpose() && std::strcmp(l.type(), "connected") == 0 && p.name == "weights")
+                transpose_in_place(staging, (int)l.in.sample(), l.out.c);
+            copy_from_host(staging.data(), p.value);
         }
     }
     if (max_layers < 0 && r.remaining > 0)
@@ -86,9 +89,13 @@ void save_weights(Network& net, const std::string& path) {
         f.write(reinterpret_cast<const char*>(&h.minor), 4);
         f.write(reinterpret_cast<const char*>(&h.revision), 4);
         f.write(reinterpret_cast<const char*>(&h.seen), 8);
+        std::vector<float> staging;
         for (auto& l : net.layers)
-            for (const ParamBlock& b : l->params())
-                f.write(reinterpret_cast<const char*>(b.tensor->data()), (std::streamsize)(b.tensor->size() * 4));
+            for (const Param& p : l->params) {
+                staging.resize(p.value.size());
+                copy_to_host(p.value, staging.data());
+                f.write(reinterpret_cast<const char*>(staging.data()), (std::streamsize)(staging.size() * 4));
+            }
         f.flush();
         if (!f) {
             std::remove(tmp.c_str());

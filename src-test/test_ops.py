@@ -213,6 +213,10 @@ def elementwise_cases() -> List[Case]:
         out.append(Case(f"mul-{s}", "mul", (rand(*s), rand(*s))))
         out.append(Case(f"scale_channels-c-{s}", "scale_channels", (rand(n, c, 1, 1), rand(*s), False)))
         out.append(Case(f"scale_channels-wh-{s}", "scale_channels", (rand(n, 1, h, w), rand(*s), True)))
+        out.append(Case(f"fill-{s}", "fill", (list(s), float(rand(1)[0]))))
+        out.append(Case(f"batchnorm_fold-{c}", "batchnorm_fold", (rand(c), rand(c), rand(c), var, 1e-5)))
+        out.append(Case(f"rolling_update-{s}", "rolling_update", (rand(*s), rand(*s), 0.99)))
+        out.append(Case(f"dropout_mask-{s}", "dropout_mask", (list(s), 0.3, 12345 + n * 7 + c), atol=0, rtol=0))
     # batch-norm with a near-zero variance: eps must sit inside the sqrt
     out.append(Case("batchnorm-tiny-var", "batchnorm_inference",
                     (rand(1, 3, 4, 4), rand(3), np.array([0, 1e-7, 1], np.float32), rand(3), rand(3), 1e-5)))
@@ -588,6 +592,30 @@ def check_reorg(ref):
     got = ref.reorg(x, 3, 2, 12, s, False, [2, 12, 2, 3])
     want = x.reshape(2, 3, 2, s, 3, s).transpose(0, 3, 5, 1, 2, 4).reshape(2, 12, 2, 3)
     assert_close(got, want, 0, 0, "reference reorg3d is space-to-depth")
+
+
+@oracle
+def check_state_ops(ref):
+    x, v = rand(2, 3, 4, 5), rand(2, 3, 4, 5)
+    assert_close(ref.fill([2, 3, 4, 5], 1.5), np.full((2, 3, 4, 5), 1.5, np.float32), 0, 0, "fill")
+    assert_close(ref.rolling_update(x, v, 0.99), (0.99 * x + np.float32(0.01) * v).astype(np.float32), 1e-6, 1e-6,
+                 "rolling_update")
+    sc, b, mean, var = rand(7), rand(7), rand(7), rand(7, lo=0.01, hi=3)
+    k, shift = ref.batchnorm_fold(sc, b, mean, var, 1e-5)
+    want_k = sc / np.sqrt(var + np.float32(1e-5))
+    assert_close(k, want_k, 1e-6, 1e-6, "batchnorm_fold scale")
+    assert_close(shift, b - mean * want_k, 1e-6, 1e-6, "batchnorm_fold shift")
+
+
+@oracle
+def check_dropout_mask(ref):
+    p = 0.3
+    m = ref.dropout_mask([4, 16, 32, 32], p, 7).ravel()
+    assert set(np.unique(m)) <= {0.0, np.float32(1 / (1 - p))}, "mask values are 0 or 1/(1-p)"
+    assert abs((m == 0).mean() - p) < 0.01, f"drop rate {(m == 0).mean():.4f}, want {p}"
+    assert np.array_equal(m, ref.dropout_mask([4, 16, 32, 32], p, 7).ravel()), "same seed, same mask"
+    other = ref.dropout_mask([4, 16, 32, 32], p, 8).ravel()
+    assert 0.3 < (m != other).mean() < 0.6, "another seed draws an independent mask"
 
 
 @pytest.mark.parametrize("check", ORACLE_CHECKS, ids=lambda f: f.__name__)
@@ -1145,7 +1173,7 @@ def test_every_training_op_has_a_gradient_check():
     # every training op is compared with finite differences (or, for the optimizer steps, with
     # Darknet's formulas above); test_every_op_is_covered checks the cpu-vs-reference side
     ops = {m for m in dir(_core.Ops) if not m.startswith("_") and TRAINING_OP.search(m)}
-    missing = ops - FD_COVERED - {"sgd_update", "adam_update"}
+    missing = ops - FD_COVERED - {"sgd_update", "adam_update", "rolling_update"}
     assert not missing, f"training ops without a finite-difference check: {sorted(missing)}"
     kinds = {c.args[0] for c in TRAIN_CASES if c.op == "pool_backward"}
     assert kinds == {"max", "local_avg", "global_avg", "max_depth"}

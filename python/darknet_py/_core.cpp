@@ -25,15 +25,23 @@ Tensor to_tensor(const FloatArray& a) {
     int d[4] = {1, 1, 1, 1};
     for (int i = 0; i < a.ndim(); ++i) d[4 - a.ndim() + i] = (int)a.shape(i);
     Tensor t(Shape{d[0], d[1], d[2], d[3]});
-    std::memcpy(t.data(), a.data(), t.size() * sizeof(float));
+    copy_from_host(a.data(), t);
     return t;
 }
 
+// A copy of t (downloaded when t lives on a device), 4-D.
 py::array_t<float> to_numpy(const Tensor& t) {
     const Shape& s = t.shape();
     py::array_t<float> out({s.n, s.c, s.h, s.w});
-    std::memcpy(out.mutable_data(), t.data(), t.size() * sizeof(float));
+    copy_to_host(t, out.mutable_data());
     return out;
+}
+
+// A live NumPy view of a host tensor; the array keeps the tensor's buffer alive.
+py::array_t<float> host_view(const Tensor& t, const std::vector<py::ssize_t>& shape) {
+    auto* keep = new std::shared_ptr<Buffer>(t.buffer());
+    py::capsule owner(keep, [](void* p) { delete static_cast<std::shared_ptr<Buffer>*>(p); });
+    return py::array_t<float>(shape, const_cast<Tensor&>(t).data(), owner);
 }
 
 py::array_t<float> planar_to_numpy(const PlanarImage& im) {
@@ -69,6 +77,12 @@ py::dict layer_info(const Layer& l) {
 struct Ops {
     std::unique_ptr<Backend> be;
     explicit Ops(const std::string& name) : be(make_backend(name)) {}
+    Tensor in(const FloatArray& a) { return be->adopt(to_tensor(a)); }  // an argument, in the backend's memory
+    Tensor out(Shape s) {                                                 // a zeroed result
+        Tensor t = be->alloc(s);
+        be->fill(t, 0.0f);
+        return t;
+    }
 };
 
 PyObject* darknet_error_type = nullptr;  // the Python DarknetError class, owned by the module
@@ -177,7 +191,7 @@ PYBIND11_MODULE(_core, m) {
             return out;
         })
         .def_property_readonly("backend", [](const Network& n) { return std::string(n.backend().name()); })
-        .def("set_backend", &Network::set_backend)
+        .def("set_backend", [](Network& n, const std::string& name) { n.set_backend(name); })
         .def("resize_input", &Network::resize_input, py::arg("width"), py::arg("height"),
              "Rebuilds for a new input size keeping parameters and optimizer state (multi-scale training).")
         .def("net_options", [](const Network& n) {
@@ -232,16 +246,36 @@ PYBIND11_MODULE(_core, m) {
             Network& n = self.cast<Network&>();
             if (i < 0 || i >= (int)n.layers.size()) throw py::index_error("layer index out of range");
             py::dict d;
-            for (const ParamBlock& b : n.layers[i]->params()) {
-                const Shape& s = b.tensor->shape();
+            for (const Param& p : n.layers[i]->params) {
+                const Shape& s = p.shape;
                 std::vector<py::ssize_t> shape;
                 for (int v : {s.n, s.c, s.h, s.w})
                     if (v != 1 || !shape.empty()) shape.push_back(v);
                 if (shape.empty()) shape.push_back(1);
-                d[b.name] = py::array_t<float>(shape, b.tensor->data(), self);  // live view; keeps the net alive
+                if (p.value.on_host()) d[p.name.c_str()] = host_view(p.value, shape);
+                else d[p.name.c_str()] = to_numpy(p.value).reshape(shape);
             }
             return d;
-        }, "The layer's parameters as writable NumPy views, in .weights file order.")
+        }, "The layer's parameters in .weights file order: live NumPy views on the CPU, copies on a GPU.")
+        .def("set_params", [](Network& n, int i, const py::dict& values) {
+            if (i < 0 || i >= (int)n.layers.size()) throw py::index_error("layer index out of range");
+            Layer& l = *n.layers[i];
+            for (auto item : values) {
+                std::string name = py::str(item.first);
+                auto it = std::find_if(l.params.begin(), l.params.end(), [&](const Param& p) { return p.name == name; });
+                if (it == l.params.end()) {
+                    std::string known;
+                    for (const Param& p : l.params) known += (known.empty() ? "" : ", ") + p.name;
+                    throw DarknetError("layer " + std::to_string(i) + " (" + l.type() + ") has no parameter '" + name +
+                                       "' (it has: " + (known.empty() ? "none" : known) + ")");
+                }
+                FloatArray a = py::cast<FloatArray>(item.second);
+                if ((size_t)a.size() != it->value.size())
+                    throw DarknetError("layer " + std::to_string(i) + " " + name + " needs " +
+                                       std::to_string(it->value.size()) + " values, got " + std::to_string(a.size()));
+                copy_from_host(a.data(), it->value);
+            }
+        }, py::arg("i"), py::arg("values"), "Writes parameters of layer i from a {name: array} dict (any device).")
         .def("load_weights", [](Network& n, const std::string& path, int max_layers) {
             WeightsHeader h;
             {
@@ -290,7 +324,7 @@ PYBIND11_MODULE(_core, m) {
         .def("set_delta", [](Network& n, int i, const FloatArray& d) {
             Tensor& t = n.deltas().at(i);
             if ((size_t)d.size() != t.size()) throw DarknetError("delta for layer " + std::to_string(i) + " must have " + std::to_string(t.size()) + " values");
-            std::memcpy(t.data(), d.data(), t.size() * sizeof(float));
+            copy_from_host(d.data(), t);
         }, "Sets dL/d(output) of layer i (after forward_train, before backward).")
         .def("yolo_loss", [](Network& n, const std::vector<FloatArray>& truths) {
             // truths[b]: (k, 5) array of x, y, w, h (relative to the network input, centre form), class
@@ -345,12 +379,14 @@ PYBIND11_MODULE(_core, m) {
         .def("gradients", [](py::object self, int i) {
             Network& n = self.cast<Network&>();
             py::dict d;
-            for (const Trainable& t : n.layers.at(i)->trainables()) {
-                const Shape& s = t.grad->shape();
-                d[t.name] = py::array_t<float>({s.n, s.c, s.h, s.w}, t.grad->data(), self);
+            for (const Param& p : n.layers.at(i)->params) {
+                if (!p.has_grad) continue;
+                const Shape& s = p.shape;
+                if (p.grad.on_host()) d[p.name.c_str()] = host_view(p.grad, {s.n, s.c, s.h, s.w});
+                else d[p.name.c_str()] = to_numpy(p.grad);
             }
             return d;
-        }, "Gradient accumulators of layer i (live views, 4-D).")
+        }, "Gradient accumulators of layer i, 4-D (live views on the CPU, copies on a GPU).")
         .def("detect", [](Network& n, const FloatArray& x, std::vector<std::pair<int, int>> sizes, float thresh,
                           float nms_thresh, bool letterbox) {
             if (x.ndim() != 4) throw DarknetError("detect expects an NxCxHxW float32 array");
@@ -390,17 +426,15 @@ PYBIND11_MODULE(_core, m) {
         .def("gemm", [](Ops& o, bool ta, bool tb, float alpha, const FloatArray& A, const FloatArray& B, float beta,
                         const FloatArray& C) {
             int M = (int)C.shape(0), N = (int)C.shape(1), K = ta ? (int)A.shape(0) : (int)A.shape(1);
-            py::array_t<float> out({M, N});
-            std::memcpy(out.mutable_data(), C.data(), (size_t)M * N * 4);
-            o.be->gemm(ta, tb, M, N, K, alpha, A.data(), (int)A.shape(1), B.data(), (int)B.shape(1), beta,
-                       out.mutable_data(), N);
-            return out;
+            Tensor tA = o.in(A), tB = o.in(B), tC = o.in(C);
+            o.be->gemm(ta, tb, M, N, K, alpha, tA, (int)A.shape(1), tB, (int)B.shape(1), beta, tC, N);
+            return to_numpy(tC).reshape(std::vector<py::ssize_t>{M, N});
         })
         .def("conv2d", [](Ops& o, const FloatArray& x, const FloatArray& w, int stride_y, int stride_x, int pad,
                           int dilation, int groups, int out_h, int out_w) {
-            Tensor tx = to_tensor(x), tw = to_tensor(w);
+            Tensor tx = o.in(x), tw = o.in(w);
             ConvGeom g{tw.shape().h, tw.shape().w, stride_y, stride_x, pad, dilation, groups};
-            Tensor y(Shape{tx.shape().n, tw.shape().n, out_h, out_w});
+            Tensor y = o.out(Shape{tx.shape().n, tw.shape().n, out_h, out_w});
             o.be->conv2d(tx, tw, g, y);
             return to_numpy(y);
         })
@@ -410,36 +444,36 @@ PYBIND11_MODULE(_core, m) {
             bool ok;
             Activation a = activation_from_name(act, &ok);
             if (!ok) throw DarknetError("unknown activation " + act);
-            Tensor tx = to_tensor(x), tw = to_tensor(w);
+            Tensor tx = o.in(x), tw = o.in(w);
             ConvGeom g{tw.shape().h, tw.shape().w, stride_y, stride_x, pad, dilation, groups};
-            Tensor y(Shape{tx.shape().n, tw.shape().n, out_h, out_w});
-            FloatArray sc;
-            if (!scale.is_none()) sc = scale.cast<FloatArray>();
-            o.be->conv2d_affine_act(tx, tw, g, scale.is_none() ? nullptr : sc.data(), shift.data(), a, y);
+            Tensor y = o.out(Shape{tx.shape().n, tw.shape().n, out_h, out_w});
+            Tensor sc, sh = o.in(shift);
+            if (!scale.is_none()) sc = o.in(scale.cast<FloatArray>());
+            o.be->conv2d_affine_act(tx, tw, g, scale.is_none() ? nullptr : &sc, sh, a, y);
             return to_numpy(y);
         }, "scale may be None")
         .def("add_bias", [](Ops& o, const FloatArray& x, const FloatArray& b) {
-            Tensor t = to_tensor(x);
-            o.be->add_bias(t, b.data());
+            Tensor t = o.in(x);
+            o.be->add_bias(t, o.in(b));
             return to_numpy(t);
         })
         .def("batchnorm_inference", [](Ops& o, const FloatArray& x, const FloatArray& mean, const FloatArray& var,
                                        const FloatArray& scale, const FloatArray& bias, float eps) {
-            Tensor t = to_tensor(x);
-            o.be->batchnorm_inference(t, mean.data(), var.data(), scale.data(), bias.data(), eps);
+            Tensor t = o.in(x);
+            o.be->batchnorm_inference(t, o.in(mean), o.in(var), o.in(scale), o.in(bias), eps);
             return to_numpy(t);
         })
         .def("activate", [](Ops& o, const FloatArray& x, const std::string& name) {
             bool ok;
             Activation a = activation_from_name(name, &ok);
             if (!ok) throw DarknetError("unknown activation " + name);
-            Tensor t = to_tensor(x);
+            Tensor t = o.in(x);
             o.be->activate(t, a);
             return to_numpy(t);
         })
         .def("pool", [](Ops& o, const std::string& kind, const FloatArray& x, int size, int stride_y, int stride_x,
                         int padding, std::vector<int> out_shape) {
-            Tensor tx = to_tensor(x), y(shape_of(out_shape));
+            Tensor tx = o.in(x), y = o.out(shape_of(out_shape));
             PoolGeom g{size, stride_y, stride_x, padding};
             if (kind == "max") o.be->maxpool(tx, g, y);
             else if (kind == "local_avg") o.be->avgpool_local(tx, g, y);
@@ -449,99 +483,100 @@ PYBIND11_MODULE(_core, m) {
             return to_numpy(y);
         })
         .def("copy_channels", [](Ops& o, const FloatArray& x, int src_c0, const FloatArray& y, int dst_c0, int count) {
-            Tensor tx = to_tensor(x), ty = to_tensor(y);
+            Tensor tx = o.in(x), ty = o.in(y);
             o.be->copy_channels(tx, src_c0, ty, dst_c0, count);
             return to_numpy(ty);
         })
         .def("shortcut", [](Ops& o, const FloatArray& x, std::vector<FloatArray> from, const FloatArray& weights,
                             int weights_type, int norm) {
-            Tensor tx = to_tensor(x), y(tx.shape());
+            Tensor tx = o.in(x), y = o.out(tx.shape());
             std::vector<Tensor> fs;
-            for (auto& f : from) fs.push_back(to_tensor(f));
+            for (auto& f : from) fs.push_back(o.in(f));
             std::vector<const Tensor*> ptrs;
             for (auto& f : fs) ptrs.push_back(&f);
-            o.be->shortcut(tx, ptrs, weights.size() ? weights.data() : nullptr, (ShortcutWeights)weights_type,
+            Tensor tw = weights.size() ? o.in(weights) : Tensor();
+            o.be->shortcut(tx, ptrs, weights.size() ? &tw : nullptr, (ShortcutWeights)weights_type,
                            (ShortcutNorm)norm, y);
             return to_numpy(y);
         })
         .def("upsample", [](Ops& o, const FloatArray& x, int stride, float scale) {
-            Tensor tx = to_tensor(x);
+            Tensor tx = o.in(x);
             const Shape& s = tx.shape();
-            Tensor y(Shape{s.n, s.c, s.h * stride, s.w * stride});
+            Tensor y = o.out(Shape{s.n, s.c, s.h * stride, s.w * stride});
             o.be->upsample(tx, stride, scale, y);
             return to_numpy(y);
         })
         .def("downsample_sum", [](Ops& o, const FloatArray& x, int stride, float scale) {
-            Tensor tx = to_tensor(x);
+            Tensor tx = o.in(x);
             const Shape& s = tx.shape();
-            Tensor y(Shape{s.n, s.c, s.h / stride, s.w / stride});
+            Tensor y = o.out(Shape{s.n, s.c, s.h / stride, s.w / stride});
             o.be->downsample_sum(tx, stride, scale, y);
             return to_numpy(y);
         })
         .def("reorg", [](Ops& o, const FloatArray& x, int w, int h, int c, int stride, bool forward,
                          std::vector<int> out_shape) {
-            Tensor tx = to_tensor(x), y(shape_of(out_shape));
+            Tensor tx = o.in(x), y = o.out(shape_of(out_shape));
             if (y.size() != tx.size()) throw DarknetError("reorg keeps the element count");
             o.be->reorg(tx, w, h, c, stride, forward, y);
             return to_numpy(y);
         })
         .def("scale_channels", [](Ops& o, const FloatArray& s, const FloatArray& from, bool scale_wh) {
-            Tensor ts = to_tensor(s), tf = to_tensor(from), y(tf.shape());
+            Tensor ts = o.in(s), tf = o.in(from), y = o.out(tf.shape());
             o.be->scale_channels(ts, tf, scale_wh, y);
             return to_numpy(y);
         })
         .def("mul", [](Ops& o, const FloatArray& a, const FloatArray& b) {
-            Tensor ta = to_tensor(a), tb = to_tensor(b), y(ta.shape());
+            Tensor ta = o.in(a), tb = o.in(b), y = o.out(ta.shape());
             o.be->mul(ta, tb, y);
             return to_numpy(y);
         })
         .def("softmax", [](Ops& o, const FloatArray& x, int groups, float temperature) {
-            Tensor tx = to_tensor(x), y(tx.shape());
+            Tensor tx = o.in(x), y = o.out(tx.shape());
             o.be->softmax(tx, groups, temperature, y);
             return to_numpy(y);
         })
         // ---- training ops: each returns the accumulated gradient(s), starting from the given arrays
         .def("conv2d_backward_weights", [](Ops& o, const FloatArray& x, const FloatArray& dy, const FloatArray& dw,
                                            int stride_y, int stride_x, int pad, int dilation, int groups) {
-            Tensor tx = to_tensor(x), tdy = to_tensor(dy), tdw = to_tensor(dw);
+            Tensor tx = o.in(x), tdy = o.in(dy), tdw = o.in(dw);
             o.be->conv2d_backward_weights(tx, tdy, ConvGeom{tdw.shape().h, tdw.shape().w, stride_y, stride_x, pad, dilation, groups}, tdw);
             return to_numpy(tdw);
         })
         .def("conv2d_backward_data", [](Ops& o, const FloatArray& dy, const FloatArray& w, const FloatArray& dx,
                                         int stride_y, int stride_x, int pad, int dilation, int groups) {
-            Tensor tdy = to_tensor(dy), tw = to_tensor(w), tdx = to_tensor(dx);
+            Tensor tdy = o.in(dy), tw = o.in(w), tdx = o.in(dx);
             o.be->conv2d_backward_data(tdy, tw, ConvGeom{tw.shape().h, tw.shape().w, stride_y, stride_x, pad, dilation, groups}, tdx);
             return to_numpy(tdx);
         })
         .def("bias_backward", [](Ops& o, const FloatArray& dy, const FloatArray& db) {
-            Tensor tdy = to_tensor(dy), tdb = to_tensor(db);
-            o.be->bias_backward(tdy, tdb.data());
+            Tensor tdy = o.in(dy), tdb = o.in(db);
+            o.be->bias_backward(tdy, tdb);
             return to_numpy(tdb);
         })
         .def("batchnorm_train", [](Ops& o, const FloatArray& x, const FloatArray& scale, const FloatArray& bias, float eps) {
-            Tensor y = to_tensor(x), xn(y.shape());
-            std::vector<float> mean(y.shape().c), var(y.shape().c);
-            o.be->batchnorm_train(y, mean.data(), var.data(), xn, scale.data(), bias.data(), eps);
-            return py::make_tuple(to_numpy(y), to_numpy(xn), mean, var);
+            Tensor y = o.in(x), xn = o.out(y.shape()), mean = o.out(Shape{1, y.shape().c, 1, 1}),
+                   var = o.out(Shape{1, y.shape().c, 1, 1});
+            o.be->batchnorm_train(y, mean, var, xn, o.in(scale), o.in(bias), eps);
+            return py::make_tuple(to_numpy(y), to_numpy(xn), to_numpy(mean).attr("ravel")(), to_numpy(var).attr("ravel")());
         }, "returns (y, x_norm, mean, var)")
         .def("batchnorm_backward", [](Ops& o, const FloatArray& dy, const FloatArray& x_norm, const FloatArray& scale,
                                       const FloatArray& var, float eps) {
-            Tensor tdy = to_tensor(dy), txn = to_tensor(x_norm);
-            std::vector<float> dscale(tdy.shape().c, 0.0f), dbias(tdy.shape().c, 0.0f);
-            o.be->batchnorm_backward(tdy, txn, scale.data(), var.data(), eps, dscale.data(), dbias.data());
-            return py::make_tuple(to_numpy(tdy), dscale, dbias);
+            Tensor tdy = o.in(dy), txn = o.in(x_norm);
+            Tensor dscale = o.out(Shape{1, tdy.shape().c, 1, 1}), dbias = o.out(Shape{1, tdy.shape().c, 1, 1});
+            o.be->batchnorm_backward(tdy, txn, o.in(scale), o.in(var), eps, dscale, dbias);
+            return py::make_tuple(to_numpy(tdy), to_numpy(dscale).attr("ravel")(), to_numpy(dbias).attr("ravel")());
         }, "returns (dx, dscale, dbias)")
         .def("activate_backward", [](Ops& o, const FloatArray& x, const FloatArray& dy, const std::string& name) {
             bool ok;
             Activation a = activation_from_name(name, &ok);
             if (!ok) throw DarknetError("unknown activation " + name);
-            Tensor tx = to_tensor(x), tdy = to_tensor(dy);
+            Tensor tx = o.in(x), tdy = o.in(dy);
             o.be->activate_backward(tx, tdy, a);
             return to_numpy(tdy);
         })
         .def("pool_backward", [](Ops& o, const std::string& kind, const FloatArray& x, const FloatArray& dy, int size,
                                  int stride_y, int stride_x, int padding) {
-            Tensor tx = to_tensor(x), tdy = to_tensor(dy), dx(tx.shape());
+            Tensor tx = o.in(x), tdy = o.in(dy), dx = o.out(tx.shape());
             PoolGeom g{size, stride_y, stride_x, padding};
             if (kind == "max") o.be->maxpool_backward(tx, tdy, g, dx);
             else if (kind == "local_avg") o.be->avgpool_local_backward(tx, tdy, g, dx);
@@ -551,72 +586,94 @@ PYBIND11_MODULE(_core, m) {
             return to_numpy(dx);
         })
         .def("add_channels", [](Ops& o, const FloatArray& x, int src_c0, const FloatArray& y, int dst_c0, int count) {
-            Tensor tx = to_tensor(x), ty = to_tensor(y);
+            Tensor tx = o.in(x), ty = o.in(y);
             o.be->add_channels(tx, src_c0, ty, dst_c0, count);
             return to_numpy(ty);
         })
         .def("shortcut_backward", [](Ops& o, const FloatArray& x, std::vector<FloatArray> from, const FloatArray& weights,
                                      int weights_type, int norm, const FloatArray& dy) {
-            Tensor tx = to_tensor(x), tdy = to_tensor(dy), dx(tx.shape());
+            Tensor tx = o.in(x), tdy = o.in(dy), dx = o.out(tx.shape());
             std::vector<Tensor> fs, dfs;
-            for (auto& f : from) fs.push_back(to_tensor(f)), dfs.emplace_back(fs.back().shape());
+            for (auto& f : from) fs.push_back(o.in(f)), dfs.push_back(o.out(fs.back().shape()));
             std::vector<const Tensor*> ptrs;
             std::vector<Tensor*> dptrs;
             for (size_t k = 0; k < fs.size(); ++k) ptrs.push_back(&fs[k]), dptrs.push_back(&dfs[k]);
-            std::vector<float> dw(weights.size(), 0.0f);
-            o.be->shortcut_backward(tx, ptrs, weights.size() ? weights.data() : nullptr, (ShortcutWeights)weights_type,
-                                    (ShortcutNorm)norm, tdy, dx, dptrs, weights.size() ? dw.data() : nullptr);
+            Tensor tw = weights.size() ? o.in(weights) : Tensor();
+            Tensor dw = o.out(Shape{1, 1, 1, (int)weights.size()});
+            o.be->shortcut_backward(tx, ptrs, weights.size() ? &tw : nullptr, (ShortcutWeights)weights_type,
+                                    (ShortcutNorm)norm, tdy, dx, dptrs, weights.size() ? &dw : nullptr);
             py::list dfrom;
             for (auto& t : dfs) dfrom.append(to_numpy(t));
-            return py::make_tuple(to_numpy(dx), dfrom, dw);
+            return py::make_tuple(to_numpy(dx), dfrom, to_numpy(dw).attr("ravel")());
         }, "returns (dx, [dfrom], dweights)")
         .def("upsample_backward", [](Ops& o, const FloatArray& dy, int stride, float scale, std::vector<int> x_shape) {
-            Tensor tdy = to_tensor(dy), dx(shape_of(x_shape));
+            Tensor tdy = o.in(dy), dx = o.out(shape_of(x_shape));
             o.be->upsample_backward(tdy, stride, scale, dx);
             return to_numpy(dx);
         })
         .def("downsample_sum_backward", [](Ops& o, const FloatArray& dy, int stride, float scale, std::vector<int> x_shape) {
-            Tensor tdy = to_tensor(dy), dx(shape_of(x_shape));
+            Tensor tdy = o.in(dy), dx = o.out(shape_of(x_shape));
             o.be->downsample_sum_backward(tdy, stride, scale, dx);
             return to_numpy(dx);
         })
         .def("reorg_backward", [](Ops& o, const FloatArray& dy, int w, int h, int c, int stride, bool forward,
                                   std::vector<int> x_shape) {
-            Tensor tdy = to_tensor(dy), dx(shape_of(x_shape));
+            Tensor tdy = o.in(dy), dx = o.out(shape_of(x_shape));
             if (dx.size() != tdy.size()) throw DarknetError("reorg keeps the element count");
             o.be->reorg_backward(tdy, w, h, c, stride, forward, dx);
             return to_numpy(dx);
         })
         .def("scale_channels_backward", [](Ops& o, const FloatArray& s, const FloatArray& from, bool scale_wh,
                                            const FloatArray& dy) {
-            Tensor ts = to_tensor(s), tf = to_tensor(from), tdy = to_tensor(dy), ds(ts.shape()), df(tf.shape());
+            Tensor ts = o.in(s), tf = o.in(from), tdy = o.in(dy), ds = o.out(ts.shape()), df = o.out(tf.shape());
             o.be->scale_channels_backward(ts, tf, scale_wh, tdy, ds, df);
             return py::make_tuple(to_numpy(ds), to_numpy(df));
         })
         .def("mul_backward", [](Ops& o, const FloatArray& a, const FloatArray& b, const FloatArray& dy) {
-            Tensor ta = to_tensor(a), tb = to_tensor(b), tdy = to_tensor(dy), da(ta.shape()), db(tb.shape());
+            Tensor ta = o.in(a), tb = o.in(b), tdy = o.in(dy), da = o.out(ta.shape()), db = o.out(tb.shape());
             o.be->mul_backward(ta, tb, tdy, da, db);
             return py::make_tuple(to_numpy(da), to_numpy(db));
         })
         .def("softmax_backward", [](Ops& o, const FloatArray& y, const FloatArray& dy, int groups, float temperature) {
-            Tensor ty = to_tensor(y), tdy = to_tensor(dy), dx(ty.shape());
+            Tensor ty = o.in(y), tdy = o.in(dy), dx = o.out(ty.shape());
             o.be->softmax_backward(ty, tdy, groups, temperature, dx);
             return to_numpy(dx);
         })
         .def("sgd_update", [](Ops& o, const FloatArray& w, const FloatArray& grad, const FloatArray& m, float lr,
                               float momentum, float decay, int batch) {
-            Tensor tw = to_tensor(w), tg = to_tensor(grad), tm = to_tensor(m);
-            o.be->sgd_update(tw.data(), tg.data(), tm.data(), tw.size(), lr, momentum, decay, batch);
+            Tensor tw = o.in(w), tg = o.in(grad), tm = o.in(m);
+            o.be->sgd_update(tw, tg, tm, lr, momentum, decay, batch);
             return py::make_tuple(to_numpy(tw), to_numpy(tg), to_numpy(tm));
         }, "returns (w, grad, m) after one step")
         .def("adam_update", [](Ops& o, const FloatArray& w, const FloatArray& grad, const FloatArray& m, const FloatArray& v,
                                float lr, float b1, float b2, float eps, float decay, int batch, int t) {
-            Tensor tw = to_tensor(w), tg = to_tensor(grad), tm = to_tensor(m), tv = to_tensor(v);
-            o.be->adam_update(tw.data(), tg.data(), tm.data(), tv.data(), tw.size(), lr, b1, b2, eps, decay, batch, t);
+            Tensor tw = o.in(w), tg = o.in(grad), tm = o.in(m), tv = o.in(v);
+            o.be->adam_update(tw, tg, tm, tv, lr, b1, b2, eps, decay, batch, t);
             return py::make_tuple(to_numpy(tw), to_numpy(tg), to_numpy(tm), to_numpy(tv));
         }, "returns (w, grad, m, v) after one step")
+        .def("fill", [](Ops& o, std::vector<int> shape, float value) {
+            Tensor y = o.out(shape_of(shape));
+            o.be->fill(y, value);
+            return to_numpy(y);
+        })
+        .def("batchnorm_fold", [](Ops& o, const FloatArray& scales, const FloatArray& biases, const FloatArray& mean,
+                                  const FloatArray& var, float eps) {
+            Tensor k = o.out(Shape{1, (int)scales.size(), 1, 1}), b = o.out(k.shape());
+            o.be->batchnorm_fold(o.in(scales), o.in(biases), o.in(mean), o.in(var), eps, k, b);
+            return py::make_tuple(to_numpy(k).attr("ravel")(), to_numpy(b).attr("ravel")());
+        }, "returns (scale, shift)")
+        .def("rolling_update", [](Ops& o, const FloatArray& rolling, const FloatArray& value, float keep) {
+            Tensor r = o.in(rolling);
+            o.be->rolling_update(r, o.in(value), keep);
+            return to_numpy(r);
+        })
+        .def("dropout_mask", [](Ops& o, std::vector<int> shape, float probability, uint64_t seed) {
+            Tensor m = o.out(shape_of(shape));
+            o.be->dropout_mask(m, probability, seed);
+            return to_numpy(m);
+        })
         .def("yolo_activate", [](Ops& o, const FloatArray& x, int anchors, int classes, bool new_coords, float scale_x_y) {
-            Tensor tx = to_tensor(x), y(tx.shape());
+            Tensor tx = o.in(x), y = o.out(tx.shape());
             o.be->yolo_activate(tx, YoloGeom{anchors, classes, new_coords, scale_x_y}, y);
             return to_numpy(y);
         });

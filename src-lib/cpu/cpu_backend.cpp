@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "../backend.h"
+#include "../kernels/dropout.h"
 #include "../kernels/yolo.h"
 #include "conv2d.h"
 #include "gemm.h"
@@ -22,9 +23,14 @@ class CpuBackend final : public Backend {
 public:
     const char* name() const override { return "cpu"; }
 
-    void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
-              float beta, float* C, int ldc) override {
-        cpu_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    void fill(Tensor& y, float value) override {
+        float* d = y.data();
+        std::fill(d, d + y.size(), value);
+    }
+
+    void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const Tensor& A, int lda, const Tensor& B, int ldb,
+              float beta, Tensor& C, int ldc) override {
+        cpu_sgemm(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
     }
 
     void conv2d(const Tensor& x, const Tensor& w, const ConvGeom& g, Tensor& y) override {
@@ -33,14 +39,25 @@ public:
 
     // Batch norm (as scale/shift) and elementwise activations run in the GEMM epilogue; the two
     // channel-mixing activations need every channel of a pixel, so they run afterwards.
-    void conv2d_affine_act(const Tensor& x, const Tensor& w, const ConvGeom& g, const float* scale,
-                           const float* shift, Activation a, Tensor& y) override {
+    void conv2d_affine_act(const Tensor& x, const Tensor& w, const ConvGeom& g, const Tensor* scale,
+                           const Tensor& shift, Activation a, Tensor& y) override {
         bool fused = activation_is_elementwise(a);
-        cpu_conv2d(x, w, g, scale, shift, fused ? a : Activation::linear, y, conv_ws_);
+        cpu_conv2d(x, w, g, scale ? scale->data() : nullptr, shift.data(), fused ? a : Activation::linear, y, conv_ws_);
         if (!fused) activate(y, a);
     }
 
-    void add_bias(Tensor& y, const float* bias) override {
+    void batchnorm_fold(const Tensor& scales, const Tensor& biases, const Tensor& mean, const Tensor& var, float eps,
+                        Tensor& scale_out, Tensor& shift_out) override {
+        const float *sc = scales.data(), *b = biases.data(), *m = mean.data(), *v = var.data();
+        float *k = scale_out.data(), *sh = shift_out.data();
+        for (size_t c = 0; c < scales.size(); ++c) {
+            k[c] = sc[c] / std::sqrt(v[c] + eps);
+            sh[c] = b[c] - m[c] * k[c];
+        }
+    }
+
+    void add_bias(Tensor& y, const Tensor& bias_t) override {
+        const float* bias = bias_t.data();
         const Shape& s = y.shape();
         size_t plane = s.plane();
         float* d = y.data();
@@ -51,8 +68,9 @@ public:
         });
     }
 
-    void batchnorm_inference(Tensor& y, const float* mean, const float* var, const float* scale, const float* bias,
-                             float eps) override {
+    void batchnorm_inference(Tensor& y, const Tensor& mean_t, const Tensor& var_t, const Tensor& scale_t,
+                             const Tensor& bias_t, float eps) override {
+        const float *mean = mean_t.data(), *var = var_t.data(), *scale = scale_t.data(), *bias = bias_t.data();
         const Shape& s = y.shape();
         size_t plane = s.plane();
         float* d = y.data();
@@ -157,8 +175,9 @@ public:
                         x.data() + ((size_t)n * xs.c + src_c0) * xs.plane(), block * sizeof(float));
     }
 
-    void shortcut(const Tensor& x, const std::vector<const Tensor*>& from, const float* weights, ShortcutWeights wt,
-                  ShortcutNorm norm, Tensor& y) override {
+    void shortcut(const Tensor& x, const std::vector<const Tensor*>& from, const Tensor* weights_t,
+                  ShortcutWeights wt, ShortcutNorm norm, Tensor& y) override {
+        const float* weights = weights_t ? weights_t->data() : nullptr;
         const Shape& s = x.shape();
         size_t per_sample = s.sample(), plane = s.plane();
         int nin = (int)from.size() + 1;
@@ -308,14 +327,19 @@ public:
     void conv2d_backward_data(const Tensor& dy, const Tensor& w, const ConvGeom& g, Tensor& dx) override {
         cpu::conv2d_backward_data(dy, w, g, dx, col_);
     }
-    void bias_backward(const Tensor& dy, float* db) override { cpu::bias_backward(dy, db); }
-    void batchnorm_train(Tensor& y, float* mean, float* var, Tensor& x_norm, const float* scale, const float* bias,
+    void bias_backward(const Tensor& dy, Tensor& db) override { cpu::bias_backward(dy, db.data()); }
+    void batchnorm_train(Tensor& y, Tensor& mean, Tensor& var, Tensor& x_norm, const Tensor& scale, const Tensor& bias,
                          float eps) override {
-        cpu::batchnorm_train(y, mean, var, x_norm, scale, bias, eps);
+        cpu::batchnorm_train(y, mean.data(), var.data(), x_norm, scale.data(), bias.data(), eps);
     }
-    void batchnorm_backward(Tensor& dy, const Tensor& x_norm, const float* scale, const float* var, float eps,
-                            float* dscale, float* dbias) override {
-        cpu::batchnorm_backward(dy, x_norm, scale, var, eps, dscale, dbias);
+    void rolling_update(Tensor& rolling, const Tensor& batch_value, float keep) override {
+        float* r = rolling.data();
+        const float* b = batch_value.data();
+        for (size_t i = 0; i < rolling.size(); ++i) r[i] = keep * r[i] + (1.0f - keep) * b[i];
+    }
+    void batchnorm_backward(Tensor& dy, const Tensor& x_norm, const Tensor& scale, const Tensor& var, float eps,
+                            Tensor& dscale, Tensor& dbias) override {
+        cpu::batchnorm_backward(dy, x_norm, scale.data(), var.data(), eps, dscale.data(), dbias.data());
     }
     void activate_backward(const Tensor& x, Tensor& dy, Activation a) override { cpu::activate_backward(x, dy, a); }
     void maxpool_backward(const Tensor& x, const Tensor& dy, const PoolGeom& g, Tensor& dx) override {
@@ -331,10 +355,11 @@ public:
     void add_channels(const Tensor& x, int src_c0, Tensor& y, int dst_c0, int count) override {
         cpu::add_channels(x, src_c0, y, dst_c0, count);
     }
-    void shortcut_backward(const Tensor& x, const std::vector<const Tensor*>& from, const float* weights,
+    void shortcut_backward(const Tensor& x, const std::vector<const Tensor*>& from, const Tensor* weights,
                            ShortcutWeights wt, ShortcutNorm norm, const Tensor& dy, Tensor& dx,
-                           const std::vector<Tensor*>& dfrom, float* dweights) override {
-        cpu::shortcut_backward(x, from, weights, wt, norm, dy, dx, dfrom, dweights);
+                           const std::vector<Tensor*>& dfrom, Tensor* dweights) override {
+        cpu::shortcut_backward(x, from, weights ? weights->data() : nullptr, wt, norm, dy, dx, dfrom,
+                               dweights ? dweights->data() : nullptr);
     }
     void upsample_backward(const Tensor& dy, int stride, float scale, Tensor& dx) override {
         cpu::upsample_backward(dy, stride, scale, dx);
@@ -355,13 +380,17 @@ public:
     void softmax_backward(const Tensor& y, const Tensor& dy, int groups, float temperature, Tensor& dx) override {
         cpu::softmax_backward(y, dy, groups, temperature, dx);
     }
-    void sgd_update(float* w, float* grad, float* m, size_t n, float lr, float momentum, float decay,
-                    int batch) override {
-        cpu::sgd_update(w, grad, m, n, lr, momentum, decay, batch);
+    void dropout_mask(Tensor& mask, float probability, uint64_t seed) override {
+        float* m = mask.data();
+        for (size_t i = 0; i < mask.size(); ++i)
+            m[i] = dropout_scale((uint32_t)seed, (uint32_t)(seed >> 32), (uint32_t)i, probability);
     }
-    void adam_update(float* w, float* grad, float* m, float* v, size_t n, float lr, float b1, float b2, float eps,
+    void sgd_update(Tensor& w, Tensor& grad, Tensor& m, float lr, float momentum, float decay, int batch) override {
+        cpu::sgd_update(w.data(), grad.data(), m.data(), w.size(), lr, momentum, decay, batch);
+    }
+    void adam_update(Tensor& w, Tensor& grad, Tensor& m, Tensor& v, float lr, float b1, float b2, float eps,
                      float decay, int batch, int t) override {
-        cpu::adam_update(w, grad, m, v, n, lr, b1, b2, eps, decay, batch, t);
+        cpu::adam_update(w.data(), grad.data(), m.data(), v.data(), w.size(), lr, b1, b2, eps, decay, batch, t);
     }
 
 private:

@@ -1,7 +1,5 @@
 // [convolutional]: y = act(bn(conv(x, W)) or conv(x, W) + b). Darknet conventions: pad=1 means
 // padding = size/2; the effective padding is padding * dilation; output size ignores dilation.
-#include <cmath>
-
 #include "layer.h"
 #include "norm_activation.h"
 
@@ -15,48 +13,30 @@ public:
 
     void forward(Backend& be, const Tensor& x, Tensor& y, const LayerOutputs&) override {
         if (!batch_normalize) {
-            be.conv2d_affine_act(x, weights, geom, nullptr, biases.data(), activation, y);
+            be.conv2d_affine_act(x, weights(), geom, nullptr, biases(), activation, y);
             return;
         }
-        // batchnorm with rolling statistics = per-channel affine: k = scale / sqrt(var + eps), b = bias - mean * k
-        int n = out.c;
-        affine_.resize(2 * (size_t)n);
-        for (int c = 0; c < n; ++c) {
-            float k = scales[c] / std::sqrt(rolling_variance[c] + NormActivationTrainer::kEps);
-            affine_[c] = k;
-            affine_[n + c] = biases[c] - rolling_mean[c] * k;
-        }
-        be.conv2d_affine_act(x, weights, geom, affine_.data(), affine_.data() + n, activation, y);
+        // batchnorm with rolling statistics = per-channel affine, fused into the convolution
+        be.resize(fold_scale_, biases().shape());
+        be.resize(fold_shift_, biases().shape());
+        be.batchnorm_fold(params[norm_.scales].value, biases(), params[norm_.rolling_mean].value,
+                          params[norm_.rolling_variance].value, NormActivationTrainer::kEps, fold_scale_, fold_shift_);
+        be.conv2d_affine_act(x, weights(), geom, &fold_scale_, fold_shift_, activation, y);
     }
 
     void forward_train(Backend& be, const Tensor& x, Tensor& y, const LayerOutputs&) override {
-        be.conv2d(x, weights, geom, y);
-        trainer_.forward(be, y, batch_normalize, activation, scales, biases, rolling_mean, rolling_variance);
+        be.conv2d(x, weights(), geom, y);
+        trainer_.forward(be, y, params, norm_, activation);
     }
 
     void backward(Backend& be, const Tensor& x, const Tensor&, Tensor& dy, Tensor* dx, const LayerOutputs&,
                   std::vector<Tensor>&) override {
-        trainer_.backward(be, dy, batch_normalize, activation, scales, bias_grad, scale_grad);
-        be.conv2d_backward_weights(x, dy, geom, weight_grad);
-        if (dx) be.conv2d_backward_data(dy, weights, geom, *dx);
+        trainer_.backward(be, dy, params, norm_, activation);
+        be.conv2d_backward_weights(x, dy, geom, params[weights_].grad);
+        if (dx) be.conv2d_backward_data(dy, weights(), geom, *dx);
     }
 
-    std::vector<Trainable> trainables() override {
-        std::vector<Trainable> t{{"weights", &weights, &weight_grad, true}, {"biases", &biases, &bias_grad, false}};
-        if (batch_normalize) t.push_back({"scales", &scales, &scale_grad, false});
-        return t;
-    }
-
-    std::vector<ParamBlock> params() override {
-        if (batch_normalize)
-            return {{"biases", &biases}, {"scales", &scales}, {"rolling_mean", &rolling_mean},
-                    {"rolling_variance", &rolling_variance}, {"weights", &weights}};
-        return {{"biases", &biases}, {"weights", &weights}};
-    }
-
-    double bflops() const override {
-        return 2.0 * weights.size() * out.h * out.w / 1e9;
-    }
+    double bflops() const override { return 2.0 * params[weights_].shape.size() * out.h * out.w / 1e9; }
 
     std::string describe() const override {
         std::string d = std::to_string(out.c) + " " + std::to_string(geom.kw) + "x" + std::to_string(geom.kh) + "/" +
@@ -67,15 +47,29 @@ public:
         return d + " " + activation_name(activation) + (batch_normalize ? " bn" : "");
     }
 
+    // Darknet's file order: biases, [scales, rolling_mean, rolling_variance,] weights.
+    void declare_params(Shape weight_shape, int filters) {
+        Shape per_channel = chw(filters, 1, 1);
+        norm_.biases = add_param("biases", per_channel, 0.0f, true, false);
+        if (batch_normalize) {
+            norm_.scales = add_param("scales", per_channel, 1.0f, true, false);
+            norm_.rolling_mean = add_param("rolling_mean", per_channel, 0.0f, false, false);
+            norm_.rolling_variance = add_param("rolling_variance", per_channel, 1.0f, false, false);
+        }
+        weights_ = add_param("weights", weight_shape, 0.0f, true, true);
+    }
+    const Tensor& weights() const { return params[weights_].value; }
+    const Tensor& biases() const { return params[norm_.biases].value; }
+
     ConvGeom geom;
     bool batch_normalize = false;
     Activation activation = Activation::logistic;
-    Tensor weights, biases, scales, rolling_mean, rolling_variance;
-    Tensor weight_grad, bias_grad, scale_grad;
 
 private:
-    std::vector<float> affine_;  // folded batchnorm: scale then shift per output channel
-    NormActivationTrainer trainer_;  // training state kept from forward_train for backward
+    int weights_ = -1;
+    NormParams norm_;
+    Tensor fold_scale_, fold_shift_;  // batchnorm folded into a per-channel affine (inference)
+    NormActivationTrainer trainer_;   // training state kept from forward_train for backward
 };
 
 }  // namespace
@@ -112,17 +106,7 @@ std::unique_ptr<Layer> make_convolutional(const Section& s, const BuildContext& 
     l->geom = ConvGeom{size, size, stride_y, stride_x, padding * dilation, dilation, groups};
     l->in = in;
     l->out = chw(filters, out_h, out_w);
-    l->weights = Tensor(Shape{filters, in.c / groups, size, size});
-    l->biases = Tensor(chw(filters, 1, 1));
-    l->weight_grad = Tensor(l->weights.shape());
-    l->bias_grad = Tensor(l->biases.shape());
-    if (l->batch_normalize) {
-        l->scale_grad = Tensor(chw(filters, 1, 1));
-        l->scales = Tensor(chw(filters, 1, 1));
-        l->rolling_mean = Tensor(chw(filters, 1, 1));
-        l->rolling_variance = Tensor(chw(filters, 1, 1));
-        for (int i = 0; i < filters; ++i) l->scales[i] = 1.0f, l->rolling_variance[i] = 1.0f;
-    }
+    l->declare_params(Shape{filters, in.c / groups, size, size}, filters);
     return l;
 }
 

@@ -17,19 +17,16 @@ class Layer;
 // Per-sample shape (n = 1) of a layer's input or output.
 inline Shape chw(int c, int h, int w) { return Shape{1, c, h, w}; }
 
-// One block of floats as the .weights file stores it, in file order.
-struct ParamBlock {
-    const char* name;
-    Tensor* tensor;
-};
-
-// A trainable parameter with its gradient accumulator (dL/dvalue, summed over the batch).
-// decay = false for biases and batchnorm scales (Darknet applies weight decay to weights only).
-struct Trainable {
-    const char* name;
-    Tensor* value;
-    Tensor* grad;
-    bool decay;
+// One parameter of a layer. The layer's factory declares it (name, shape, initial value, whether
+// it has a gradient and takes weight decay) in .weights file order; the network allocates value
+// and gradient on its backend (Network::allocate_params) and the optimizer state beside them.
+struct Param {
+    std::string name;
+    Shape shape;
+    float init = 0.0f;      // every element starts here (weights get theirs from a file or init_weights)
+    bool has_grad = true;   // false for batchnorm's rolling statistics
+    bool decay = false;     // weight decay applies (Darknet: convolution and connected weights)
+    Tensor value, grad;     // grad: dL/dvalue summed over the batch, until the optimizer step
 };
 
 // What a layer being built may look at: the previous layers and the input shape.
@@ -61,10 +58,6 @@ public:
     // into (null for the first layer); deltas = every layer's dL/d(output), for layers that read others.
     virtual void backward(Backend& be, const Tensor& x, const Tensor& y, Tensor& dy, Tensor* dx,
                           const LayerOutputs& outputs, std::vector<Tensor>& deltas) = 0;
-    virtual std::vector<Trainable> trainables() { return {}; }
-
-    // The layer's stored parameters in .weights file order (empty for most layers).
-    virtual std::vector<ParamBlock> params() { return {}; }
     virtual double bflops() const { return 0.0; }
     // Short description for the layer table, e.g. "32  3 x 3/ 1".
     virtual std::string describe() const { return ""; }
@@ -74,12 +67,20 @@ public:
     int index = 0;
     int line = 0;
     Shape in, out;  // per sample
+    std::vector<Param> params;  // in .weights file order; most layers have none
+
+protected:
+    // Declares a parameter (factories only) and returns its index in `params`.
+    int add_param(std::string name, Shape shape, float init, bool has_grad, bool decay) {
+        params.push_back(Param{std::move(name), shape, init, has_grad, decay, Tensor(), Tensor()});
+        return (int)params.size() - 1;
+    }
 };
 
 // Training forward tail: keeps the pre-activation (activate_backward needs it), then activates y.
 inline void keep_pre_activation(Backend& be, Tensor& y, Activation a, Tensor& pre) {
     if (a == Activation::linear) return;
-    pre.resize(y.shape());
+    be.resize(pre, y.shape());
     be.copy_channels(y, 0, pre, 0, y.shape().c);
     be.activate(y, a);
 }

@@ -1,47 +1,50 @@
-// What [convolutional] and [connected] share after their linear map, in training: batchnorm with
-// batch statistics (and Darknet's rolling averages: 99% old, 1% this batch) or a bias, then the
-// activation; and the matching backward.
+// What [convolutional] and [connected] share after their linear map: the indices of their
+// batchnorm/bias parameters, and in training batchnorm with batch statistics (and Darknet's
+// rolling averages: 99% old, 1% this batch) or a bias, then the activation; and the backward.
 #pragma once
+#include <string>
 #include <vector>
 
 #include "layer.h"
 
 namespace dn {
 
+// Where a layer's biases and batchnorm parameters sit in its `params` (scales < 0: no batchnorm).
+struct NormParams {
+    int biases = -1, scales = -1, rolling_mean = -1, rolling_variance = -1;
+    bool batch_normalize() const { return scales >= 0; }
+};
+
 class NormActivationTrainer {
 public:
-    void forward(Backend& be, Tensor& y, bool batch_normalize, Activation a, const Tensor& scales,
-                 const Tensor& biases, Tensor& rolling_mean, Tensor& rolling_variance) {
-        if (batch_normalize) {
-            int c = y.shape().c;
-            x_norm_.resize(y.shape());
-            mean_.resize(c);
-            var_.resize(c);
-            be.batchnorm_train(y, mean_.data(), var_.data(), x_norm_, scales.data(), biases.data(), kEps);
-            for (int k = 0; k < c; ++k) {
-                rolling_mean[k] = 0.99f * rolling_mean[k] + 0.01f * mean_[k];
-                rolling_variance[k] = 0.99f * rolling_variance[k] + 0.01f * var_[k];
-            }
+    void forward(Backend& be, Tensor& y, std::vector<Param>& p, const NormParams& k, Activation a) {
+        if (k.batch_normalize()) {
+            Shape per_channel{1, y.shape().c, 1, 1};
+            be.resize(x_norm_, y.shape());
+            be.resize(mean_, per_channel);
+            be.resize(var_, per_channel);
+            be.batchnorm_train(y, mean_, var_, x_norm_, p[k.scales].value, p[k.biases].value, kEps);
+            be.rolling_update(p[k.rolling_mean].value, mean_, 0.99f);
+            be.rolling_update(p[k.rolling_variance].value, var_, 0.99f);
         } else {
-            be.add_bias(y, biases.data());
+            be.add_bias(y, p[k.biases].value);
         }
         keep_pre_activation(be, y, a, pre_activation_);
     }
 
     // dy: dL/d(layer output) in, dL/d(linear map output) out; accumulates the bias and scale gradients.
-    void backward(Backend& be, Tensor& dy, bool batch_normalize, Activation a, const Tensor& scales,
-                  Tensor& bias_grad, Tensor& scale_grad) {
+    void backward(Backend& be, Tensor& dy, std::vector<Param>& p, const NormParams& k, Activation a) {
         if (a != Activation::linear) be.activate_backward(pre_activation_, dy, a);
-        if (batch_normalize)
-            be.batchnorm_backward(dy, x_norm_, scales.data(), var_.data(), kEps, scale_grad.data(), bias_grad.data());
+        if (k.batch_normalize())
+            be.batchnorm_backward(dy, x_norm_, p[k.scales].value, var_, kEps, p[k.scales].grad, p[k.biases].grad);
         else
-            be.bias_backward(dy, bias_grad.data());
+            be.bias_backward(dy, p[k.biases].grad);
     }
 
     static constexpr float kEps = 1e-5f;  // Darknet's batchnorm epsilon, inside the sqrt
 
 private:
-    std::vector<float> mean_, var_;  // this batch's statistics
+    Tensor mean_, var_;  // this batch's statistics
     Tensor x_norm_, pre_activation_;
 };
 

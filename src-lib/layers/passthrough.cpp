@@ -1,8 +1,6 @@
 // Layers that do nothing at inference: [dropout] (identity at inference; in training it zeroes
 // inputs with `probability` and scales the rest by 1/(1-p), as Darknet) and [cost] (a classifier's
 // loss; its output is its input and its gradient passes straight through).
-#include <random>
-
 #include "layer.h"
 
 namespace dn {
@@ -18,10 +16,9 @@ public:
     }
     void forward_train(Backend& be, const Tensor& x, Tensor& y, const LayerOutputs& outputs) override {
         if (probability <= 0) return forward(be, x, y, outputs);
-        mask_.resize(x.shape());
-        std::bernoulli_distribution keep(1.0 - probability);
-        float scale = 1.0f / (1.0f - probability);
-        for (size_t i = 0; i < mask_.size(); ++i) mask_[i] = keep(rng_) ? scale : 0.0f;
+        be.resize(mask_, x.shape());
+        // a new mask per call: the seed counts this layer's draws (same masks on every backend)
+        be.dropout_mask(mask_, probability, ((uint64_t)index << 32) | draws_++);
         be.mul(x, mask_, y);
     }
     void backward(Backend& be, const Tensor&, const Tensor&, Tensor& dy, Tensor* dx, const LayerOutputs&,
@@ -36,7 +33,7 @@ public:
 
 private:
     Tensor mask_;
-    std::mt19937 rng_{12345};
+    uint32_t draws_ = 0;
 };
 
 }  // namespace

@@ -20,7 +20,7 @@ public:
     void backward(Backend& be, const Tensor& x, const Tensor&, Tensor& dy, Tensor* dx, const LayerOutputs& outputs,
                   std::vector<Tensor>& deltas) override {
         if (activation != Activation::linear) be.activate_backward(pre_activation_, dy, activation);
-        if (!dx) scratch_.resize(x.shape());
+        if (!dx) be.resize(scratch_, x.shape());
         be.scale_channels_backward(x, outputs[from], scale_wh, dy, dx ? *dx : scratch_, deltas[from]);
     }
     std::vector<int> sources() const override { return {from}; }
@@ -47,7 +47,7 @@ public:
     void backward(Backend& be, const Tensor& x, const Tensor&, Tensor& dy, Tensor* dx, const LayerOutputs& outputs,
                   std::vector<Tensor>& deltas) override {
         if (activation != Activation::linear) be.activate_backward(pre_activation_, dy, activation);
-        if (!dx) scratch_.resize(x.shape());
+        if (!dx) be.resize(scratch_, x.shape());
         be.mul_backward(x, outputs[from], dy, dx ? *dx : scratch_, deltas[from]);
     }
     std::vector<int> sources() const override { return {from}; }

@@ -13,13 +13,13 @@ public:
     void forward(Backend& be, const Tensor& x, Tensor& y, const LayerOutputs& outputs) override {
         std::vector<const Tensor*> inputs;
         for (int i : from) inputs.push_back(&outputs[i]);
-        be.shortcut(x, inputs, weights.empty() ? nullptr : weights.data(), weights_type, weights_norm, y);
+        be.shortcut(x, inputs, weights(), weights_type, weights_norm, y);
         be.activate(y, activation);
     }
     void forward_train(Backend& be, const Tensor& x, Tensor& y, const LayerOutputs& outputs) override {
         std::vector<const Tensor*> inputs;
         for (int i : from) inputs.push_back(&outputs[i]);
-        be.shortcut(x, inputs, weights.empty() ? nullptr : weights.data(), weights_type, weights_norm, y);
+        be.shortcut(x, inputs, weights(), weights_type, weights_norm, y);
         keep_pre_activation(be, y, activation, pre_activation_);
     }
     void backward(Backend& be, const Tensor& x, const Tensor&, Tensor& dy, Tensor* dx, const LayerOutputs& outputs,
@@ -28,18 +28,12 @@ public:
         std::vector<const Tensor*> inputs;
         std::vector<Tensor*> dfrom;
         for (int i : from) inputs.push_back(&outputs[i]), dfrom.push_back(&deltas[i]);
-        if (!dx) scratch_.resize(x.shape());
-        be.shortcut_backward(x, inputs, weights.empty() ? nullptr : weights.data(), weights_type, weights_norm, dy,
-                             dx ? *dx : scratch_, dfrom, weights.empty() ? nullptr : weight_grad.data());
+        if (!dx) be.resize(scratch_, x.shape());
+        be.shortcut_backward(x, inputs, weights(), weights_type, weights_norm, dy, dx ? *dx : scratch_, dfrom,
+                             params.empty() ? nullptr : &params[0].grad);
     }
-    std::vector<Trainable> trainables() override {
-        if (weights.empty()) return {};
-        return {{"weights", &weights, &weight_grad, false}};
-    }
-    std::vector<ParamBlock> params() override {
-        if (weights.empty()) return {};
-        return {{"weights", &weights}};
-    }
+    const Tensor* weights() const { return params.empty() ? nullptr : &params[0].value; }
+    void declare_params(Shape weight_shape) { add_param("weights", weight_shape, 1.0f, true, false); }
     std::vector<int> sources() const override { return from; }
     std::string describe() const override {
         std::string d;
@@ -52,7 +46,6 @@ public:
     Activation activation = Activation::linear;
     ShortcutWeights weights_type = ShortcutWeights::none;
     ShortcutNorm weights_norm = ShortcutNorm::none;
-    Tensor weights, weight_grad;
 
 private:
     Tensor pre_activation_, scratch_;
@@ -77,10 +70,8 @@ std::unique_ptr<Layer> make_shortcut(const Section& s, const BuildContext& ctx) 
     l->in = ctx.input;
     l->out = ctx.input;
     int nin = (int)l->from.size() + 1;
-    if (l->weights_type == ShortcutWeights::per_feature) l->weights = Tensor(chw(nin, 1, 1));
-    if (l->weights_type == ShortcutWeights::per_channel) l->weights = Tensor(chw(nin * l->in.c, 1, 1));
-    for (size_t i = 0; i < l->weights.size(); ++i) l->weights[i] = 1.0f;
-    if (!l->weights.empty()) l->weight_grad = Tensor(l->weights.shape());
+    if (l->weights_type == ShortcutWeights::per_feature) l->declare_params(chw(nin, 1, 1));
+    if (l->weights_type == ShortcutWeights::per_channel) l->declare_params(chw(nin * l->in.c, 1, 1));
     return l;
 }
 

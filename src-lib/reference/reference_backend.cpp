@@ -5,6 +5,7 @@
 
 #include "../backend.h"
 #include "../errors.h"
+#include "../kernels/dropout.h"
 
 namespace dn {
 
@@ -23,8 +24,14 @@ class ReferenceBackend final : public Backend {
 public:
     const char* name() const override { return "reference"; }
 
-    void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,
-              float beta, float* C, int ldc) override {
+    void fill(Tensor& y, float value) override {
+        for (size_t i = 0; i < y.size(); ++i) y[i] = value;
+    }
+
+    void gemm(bool ta, bool tb, int M, int N, int K, float alpha, const Tensor& At, int lda, const Tensor& Bt, int ldb,
+              float beta, Tensor& Ct, int ldc) override {
+        const float *A = At.data(), *B = Bt.data();
+        float* C = Ct.data();
         for (int i = 0; i < M; ++i)
             for (int j = 0; j < N; ++j) {
                 double sum = 0;
@@ -60,8 +67,10 @@ public:
             }
     }
 
-    void conv2d_affine_act(const Tensor& x, const Tensor& w, const ConvGeom& g, const float* scale,
-                           const float* shift, Activation a, Tensor& y) override {
+    void conv2d_affine_act(const Tensor& x, const Tensor& w, const ConvGeom& g, const Tensor* scale_t,
+                           const Tensor& shift_t, Activation a, Tensor& y) override {
+        const float* scale = scale_t ? scale_t->data() : nullptr;
+        const float* shift = shift_t.data();
         conv2d(x, w, g, y);
         const Shape& s = y.shape();
         for (int n = 0; n < s.n; ++n)
@@ -74,7 +83,15 @@ public:
         activate(y, a);
     }
 
-    void add_bias(Tensor& y, const float* bias) override {
+    void batchnorm_fold(const Tensor& scales, const Tensor& biases, const Tensor& mean, const Tensor& var, float eps,
+                        Tensor& scale_out, Tensor& shift_out) override {
+        for (size_t c = 0; c < scales.size(); ++c) {
+            scale_out[c] = scales[c] / std::sqrt(var[c] + eps);
+            shift_out[c] = biases[c] - mean[c] * scale_out[c];
+        }
+    }
+
+    void add_bias(Tensor& y, const Tensor& bias) override {
         const Shape& s = y.shape();
         for (int n = 0; n < s.n; ++n)
             for (int c = 0; c < s.c; ++c)
@@ -82,7 +99,7 @@ public:
                     for (int j = 0; j < s.w; ++j) at(y, n, c, i, j) += bias[c];
     }
 
-    void batchnorm_inference(Tensor& y, const float* mean, const float* var, const float* scale, const float* bias,
+    void batchnorm_inference(Tensor& y, const Tensor& mean, const Tensor& var, const Tensor& scale, const Tensor& bias,
                              float eps) override {
         const Shape& s = y.shape();
         for (int n = 0; n < s.n; ++n)
@@ -175,8 +192,9 @@ public:
                     for (int j = 0; j < s.w; ++j) at(y, n, dst_c0 + c, i, j) = at(x, n, src_c0 + c, i, j);
     }
 
-    void shortcut(const Tensor& x, const std::vector<const Tensor*>& from, const float* weights, ShortcutWeights wt,
-                  ShortcutNorm norm, Tensor& y) override {
+    void shortcut(const Tensor& x, const std::vector<const Tensor*>& from, const Tensor* weights_t,
+                  ShortcutWeights wt, ShortcutNorm norm, Tensor& y) override {
+        const float* weights = weights_t ? weights_t->data() : nullptr;
         // Darknet's shortcut_multilayer_cpu: inputs are added by flat per-sample index where it exists.
         const Shape& s = x.shape();
         size_t per_sample = s.sample();
@@ -339,7 +357,7 @@ public:
             }
     }
 
-    void bias_backward(const Tensor& dy, float* db) override {
+    void bias_backward(const Tensor& dy, Tensor& db) override {
         const Shape& s = dy.shape();
         for (int c = 0; c < s.c; ++c) {
             double sum = 0;
@@ -350,7 +368,7 @@ public:
         }
     }
 
-    void batchnorm_train(Tensor& y, float* mean, float* var, Tensor& x_norm, const float* scale, const float* bias,
+    void batchnorm_train(Tensor& y, Tensor& mean, Tensor& var, Tensor& x_norm, const Tensor& scale, const Tensor& bias,
                          float eps) override {
         const Shape& s = y.shape();
         double count = (double)s.n * s.h * s.w;
@@ -377,8 +395,12 @@ public:
         }
     }
 
-    void batchnorm_backward(Tensor& dy, const Tensor& x_norm, const float* scale, const float* var, float eps,
-                            float* dscale, float* dbias) override {
+    void rolling_update(Tensor& rolling, const Tensor& batch_value, float keep) override {
+        for (size_t i = 0; i < rolling.size(); ++i) rolling[i] = keep * rolling[i] + (1.0f - keep) * batch_value[i];
+    }
+
+    void batchnorm_backward(Tensor& dy, const Tensor& x_norm, const Tensor& scale, const Tensor& var, float eps,
+                            Tensor& dscale, Tensor& dbias) override {
         // x_norm = (x - mean) * inv with var unbiased (divides by N-1):
         // dx = inv * (g - mean(g) - x_norm * sum(g * x_norm) / (N - 1)),  g = dy * scale
         const Shape& s = dy.shape();
@@ -502,9 +524,11 @@ public:
                     for (int j = 0; j < s.w; ++j) at(y, n, dst_c0 + c, i, j) += at(x, n, src_c0 + c, i, j);
     }
 
-    void shortcut_backward(const Tensor& x, const std::vector<const Tensor*>& from, const float* weights,
+    void shortcut_backward(const Tensor& x, const std::vector<const Tensor*>& from, const Tensor* weights_t,
                            ShortcutWeights wt, ShortcutNorm norm, const Tensor& dy, Tensor& dx,
-                           const std::vector<Tensor*>& dfrom, float* dweights) override {
+                           const std::vector<Tensor*>& dfrom, Tensor* dweights_t) override {
+        const float* weights = weights_t ? weights_t->data() : nullptr;
+        float* dweights = dweights_t ? dweights_t->data() : nullptr;
         // y_i = sum_k w_k(i) * in_k[i] with w = normalise(raw weights): chain through the normalisation.
         const Shape& s = x.shape();
         size_t per_sample = s.sample();
@@ -617,9 +641,13 @@ public:
             }
     }
 
-    void sgd_update(float* w, float* grad, float* m, size_t n, float lr, float momentum, float decay,
-                    int batch) override {
-        for (size_t i = 0; i < n; ++i) {
+    void dropout_mask(Tensor& mask, float probability, uint64_t seed) override {
+        for (size_t i = 0; i < mask.size(); ++i)
+            mask[i] = dropout_scale((uint32_t)seed, (uint32_t)(seed >> 32), (uint32_t)i, probability);
+    }
+
+    void sgd_update(Tensor& w, Tensor& grad, Tensor& m, float lr, float momentum, float decay, int batch) override {
+        for (size_t i = 0; i < w.size(); ++i) {
             double upd = (double)m[i] - grad[i] - (double)decay * batch * w[i];
             w[i] = (float)(w[i] + (double)lr / batch * upd);
             m[i] = (float)(momentum * upd);
@@ -627,9 +655,9 @@ public:
         }
     }
 
-    void adam_update(float* w, float* grad, float* m, float* v, size_t n, float lr, float b1, float b2, float eps,
+    void adam_update(Tensor& w, Tensor& grad, Tensor& m, Tensor& v, float lr, float b1, float b2, float eps,
                      float decay, int batch, int t) override {
-        for (size_t i = 0; i < n; ++i) {
+        for (size_t i = 0; i < w.size(); ++i) {
             double d = -(double)grad[i] - (double)decay * batch * w[i];
             m[i] = (float)(b1 * m[i] + (1 - b1) * d);
             v[i] = (float)(b2 * v[i] + (1 - b2) * d * d);

@@ -58,7 +58,7 @@ std::vector<Detection> get_detections(const Network& net, const LayerOutputs& ou
     for (int li : net.yolo_layers()) {
         const YoloLayer& l = net.yolo(li);
         const YoloSpec& s = l.spec;
-        const Tensor& t = outputs[li];
+        Tensor t = to_host(outputs[li]);  // no copy on the CPU backends
         int lw = l.out.w, lh = l.out.h, plane = lw * lh, entries = 5 + s.classes;
         const float* x = t.data() + (size_t)b * l.out.sample();
         size_t first = dets.size();

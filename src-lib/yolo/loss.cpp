@@ -115,12 +115,14 @@ YoloLossStats yolo_loss(const YoloLayer& layer, const Tensor& output, Tensor& gr
     int lw = sh.w, lh = sh.h, plane = lw * lh, na = (int)s.mask.size();
     size_t per_image = sh.sample();
     std::vector<float> delta(output.size(), 0.0f);
+    // The loss runs on the host: a device head comes down once here, its delta goes up once below.
+    Tensor host_output = to_host(output);
     YoloLossStats st;
     double tot_iou = 0, avg_cat = 0, avg_obj = 0, avg_anyobj = 0, recall = 0, recall75 = 0;
     int class_count = 0;
 
     for (int b = 0; b < sh.n; ++b) {
-        HeadImage h{layer, s, output.data() + b * per_image, delta.data() + b * per_image, lw, lh, netw, neth, plane};
+        HeadImage h{layer, s, host_output.data() + b * per_image, delta.data() + b * per_image, lw, lh, netw, neth, plane};
         std::vector<TruthBox> boxes;
         for (const TruthBox& t : b < (int)truths.size() ? truths[b] : std::vector<TruthBox>{})
             if (t.cls >= 0 && t.cls < s.classes && (int)boxes.size() < s.max_boxes) boxes.push_back(t);
@@ -212,10 +214,11 @@ YoloLossStats yolo_loss(const YoloLayer& layer, const Tensor& output, Tensor& gr
     }
 
     double loss = 0;
-    for (size_t k = 0; k < delta.size(); ++k) {
-        loss += (double)delta[k] * delta[k];
-        grad[k] = -delta[k];
+    for (float& d : delta) {
+        loss += (double)d * d;
+        d = -d;  // Darknet's delta is -dL/d(input)
     }
+    copy_from_host(delta.data(), grad);
     int count = st.count ? st.count : 1;
     st.loss = loss;
     st.avg_iou = tot_iou / count;

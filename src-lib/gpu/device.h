@@ -1,0 +1,78 @@
+// The Device interface (after tinygrad's runtimes): what one GPU API must offer so that
+// GpuBackend (gpu_backend.h) can run every op of the contract on it. A device allocates, copies,
+// compiles the embedded kernel text (kernels/) once, and launches kernels by name. Everything
+// else (which kernel, grid and group sizes, temporaries, fallback) lives in GpuBackend, once.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dn {
+
+// One allocation on a device. Opaque to everything but the device that made it.
+struct DeviceMemory;
+
+// A kernel argument: a buffer or a small plain struct passed by value (kernels/args.h).
+struct KernelArg {
+    DeviceMemory* buffer = nullptr;  // a buffer argument when set
+    const void* bytes = nullptr;     // otherwise a struct argument of `size` bytes
+    size_t size = 0;
+
+    static KernelArg buf(DeviceMemory* m) { return KernelArg{m, nullptr, 0}; }
+    template <class T>
+    static KernelArg value(const T& v) { return KernelArg{nullptr, &v, sizeof(T)}; }
+};
+
+// A launch: `groups` threadgroups of `group` threads along x (1-D is what every kernel uses;
+// the kernel maps its thread id to elements itself).
+struct LaunchDims {
+    uint32_t groups = 1;
+    uint32_t group = 64;
+};
+
+// What `darknet_py info` prints per device.
+struct DeviceInfo {
+    std::string id;        // "opencl:0", "cuda:1", "metal"
+    std::string name;      // the device's own name
+    std::string vendor;
+    std::string driver;
+    uint64_t memory_bytes = 0;
+    int compute_units = 0;
+    bool is_gpu = true;    // false for CPU runtimes and simulators (never chosen by device="auto")
+};
+
+class Device {
+public:
+    virtual ~Device() = default;
+    virtual const DeviceInfo& info() const = 0;
+
+    // ---- memory ----
+    virtual DeviceMemory* alloc(size_t bytes) = 0;  // throws DarknetError when out of memory
+    virtual void free(DeviceMemory* m) = 0;
+    // Host <-> device copies; offsets and sizes in bytes. download waits for queued work.
+    virtual void upload(DeviceMemory* dst, size_t offset, const void* src, size_t bytes) = 0;
+    virtual void download(const DeviceMemory* src, size_t offset, void* dst, size_t bytes) = 0;
+    virtual void copy(const DeviceMemory* src, size_t src_offset, DeviceMemory* dst, size_t dst_offset,
+                      size_t bytes) = 0;
+
+    // ---- kernels ----
+    // Runs kernel `name` of the embedded kernel text (compiled when the device was opened).
+    virtual void launch(const char* name, LaunchDims dims, const std::vector<KernelArg>& args) = 0;
+    // Largest group size the device allows for this kernel (GpuBackend clamps to it).
+    virtual uint32_t max_group_size(const char* name) = 0;
+    // Waits until every queued command has finished.
+    virtual void synchronize() = 0;
+
+    // ---- optional vendor fast paths; false = not offered, GpuBackend runs its own kernels ----
+    // Row-major C[M,N] = alpha * op(A) * op(B) + beta * C on whole buffers.
+    virtual bool gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const DeviceMemory* A, int lda,
+                      const DeviceMemory* B, int ldb, float beta, DeviceMemory* C, int ldc) {
+        return false;
+    }
+
+    // Host <-> device traffic since the device was opened (tests assert it per iteration).
+    uint64_t bytes_uploaded = 0, bytes_downloaded = 0;
+};
+
+}  // namespace dn
