@@ -168,7 +168,6 @@ public:
 
 std::unique_ptr<Backend> make_reference_backend();
 std::unique_ptr<Backend> make_cpu_backend();
-std::unique_ptr<Backend> make_backend(const std::string& name);  // "reference" | "cpu"
-std::vector<std::string> backend_names();
+// make_backend(name), for every device name: devices.h
 
 }  // namespace dn

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstdio>
 
+#include "devices.h"
+
 namespace dn {
 
 Network::Network(const std::string& path, const std::string& backend) : backend_(make_backend(backend)) {

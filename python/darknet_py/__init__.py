@@ -4,10 +4,14 @@
     net = darknet_py.Network("yolov4-tiny.cfg", "yolov4-tiny.weights", "coco.names")
     detections = net.detect(cv2.imread("dog.jpg"))
 """
-from ._core import DarknetError
-from .network import Detection, Network, read_names
-from .evaluate import compute_map
-from .train import StopTraining, TrainingDiverged, TrainResult, train
+from .opencl_runtime import configure_environment as _configure_opencl
+
+_configure_opencl()  # before the engine first looks for OpenCL devices
+
+from ._core import DarknetError  # noqa: E402
+from .network import Detection, Network, read_names  # noqa: E402
+from .evaluate import compute_map  # noqa: E402
+from .train import StopTraining, TrainingDiverged, TrainResult, train  # noqa: E402
 
 map = compute_map  # darknet_py.map(data, cfg, weights, ...): Darknet's `detector map`
 

@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include "backend.h"
+#include "devices.h"
 #include "cpu/gemm.h"
 #include "cpu/thread_pool.h"
 #include "image.h"

@@ -65,9 +65,10 @@ public:
     virtual void synchronize() = 0;
 
     // ---- optional vendor fast paths; false = not offered, GpuBackend runs its own kernels ----
-    // Row-major C[M,N] = alpha * op(A) * op(B) + beta * C on whole buffers.
-    virtual bool gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const DeviceMemory* A, int lda,
-                      const DeviceMemory* B, int ldb, float beta, DeviceMemory* C, int ldc) {
+    // Row-major C[M,N] = alpha * op(A) * op(B) + beta * C; each matrix starts at an element offset.
+    virtual bool gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const DeviceMemory* A,
+                      size_t a_offset, int lda, const DeviceMemory* B, size_t b_offset, int ldb, float beta,
+                      DeviceMemory* C, size_t c_offset, int ldc) {
         return false;
     }
 

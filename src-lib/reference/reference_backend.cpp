@@ -672,12 +672,4 @@ public:
 
 std::unique_ptr<Backend> make_reference_backend() { return std::make_unique<ReferenceBackend>(); }
 
-std::unique_ptr<Backend> make_backend(const std::string& name) {
-    if (name == "reference") return make_reference_backend();
-    if (name == "cpu") return make_cpu_backend();
-    throw DarknetError("unknown backend '" + name + "' (available: reference, cpu)");
-}
-
-std::vector<std::string> backend_names() { return {"reference", "cpu"}; }
-
 }  // namespace dn

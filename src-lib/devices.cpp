@@ -1,0 +1,103 @@
+#include "devices.h"
+
+#include <map>
+#include <mutex>
+
+#include "errors.h"
+#include "gpu/gpu_backend.h"
+#include "opencl_device.h"
+
+namespace dn {
+
+namespace {
+
+// Parses "kind" or "kind:N" (N >= 0); false when name is not of that kind.
+bool parse_indexed(const std::string& name, const std::string& kind, int* index) {
+    if (name == kind) return *index = 0, true;
+    if (name.compare(0, kind.size() + 1, kind + ":") != 0) return false;
+    std::string rest = name.substr(kind.size() + 1);
+    if (rest.empty() || rest.size() > 6 || rest.find_first_not_of("0123456789") != std::string::npos)
+        throw DarknetError("device '" + name + "': expected " + kind + " or " + kind + ":N with N a device number");
+    *index = std::stoi(rest);
+    return true;
+}
+
+// An opened OpenCL device is shared by every backend on it (the kernel text compiles once), and
+// closed when the last tensor and backend on it are gone.
+std::shared_ptr<Device> opencl_device(int index) {
+    static std::mutex mutex;
+    static std::map<int, std::weak_ptr<Device>> opened;
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto d = opened[index].lock()) return d;
+    auto d = open_opencl_device(index, kGpuPrelude_opencl, kGpuKernelText);
+    opened[index] = d;
+    return d;
+}
+
+// Allocates, runs one kernel and reads it back: a device that fails this is not used by "auto".
+bool works(Backend& be, std::string* why) {
+    try {
+        Tensor t = be.alloc(Shape{1, 1, 1, 37});
+        be.fill(t, 0.5f);
+        Tensor h = to_host(t);
+        for (size_t i = 0; i < h.size(); ++i)
+            if (h.data()[i] != 0.5f) return *why = "a test kernel returned wrong values", false;
+        return true;
+    } catch (const std::exception& e) {
+        *why = e.what();
+        return false;
+    }
+}
+
+}  // namespace
+
+std::vector<DeviceReport> list_devices() {
+    std::vector<DeviceReport> out;
+    std::string why;
+    auto cl = list_opencl_devices(&why);
+    for (auto& info : cl) out.push_back(DeviceReport{"opencl", true, info, ""});
+    if (cl.empty()) out.push_back(DeviceReport{"opencl", false, {}, why});
+    out.push_back(DeviceReport{"cuda", false, {}, "not built into this module (no CUDA device support yet)"});
+    out.push_back(DeviceReport{"metal", false, {}, "not built into this module (no Metal device support yet)"});
+    return out;
+}
+
+std::vector<std::string> backend_names() {
+    std::vector<std::string> names{"reference", "cpu"};
+    for (const DeviceReport& r : list_devices())
+        if (r.found) names.push_back(r.info.id);
+    return names;
+}
+
+std::string resolve_device(const std::string& name, std::vector<std::string>* log) {
+    if (name != "auto") return name;
+    for (const DeviceReport& r : list_devices()) {
+        if (!r.found) continue;
+        if (!r.info.is_gpu) {
+            if (log) log->push_back(r.info.id + " (" + r.info.name + ") skipped: not a GPU");
+            continue;
+        }
+        std::string why;
+        try {
+            auto be = make_backend(r.info.id);
+            if (works(*be, &why)) return r.info.id;
+        } catch (const std::exception& e) {
+            why = e.what();
+        }
+        if (log) log->push_back(r.info.id + " (" + r.info.name + ") skipped: " + why);
+    }
+    return "cpu";
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& requested) {
+    std::string name = resolve_device(requested, nullptr);
+    if (name == "reference") return make_reference_backend();
+    if (name == "cpu") return make_cpu_backend();
+    int index = 0;
+    if (parse_indexed(name, "opencl", &index)) return std::make_unique<GpuBackend>(opencl_device(index));
+    if (parse_indexed(name, "cuda", &index) || name == "metal")
+        throw DarknetError("device '" + name + "' is not built into this module (darknet_py info lists what is)");
+    throw DarknetError("unknown device '" + name + "' (cpu, reference, opencl, opencl:N, cuda, cuda:N, metal, auto)");
+}
+
+}  // namespace dn

@@ -1,0 +1,69 @@
+#include "gpu_backend.h"
+
+#include <cstdio>
+
+#include "../errors.h"
+
+namespace dn {
+
+Tensor& HostStage::copy_of(const Tensor& t) {
+    auto& copy = host_[t.buffer().get()];
+    if (!copy) copy = std::make_unique<Tensor>(to_host(t));
+    return *copy;
+}
+
+Tensor& HostStage::inout(Tensor& t) {
+    if (!t.on_host()) outputs_[t.buffer().get()] = &t;
+    return copy_of(t);
+}
+
+void HostStage::upload_outputs() {
+    for (auto& [buffer, device_tensor] : outputs_) copy_from_host(host_[buffer]->data(), *device_tensor);
+}
+
+GpuBackend::GpuBackend(std::shared_ptr<Device> device) : device_(std::move(device)), name_(device_->info().id) {}
+
+KernelArg GpuBackend::buf(const Tensor& t) const {
+    if (t.device() != device_.get())
+        throw DarknetError("a " + t.shape().str() + " tensor on " + (t.on_host() ? "the host" : t.device()->info().id) +
+                           " was passed to an op on " + name_ + " (move it with Backend::adopt first)");
+    return KernelArg::buf(t.memory());
+}
+
+uint32_t GpuBackend::group_size(const char* kernel) {
+    auto it = group_sizes_.find(kernel);
+    if (it != group_sizes_.end()) return it->second;
+    uint32_t g = std::min<uint32_t>(256, device_->max_group_size(kernel));
+    return group_sizes_[kernel] = g ? g : 1;
+}
+
+uint32_t GpuBackend::reduction_group_size(const char* kernel) {
+    uint32_t g = 1;
+    while (g * 2 <= group_size(kernel)) g *= 2;  // the reductions halve their active threads each step
+    return g;
+}
+
+void GpuBackend::require_group_size(const char* kernel, uint32_t n) {
+    if (group_size(kernel) < n)
+        throw DarknetError(name_ + " runs at most " + std::to_string(group_size(kernel)) + " threads per group of " +
+                           kernel + ", which needs " + std::to_string(n));
+}
+
+void GpuBackend::fallback(const char* name, const std::function<void(Backend&, HostStage&)>& op) {
+    if (!cpu_) cpu_ = make_cpu_backend();
+    if (fallbacks_[name]++ == 0)
+        std::fprintf(stderr, "darknet_py: %s runs %s on the CPU (no kernel for it here): its tensors are copied\n",
+                     name_.c_str(), name);
+    HostStage h;
+    op(*cpu_, h);
+    h.upload_outputs();
+}
+
+Tensor& GpuBackend::scratch(int slot, size_t n) {
+    if ((int)scratch_.size() <= slot) scratch_.resize(slot + 1);
+    Tensor& t = scratch_[slot];
+    if (t.empty() || t.buffer()->count() < n) t = alloc(Shape{1, 1, 1, (int)n});
+    return t;
+}
+
+}  // namespace dn

@@ -1,0 +1,148 @@
+// GpuBackend: every op of the contract (backend.h) on a Device (device.h). Which kernel runs, with
+// which grid and group size, which temporaries, and what falls back to the CPU live here once;
+// a device (OpenCL, CUDA, Metal) only allocates, copies and launches.
+//
+// The op implementations are split by family: gpu_ops_forward.cpp, gpu_ops_conv.cpp,
+// gpu_ops_training.cpp. An op without a kernel runs on the CPU backend with explicit copies
+// (`fallback`), is counted, and is reported once on stderr; never a crash.
+#pragma once
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../backend.h"
+#include "device.h"
+
+namespace dn {
+
+// The host copies of one fallback op: inputs come down, outputs come down and go back up. A tensor
+// passed twice (a shortcut's dx may be one of its dfrom) gets one host copy, so aliasing is kept.
+class HostStage {
+public:
+    const Tensor& in(const Tensor& t) { return copy_of(t); }
+    const Tensor* in(const Tensor* t) { return t ? &in(*t) : nullptr; }
+    Tensor& inout(Tensor& t);
+    Tensor* inout(Tensor* t) { return t ? &inout(*t) : nullptr; }
+    void upload_outputs();
+
+private:
+    Tensor& copy_of(const Tensor& t);
+    std::map<const Buffer*, std::unique_ptr<Tensor>> host_;  // device buffer -> its host copy
+    std::map<const Buffer*, Tensor*> outputs_;               // device buffer -> the device tensor
+};
+
+class GpuBackend final : public Backend {
+public:
+    explicit GpuBackend(std::shared_ptr<Device> device);
+    const char* name() const override { return name_.c_str(); }
+    std::shared_ptr<Device> device() const override { return device_; }
+    Device& dev() const { return *device_; }
+
+    // How often each op ran on the CPU instead (an op without a kernel here, or a shape it refuses).
+    const std::map<std::string, int>& fallbacks() const { return fallbacks_; }
+
+    // ---- forward (gpu_ops_forward.cpp) ----
+    void fill(Tensor& y, float value) override;
+    void add_bias(Tensor& y, const Tensor& bias) override;
+    void batchnorm_inference(Tensor& y, const Tensor& mean, const Tensor& var, const Tensor& scale,
+                             const Tensor& bias, float eps) override;
+    void batchnorm_fold(const Tensor& scales, const Tensor& biases, const Tensor& mean, const Tensor& var, float eps,
+                        Tensor& scale_out, Tensor& shift_out) override;
+    void activate(Tensor& y, Activation a) override;
+    void maxpool(const Tensor& x, const PoolGeom& g, Tensor& y) override;
+    void avgpool_local(const Tensor& x, const PoolGeom& g, Tensor& y) override;
+    void avgpool_global(const Tensor& x, Tensor& y) override;
+    void maxpool_depth(const Tensor& x, Tensor& y) override;
+    void copy_channels(const Tensor& x, int src_c0, Tensor& y, int dst_c0, int count) override;
+    void shortcut(const Tensor& x, const std::vector<const Tensor*>& from, const Tensor* weights, ShortcutWeights wt,
+                  ShortcutNorm norm, Tensor& y) override;
+    void upsample(const Tensor& x, int stride, float scale, Tensor& y) override;
+    void downsample_sum(const Tensor& x, int stride, float scale, Tensor& y) override;
+    void reorg(const Tensor& x, int w, int h, int c, int stride, bool forward, Tensor& y) override;
+    void scale_channels(const Tensor& s, const Tensor& from, bool scale_wh, Tensor& y) override;
+    void mul(const Tensor& a, const Tensor& b, Tensor& y) override;
+    void softmax(const Tensor& x, int groups, float temperature, Tensor& y) override;
+    void yolo_activate(const Tensor& x, const YoloGeom& g, Tensor& y) override;
+    void rolling_update(Tensor& rolling, const Tensor& batch_value, float keep) override;
+    void dropout_mask(Tensor& mask, float probability, uint64_t seed) override;
+    void sgd_update(Tensor& w, Tensor& grad, Tensor& m, float lr, float momentum, float decay, int batch) override;
+    void adam_update(Tensor& w, Tensor& grad, Tensor& m, Tensor& v, float lr, float b1, float b2, float eps,
+                     float decay, int batch, int t) override;
+
+    // ---- matrix products and convolution (gpu_ops_conv.cpp) ----
+    void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const Tensor& A, int lda, const Tensor& B,
+              int ldb, float beta, Tensor& C, int ldc) override;
+    void conv2d(const Tensor& x, const Tensor& w, const ConvGeom& g, Tensor& y) override;
+    void conv2d_affine_act(const Tensor& x, const Tensor& w, const ConvGeom& g, const Tensor* scale,
+                           const Tensor& shift, Activation a, Tensor& y) override;
+    void conv2d_backward_weights(const Tensor& x, const Tensor& dy, const ConvGeom& g, Tensor& dw) override;
+    void conv2d_backward_data(const Tensor& dy, const Tensor& w, const ConvGeom& g, Tensor& dx) override;
+
+    // ---- training (gpu_ops_training.cpp) ----
+    void bias_backward(const Tensor& dy, Tensor& db) override;
+    void batchnorm_train(Tensor& y, Tensor& mean, Tensor& var, Tensor& x_norm, const Tensor& scale, const Tensor& bias,
+                         float eps) override;
+    void batchnorm_backward(Tensor& dy, const Tensor& x_norm, const Tensor& scale, const Tensor& var, float eps,
+                            Tensor& dscale, Tensor& dbias) override;
+    void activate_backward(const Tensor& x, Tensor& dy, Activation a) override;
+    void maxpool_backward(const Tensor& x, const Tensor& dy, const PoolGeom& g, Tensor& dx) override;
+    void avgpool_local_backward(const Tensor& x, const Tensor& dy, const PoolGeom& g, Tensor& dx) override;
+    void avgpool_global_backward(const Tensor& dy, Tensor& dx) override;
+    void maxpool_depth_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override;
+    void add_channels(const Tensor& x, int src_c0, Tensor& y, int dst_c0, int count) override;
+    void shortcut_backward(const Tensor& x, const std::vector<const Tensor*>& from, const Tensor* weights,
+                           ShortcutWeights wt, ShortcutNorm norm, const Tensor& dy, Tensor& dx,
+                           const std::vector<Tensor*>& dfrom, Tensor* dweights) override;
+    void upsample_backward(const Tensor& dy, int stride, float scale, Tensor& dx) override;
+    void downsample_sum_backward(const Tensor& dy, int stride, float scale, Tensor& dx) override;
+    void reorg_backward(const Tensor& dy, int w, int h, int c, int stride, bool forward, Tensor& dx) override;
+    void scale_channels_backward(const Tensor& s, const Tensor& from, bool scale_wh, const Tensor& dy, Tensor& ds,
+                                 Tensor& dfrom) override;
+    void mul_backward(const Tensor& a, const Tensor& b, const Tensor& dy, Tensor& da, Tensor& db) override;
+    void softmax_backward(const Tensor& y, const Tensor& dy, int groups, float temperature, Tensor& dx) override;
+
+    // ---- launching (used by the op files) ----
+    // The kernel argument of tensor t, which must live on this backend's device.
+    KernelArg buf(const Tensor& t) const;
+    // One thread per element: `threads` rounded up to whole groups of the kernel's group size.
+    template <class Args>
+    void launch(const char* kernel, size_t threads, std::vector<KernelArg> args, const Args& a) {
+        args.push_back(KernelArg::value(a));
+        uint32_t group = group_size(kernel);
+        device_->launch(kernel, LaunchDims{(uint32_t)((threads + group - 1) / group), group}, args);
+    }
+    // Exactly `groups` groups of a power-of-two size <= 256 (the reductions' threadgroup arrays).
+    template <class Args>
+    void launch_groups(const char* kernel, size_t groups, std::vector<KernelArg> args, const Args& a) {
+        args.push_back(KernelArg::value(a));
+        device_->launch(kernel, LaunchDims{(uint32_t)groups, reduction_group_size(kernel)}, args);
+    }
+    // Exactly `groups` groups of exactly 256 threads (kernels with fixed 16x16 tiles: gemm_f32).
+    template <class Args>
+    void launch_tiles(const char* kernel, size_t groups, std::vector<KernelArg> args, const Args& a) {
+        args.push_back(KernelArg::value(a));
+        require_group_size(kernel, 256);
+        device_->launch(kernel, LaunchDims{(uint32_t)groups, 256}, args);
+    }
+    // Runs `op` on the CPU backend over host copies (see HostStage), counted under `name`.
+    void fallback(const char* name, const std::function<void(Backend& cpu, HostStage& h)>& op);
+
+    // A device temporary of at least n floats, reused across calls (im2col columns etc.).
+    Tensor& scratch(int slot, size_t n);
+
+private:
+    uint32_t group_size(const char* kernel);
+    uint32_t reduction_group_size(const char* kernel);
+    void require_group_size(const char* kernel, uint32_t n);
+
+    std::shared_ptr<Device> device_;
+    std::string name_;
+    std::unique_ptr<Backend> cpu_;          // for fallbacks, made on first use
+    std::map<std::string, int> fallbacks_;
+    std::map<std::string, uint32_t> group_sizes_;
+    std::vector<Tensor> scratch_;
+};
+
+}  // namespace dn

@@ -1,0 +1,123 @@
+// GpuBackend's matrix products and convolutions. A convolution is, per image and group, im2col
+// into a column matrix and one GEMM (as Darknet's GPU path without cuDNN); 1x1 stride-1 unpadded
+// convolutions skip im2col (the image is its own column matrix). The backward passes are the
+// transposed GEMMs, and col2im as a gather (kernels/gemm.h). The device's vendor GEMM runs where it
+// offers one, the tiled gemm_f32 kernel otherwise.
+#include "../kernels/args_forward.h"
+#include "../kernels/args_training.h"
+#include "gpu_backend.h"
+
+namespace dn {
+
+namespace {
+
+// One (image, group) slice of a convolution: where its matrices start in the tensors.
+struct ConvSlice {
+    int cin_g, cout_g, K, out_plane;  // K = cin_g * kh * kw
+    bool direct;                      // 1x1, stride 1, no padding: the image is the column matrix
+    size_t x_offset(const Shape& xs, int n, int gi) const { return ((size_t)n * xs.c + (size_t)gi * cin_g) * xs.plane(); }
+    size_t y_offset(const Shape& ys, int n, int gi) const { return ((size_t)n * ys.c + (size_t)gi * cout_g) * ys.plane(); }
+    size_t w_offset(int gi) const { return (size_t)gi * cout_g * K; }
+};
+
+ConvSlice conv_slice(const Shape& xs, const Shape& ys, const ConvGeom& g) {
+    ConvSlice s;
+    s.cin_g = xs.c / g.groups;
+    s.cout_g = ys.c / g.groups;
+    s.K = s.cin_g * g.kh * g.kw;
+    s.out_plane = (int)ys.plane();
+    s.direct = g.kh == 1 && g.kw == 1 && g.stride_x == 1 && g.stride_y == 1 && g.pad == 0 && xs.h == ys.h &&
+               xs.w == ys.w;
+    return s;
+}
+
+Im2colImageArgs im2col_args(const Shape& xs, const Shape& ys, const ConvGeom& g, const ConvSlice& s, size_t im_offset) {
+    return Im2colImageArgs{s.K * s.out_plane, (int32_t)im_offset, 0, s.cin_g, xs.h, xs.w, g.kh, g.kw, g.pad,
+                           g.stride_y, g.stride_x, g.dilation, ys.h, ys.w};
+}
+
+}  // namespace
+
+// C = alpha op(A) op(B) + beta C on sub-matrices at element offsets: the device's GEMM or ours.
+static void gemm_at(GpuBackend& be, bool ta, bool tb, int M, int N, int K, float alpha, const Tensor& A, size_t a_off,
+                    int lda, const Tensor& B, size_t b_off, int ldb, float beta, Tensor& C, size_t c_off, int ldc) {
+    if (M == 0 || N == 0) return;
+    if (be.dev().gemm(ta, tb, M, N, K, alpha, A.memory(), a_off, lda, B.memory(), b_off, ldb, beta, C.memory(), c_off,
+                      ldc))
+        return;
+    int tiles_n = (N + 15) / 16;
+    GemmArgs a{M, N, K, lda, ldb, ldc, ta ? 1 : 0, tb ? 1 : 0, (int32_t)a_off, (int32_t)b_off, (int32_t)c_off,
+               tiles_n, alpha, beta};
+    be.launch_tiles("gemm_f32", (size_t)((M + 15) / 16) * tiles_n, {be.buf(A), be.buf(B), be.buf(C)}, a);
+}
+
+void GpuBackend::gemm(bool ta, bool tb, int M, int N, int K, float alpha, const Tensor& A, int lda, const Tensor& B,
+                      int ldb, float beta, Tensor& C, int ldc) {
+    gemm_at(*this, ta, tb, M, N, K, alpha, A, 0, lda, B, 0, ldb, beta, C, 0, ldc);
+}
+
+void GpuBackend::conv2d(const Tensor& x, const Tensor& w, const ConvGeom& g, Tensor& y) {
+    const Shape &xs = x.shape(), &ys = y.shape();
+    ConvSlice s = conv_slice(xs, ys, g);
+    Tensor& col = scratch(0, s.direct ? 1 : (size_t)s.K * s.out_plane);
+    for (int n = 0; n < xs.n; ++n)
+        for (int gi = 0; gi < g.groups; ++gi) {
+            size_t xo = s.x_offset(xs, n, gi);
+            if (!s.direct) {
+                Im2colImageArgs a = im2col_args(xs, ys, g, s, xo);
+                launch("im2col_f32", (size_t)a.n, {buf(col), buf(x)}, a);
+            }
+            gemm_at(*this, false, false, s.cout_g, s.out_plane, s.K, 1.0f, w, s.w_offset(gi), s.K, s.direct ? x : col,
+                    s.direct ? xo : 0, s.out_plane, 0.0f, y, s.y_offset(ys, n, gi), s.out_plane);
+        }
+}
+
+void GpuBackend::conv2d_affine_act(const Tensor& x, const Tensor& w, const ConvGeom& g, const Tensor* scale,
+                                   const Tensor& shift, Activation a, Tensor& y) {
+    conv2d(x, w, g, y);
+    const Shape& s = y.shape();
+    bool elementwise = activation_is_elementwise(a);
+    launch("affine_act_f32", y.size(), {buf(y), buf(scale ? *scale : shift), buf(shift)},
+           AffineActArgs{(int32_t)y.size(), s.c, (int32_t)s.plane(), scale ? 1 : 0, elementwise ? (int32_t)a : 0});
+    if (!elementwise) activate(y, a);
+}
+
+void GpuBackend::conv2d_backward_weights(const Tensor& x, const Tensor& dy, const ConvGeom& g, Tensor& dw) {
+    // dW_g[cout_g, K] += dY_g[cout_g, P] * col^T[P, K], summed over the images
+    const Shape &xs = x.shape(), &ys = dy.shape();
+    ConvSlice s = conv_slice(xs, ys, g);
+    Tensor& col = scratch(0, s.direct ? 1 : (size_t)s.K * s.out_plane);
+    for (int n = 0; n < xs.n; ++n)
+        for (int gi = 0; gi < g.groups; ++gi) {
+            size_t xo = s.x_offset(xs, n, gi);
+            if (!s.direct) {
+                Im2colImageArgs a = im2col_args(xs, ys, g, s, xo);
+                launch("im2col_f32", (size_t)a.n, {buf(col), buf(x)}, a);
+            }
+            gemm_at(*this, false, true, s.cout_g, s.K, s.out_plane, 1.0f, dy, s.y_offset(ys, n, gi), s.out_plane,
+                    s.direct ? x : col, s.direct ? xo : 0, s.out_plane, 1.0f, dw, s.w_offset(gi), s.K);
+        }
+}
+
+void GpuBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, const ConvGeom& g, Tensor& dx) {
+    // col[K, P] = W_g^T[K, cout_g] * dY_g[cout_g, P]; dx += col2im(col)
+    const Shape &xs = dx.shape(), &ys = dy.shape();
+    ConvSlice s = conv_slice(xs, ys, g);
+    Tensor& col = scratch(0, s.direct ? 1 : (size_t)s.K * s.out_plane);
+    for (int n = 0; n < xs.n; ++n)
+        for (int gi = 0; gi < g.groups; ++gi) {
+            size_t xo = s.x_offset(xs, n, gi);
+            if (s.direct) {
+                gemm_at(*this, true, false, s.K, s.out_plane, s.cout_g, 1.0f, w, s.w_offset(gi), s.K, dy,
+                        s.y_offset(ys, n, gi), s.out_plane, 1.0f, dx, xo, s.out_plane);
+                continue;
+            }
+            gemm_at(*this, true, false, s.K, s.out_plane, s.cout_g, 1.0f, w, s.w_offset(gi), s.K, dy,
+                    s.y_offset(ys, n, gi), s.out_plane, 0.0f, col, 0, s.out_plane);
+            Col2imArgs a{(int32_t)((size_t)s.cin_g * xs.plane()), (int32_t)xo, 0, s.cin_g, xs.h, xs.w, g.kh, g.kw,
+                         g.pad, g.stride_y, g.stride_x, g.dilation, ys.h, ys.w};
+            launch("col2im_f32", (size_t)a.n, {buf(col), buf(dx)}, a);
+        }
+}
+
+}  // namespace dn

@@ -1,0 +1,159 @@
+// GpuBackend's forward, elementwise and optimizer ops: one launch each of the kernels in
+// kernels/forward_elementwise.h and kernels/forward_layout.h (launch geometry documented there).
+#include "../kernels/args_forward.h"
+#include "gpu_backend.h"
+
+namespace dn {
+
+namespace {
+int32_t i32(size_t v) { return (int32_t)v; }
+}  // namespace
+
+void GpuBackend::fill(Tensor& y, float value) {
+    launch("fill_f32", y.size(), {buf(y)}, FillArgs{i32(y.size()), value});
+}
+
+void GpuBackend::add_bias(Tensor& y, const Tensor& bias) {
+    const Shape& s = y.shape();
+    launch("add_bias_f32", y.size(), {buf(y), buf(bias)}, ChannelArgs{i32(y.size()), s.c, i32(s.plane())});
+}
+
+void GpuBackend::batchnorm_inference(Tensor& y, const Tensor& mean, const Tensor& var, const Tensor& scale,
+                                     const Tensor& bias, float eps) {
+    const Shape& s = y.shape();
+    launch("batchnorm_inference_f32", y.size(), {buf(y), buf(mean), buf(var), buf(scale), buf(bias)},
+           BatchnormArgs{i32(y.size()), s.c, i32(s.plane()), eps});
+}
+
+void GpuBackend::batchnorm_fold(const Tensor& scales, const Tensor& biases, const Tensor& mean, const Tensor& var,
+                                float eps, Tensor& scale_out, Tensor& shift_out) {
+    launch("batchnorm_fold_f32", scales.size(), {buf(scale_out), buf(shift_out), buf(scales), buf(biases), buf(mean), buf(var)},
+           BatchnormFoldArgs{i32(scales.size()), eps});
+}
+
+void GpuBackend::activate(Tensor& y, Activation a) {
+    const Shape& s = y.shape();
+    if (a == Activation::linear) return;
+    if (activation_is_elementwise(a))
+        launch("activate_f32", y.size(), {buf(y)}, ActivateArgs{i32(y.size()), (int32_t)a});
+    else
+        launch("normalize_channels_f32", (size_t)s.n * s.plane(), {buf(y)},
+               NormalizeChannelsArgs{i32((size_t)s.n * s.plane()), s.c, i32(s.plane()), (int32_t)a});
+}
+
+static PoolArgs pool_args(const Tensor& x, const PoolGeom& g, const Tensor& y) {
+    const Shape &xs = x.shape(), &ys = y.shape();
+    return PoolArgs{(int32_t)y.size(), xs.h, xs.w, ys.h, ys.w, g.size, g.stride_y, g.stride_x, g.padding};
+}
+
+void GpuBackend::maxpool(const Tensor& x, const PoolGeom& g, Tensor& y) {
+    launch("maxpool_f32", y.size(), {buf(y), buf(x)}, pool_args(x, g, y));
+}
+
+void GpuBackend::avgpool_local(const Tensor& x, const PoolGeom& g, Tensor& y) {
+    launch("avgpool_local_f32", y.size(), {buf(y), buf(x)}, pool_args(x, g, y));
+}
+
+void GpuBackend::avgpool_global(const Tensor& x, Tensor& y) {
+    const Shape& s = x.shape();
+    launch_groups("avgpool_global_f32", (size_t)s.n * s.c, {buf(y), buf(x)}, GlobalPoolArgs{i32(s.plane())});
+}
+
+void GpuBackend::maxpool_depth(const Tensor& x, Tensor& y) {
+    launch("maxpool_depth_f32", y.size(), {buf(y), buf(x)},
+           MaxpoolDepthArgs{i32(y.size()), x.shape().c, y.shape().c, i32(x.shape().plane())});
+}
+
+static CopyChannelsArgs copy_args(const Tensor& x, int src_c0, const Tensor& y, int dst_c0, int count, bool add) {
+    const Shape& xs = x.shape();
+    size_t n = (size_t)xs.n * count * xs.plane();
+    return CopyChannelsArgs{(int32_t)n, (int32_t)xs.plane(), count, xs.c, src_c0, y.shape().c, dst_c0, add ? 1 : 0};
+}
+
+void GpuBackend::copy_channels(const Tensor& x, int src_c0, Tensor& y, int dst_c0, int count) {
+    CopyChannelsArgs a = copy_args(x, src_c0, y, dst_c0, count, false);
+    launch("copy_channels_f32", (size_t)a.n, {buf(y), buf(x)}, a);
+}
+
+void GpuBackend::add_channels(const Tensor& x, int src_c0, Tensor& y, int dst_c0, int count) {
+    CopyChannelsArgs a = copy_args(x, src_c0, y, dst_c0, count, true);
+    launch("copy_channels_f32", (size_t)a.n, {buf(y), buf(x)}, a);
+}
+
+void GpuBackend::shortcut(const Tensor& x, const std::vector<const Tensor*>& from, const Tensor* weights,
+                          ShortcutWeights wt, ShortcutNorm norm, Tensor& y) {
+    // one launch per input (kernels/forward_layout.h): y = w0 * x, then y += w_k * from[k-1]
+    const Shape& s = x.shape();
+    const Tensor& w = weights ? *weights : y;  // any buffer when unweighted: it is not read
+    int inputs = (int)from.size() + 1;
+    for (int k = 0; k < inputs; ++k) {
+        const Tensor& in = k == 0 ? x : *from[k - 1];
+        ShortcutArgs a{i32(y.size()), i32(s.sample()), i32(in.shape().sample()), k, inputs, (int32_t)wt,
+                       (int32_t)norm, s.c, i32(s.plane())};
+        launch("shortcut_f32", y.size(), {buf(y), buf(in), buf(w)}, a);
+    }
+}
+
+void GpuBackend::upsample(const Tensor& x, int stride, float scale, Tensor& y) {
+    const Shape &xs = x.shape(), &ys = y.shape();
+    launch("upsample_f32", y.size(), {buf(y), buf(x)}, ResampleArgs{i32(y.size()), xs.w, xs.h, ys.w, ys.h, stride, scale});
+}
+
+void GpuBackend::downsample_sum(const Tensor& x, int stride, float scale, Tensor& y) {
+    const Shape &xs = x.shape(), &ys = y.shape();
+    launch("downsample_sum_f32", y.size(), {buf(y), buf(x)},
+           ResampleArgs{i32(y.size()), xs.w, xs.h, ys.w, ys.h, stride, scale});
+}
+
+void GpuBackend::reorg(const Tensor& x, int w, int h, int c, int stride, bool forward, Tensor& y) {
+    // the kernel maps each element once when c divides by stride^2 (every cfg the layers accept)
+    if (c % (stride * stride) != 0)
+        return fallback("reorg", [&](Backend& cpu, HostStage& hs) {
+            cpu.reorg(hs.in(x), w, h, c, stride, forward, hs.inout(y));
+        });
+    launch("reorg_f32", x.size(), {buf(y), buf(x)}, ReorgArgs{i32(x.size()), w, h, c, stride, forward ? 1 : 0});
+}
+
+void GpuBackend::scale_channels(const Tensor& s, const Tensor& from, bool scale_wh, Tensor& y) {
+    const Shape& fs = from.shape();
+    launch("scale_channels_f32", y.size(), {buf(y), buf(s), buf(from)},
+           ScaleChannelsArgs{i32(y.size()), fs.c, i32(fs.plane()), scale_wh ? 1 : 0});
+}
+
+void GpuBackend::mul(const Tensor& a, const Tensor& b, Tensor& y) {
+    launch("mul_f32", y.size(), {buf(y), buf(a), buf(b)}, CountArgs{i32(y.size())});
+}
+
+void GpuBackend::softmax(const Tensor& x, int groups, float temperature, Tensor& y) {
+    const Shape& s = x.shape();
+    size_t n = (size_t)s.n * groups;
+    launch("softmax_f32", n, {buf(y), buf(x)},
+           SoftmaxArgs{i32(n), groups, i32(s.sample() / groups), i32(s.sample()), temperature});
+}
+
+void GpuBackend::yolo_activate(const Tensor& x, const YoloGeom& g, Tensor& y) {
+    const Shape& s = x.shape();
+    launch("yolo_activate_f32", y.size(), {buf(y), buf(x)},
+           YoloActivateArgs{i32(y.size()), i32(s.plane()), 5 + g.classes, g.new_coords ? 1 : 0, g.scale_x_y});
+}
+
+void GpuBackend::rolling_update(Tensor& rolling, const Tensor& batch_value, float keep) {
+    launch("rolling_update_f32", rolling.size(), {buf(rolling), buf(batch_value)}, RollingArgs{i32(rolling.size()), keep});
+}
+
+void GpuBackend::dropout_mask(Tensor& mask, float probability, uint64_t seed) {
+    launch("dropout_mask_f32", mask.size(), {buf(mask)},
+           DropoutArgs{i32(mask.size()), (uint32_t)seed, (uint32_t)(seed >> 32), probability});
+}
+
+void GpuBackend::sgd_update(Tensor& w, Tensor& grad, Tensor& m, float lr, float momentum, float decay, int batch) {
+    launch("sgd_update_f32", w.size(), {buf(w), buf(grad), buf(m)}, SgdArgs{i32(w.size()), batch, lr, momentum, decay});
+}
+
+void GpuBackend::adam_update(Tensor& w, Tensor& grad, Tensor& m, Tensor& v, float lr, float b1, float b2, float eps,
+                             float decay, int batch, int t) {
+    launch("adam_update_f32", w.size(), {buf(w), buf(grad), buf(m), buf(v)},
+           AdamArgs{i32(w.size()), batch, t, lr, b1, b2, eps, decay});
+}
+
+}  // namespace dn

@@ -1,0 +1,80 @@
+// Darknet's elementwise activations and their gradients for kernel text (OpenCL C, CUDA, MSL, C++):
+// the same float formulas as activate_scalar / activate_gradient in activation.h, keyed by int codes.
+#pragma once
+#include "compat_cpu.h"
+KNAMESPACE_BEGIN
+
+// The integer values of enum class Activation (activation.h); kernel text cannot use enum class.
+enum {
+    ACT_LINEAR = 0, ACT_LEAKY = 1, ACT_RELU = 2, ACT_RELU6 = 3, ACT_LOGISTIC = 4, ACT_TANH = 5,
+    ACT_SWISH = 6, ACT_MISH = 7, ACT_HARD_MISH = 8, ACT_ELU = 9, ACT_SELU = 10, ACT_GELU = 11,
+    ACT_NORMALIZE_CHANNELS = 12, ACT_NORMALIZE_CHANNELS_SOFTMAX = 13
+};
+
+// softplus_darknet: log(1 + e^x) with Darknet's cut-offs
+KFN float act_softplus(float x, float threshold) {
+    if (x > threshold) return x;
+    if (x < -threshold) return exp(x);
+    return log(exp(x) + 1.0f);
+}
+
+// activate_scalar; the channel-mixing codes (12, 13) return x, as there
+KFN float act_forward(float x, int a) {
+    switch (a) {
+        case ACT_LEAKY: return x > 0 ? x : 0.1f * x;
+        case ACT_RELU: return x > 0 ? x : 0.0f;
+        case ACT_RELU6: return x < 0 ? 0.0f : (x > 6 ? 6.0f : x);
+        case ACT_LOGISTIC: return 1.0f / (1.0f + exp(-x));
+        case ACT_TANH: return (2.0f / (1.0f + exp(-2.0f * x)) - 1.0f);
+        case ACT_SWISH: return x / (1.0f + exp(-x));
+        case ACT_MISH: return x * tanh(act_softplus(x, 20.0f));
+        case ACT_HARD_MISH:
+            if (x > 0) return x;
+            if (x > -2) return x * x / 2 + x;
+            return 0.0f;
+        // (x >= 0) * ... keeps Darknet's form (and its NaN for x > ~88, where exp overflows)
+        case ACT_ELU: return (x >= 0) * x + (x < 0) * (exp(x) - 1.0f);
+        case ACT_SELU: return (x >= 0) * 1.0507f * x + (x < 0) * 1.0507f * 1.6732f * (exp(x) - 1.0f);
+        case ACT_GELU: return 0.5f * x * (1.0f + tanh(0.797885f * x + 0.035677f * x * x * x));
+        default: return x;  // linear, and the channel-mixing activations
+    }
+}
+
+// activate_gradient: d act(x) / dx at the pre-activation x; 1 for the channel-mixing codes
+KFN float act_gradient(float x, int a) {
+    switch (a) {
+        case ACT_LEAKY: return x > 0 ? 1.0f : 0.1f;
+        case ACT_RELU: return x > 0 ? 1.0f : 0.0f;
+        case ACT_RELU6: return (x > 0 && x < 6) ? 1.0f : 0.0f;
+        case ACT_LOGISTIC: {
+            float s = 1.0f / (1.0f + exp(-x));
+            return s * (1 - s);
+        }
+        case ACT_TANH: {
+            float t = 2.0f / (1.0f + exp(-2.0f * x)) - 1.0f;
+            return 1 - t * t;
+        }
+        case ACT_SWISH: {
+            float s = 1.0f / (1.0f + exp(-x));
+            return s + x * s * (1 - s);
+        }
+        case ACT_MISH: {
+            float sp = act_softplus(x, 20.0f), t = tanh(sp);
+            float dsp = x > 20.0f ? 1.0f : 1.0f / (1.0f + exp(-x));
+            return t + x * (1 - t * t) * dsp;
+        }
+        case ACT_HARD_MISH:
+            if (x > 0) return 1.0f;
+            if (x > -2) return x + 1.0f;
+            return 0.0f;
+        case ACT_ELU: return x >= 0 ? 1.0f : exp(x);
+        case ACT_SELU: return x >= 0 ? 1.0507f : 1.0507f * 1.6732f * exp(x);
+        case ACT_GELU: {
+            float u = 0.797885f * x + 0.035677f * x * x * x, t = tanh(u);
+            return 0.5f * (1 + t) + 0.5f * x * (1 - t * t) * (0.797885f + 3 * 0.035677f * x * x);
+        }
+        default: return 1.0f;  // linear, and the channel-mixing activations
+    }
+}
+
+KNAMESPACE_END

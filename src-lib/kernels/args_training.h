@@ -1,0 +1,98 @@
+// Argument structs of the training kernels (gemm.h, reduce.h, backward*.h), shared by host and kernels.
+#pragma once
+#include "compat_cpu.h"
+KNAMESPACE_BEGIN
+// 4-byte fields only, so that host, OpenCL, CUDA and Metal agree on the layout. As in args_forward.h,
+// n is the number of threads that do work (the kernel's `i < n` guard) in one-thread-per-element
+// kernels; reduction kernels run exactly one group per reduced value and have no n.
+// Element offsets (`*_offset`) address a sub-array of a whole buffer (kernels get no pointer offsets).
+
+// Row-major C[M,N] = alpha * op(A) * op(B) + beta * C; op(X) = X^T when trans_x. One group of 256
+// threads per 16x16 tile of C: tiles_n = ceil(N / 16), groups = ceil(M / 16) * tiles_n.
+typedef struct {
+    int32_t M; int32_t N; int32_t K; int32_t lda; int32_t ldb; int32_t ldc;
+    int32_t trans_a; int32_t trans_b; int32_t a_offset; int32_t b_offset; int32_t c_offset;
+    int32_t tiles_n; float alpha; float beta;
+} GemmArgs;
+KSTATIC_ASSERT(sizeof(GemmArgs) == 56, "GemmArgs layout");
+
+// col2im of ONE image (or one channel group of it), the adjoint of im2col with Im2colImageArgs:
+// n = channels * height * width (one thread per image element); dx starts at im_offset, the
+// column matrix [channels*kh*kw, out_h*out_w] at col_offset.
+typedef struct {
+    int32_t n; int32_t im_offset; int32_t col_offset;
+    int32_t channels; int32_t height; int32_t width;
+    int32_t kh; int32_t kw; int32_t pad; int32_t stride_y; int32_t stride_x; int32_t dilation;
+    int32_t out_h; int32_t out_w;
+} Col2imArgs;
+KSTATIC_ASSERT(sizeof(Col2imArgs) == 56, "Col2imArgs layout");
+
+// One group per channel: batch = N, channels = C, plane = H*W.
+typedef struct { int32_t batch; int32_t channels; int32_t plane; } BiasBackwardArgs;
+KSTATIC_ASSERT(sizeof(BiasBackwardArgs) == 12, "BiasBackwardArgs layout");
+
+// Every batchnorm training kernel. n = N*C*H*W for the elementwise ones (normalize, backward_data);
+// the per-channel reductions (stats, backward_reduce) run one group per channel and ignore n.
+typedef struct { int32_t n; int32_t batch; int32_t channels; int32_t plane; float eps; } BatchnormTrainArgs;
+KSTATIC_ASSERT(sizeof(BatchnormTrainArgs) == 20, "BatchnormTrainArgs layout");
+
+// n = elements; act = an elementwise Activation's enum value
+typedef struct { int32_t n; int32_t act; } ActivateBackwardArgs;
+KSTATIC_ASSERT(sizeof(ActivateBackwardArgs) == 8, "ActivateBackwardArgs layout");
+
+// n = batch * plane (one thread per pixel); softmax = 1 for normalize_channels_softmax
+typedef struct { int32_t n; int32_t channels; int32_t plane; int32_t softmax; } NormalizeChannelsBackwardArgs;
+KSTATIC_ASSERT(sizeof(NormalizeChannelsBackwardArgs) == 16, "NormalizeChannelsBackwardArgs layout");
+
+// maxpool and avgpool_local backward: n = elements of dx (= x), in_* = x's plane, out_* = dy's plane
+typedef struct {
+    int32_t n; int32_t in_h; int32_t in_w; int32_t out_h; int32_t out_w;
+    int32_t size; int32_t stride_y; int32_t stride_x; int32_t padding;
+} PoolBackwardArgs;
+KSTATIC_ASSERT(sizeof(PoolBackwardArgs) == 36, "PoolBackwardArgs layout");
+
+// n = elements of dx; plane = H*W of dx (dy is [N,C,1,1])
+typedef struct { int32_t n; int32_t plane; } AvgpoolGlobalBackwardArgs;
+KSTATIC_ASSERT(sizeof(AvgpoolGlobalBackwardArgs) == 8, "AvgpoolGlobalBackwardArgs layout");
+
+// n = elements of dx (in_c channels); dy has out_c channels
+typedef struct { int32_t n; int32_t in_c; int32_t out_c; int32_t plane; } MaxpoolDepthBackwardArgs;
+KSTATIC_ASSERT(sizeof(MaxpoolDepthBackwardArgs) == 16, "MaxpoolDepthBackwardArgs layout");
+
+// upsample and downsample_sum backward: n = elements of dx; in_* = dx's (the forward input's) plane,
+// out_* = dy's plane
+typedef struct {
+    int32_t n; int32_t in_w; int32_t in_h; int32_t out_w; int32_t out_h; int32_t stride; float scale;
+} ResampleBackwardArgs;
+KSTATIC_ASSERT(sizeof(ResampleBackwardArgs) == 28, "ResampleBackwardArgs layout");
+
+// reorg_cpu's loop dimensions w, h, c of the forward call; n = elements of dx; c % (stride*stride) == 0
+typedef struct { int32_t n; int32_t w; int32_t h; int32_t c; int32_t stride; int32_t forward; } ReorgBackwardArgs;
+KSTATIC_ASSERT(sizeof(ReorgBackwardArgs) == 24, "ReorgBackwardArgs layout");
+
+// One group per element of s (and ds): batch*channels groups, or batch*plane with scale_wh = 1.
+typedef struct { int32_t batch; int32_t channels; int32_t plane; int32_t scale_wh; } ScaleChannelsBackwardArgs;
+KSTATIC_ASSERT(sizeof(ScaleChannelsBackwardArgs) == 16, "ScaleChannelsBackwardArgs layout");
+
+// n = elements
+typedef struct { int32_t n; } MulBackwardArgs;
+KSTATIC_ASSERT(sizeof(MulBackwardArgs) == 4, "MulBackwardArgs layout");
+
+// One group per softmax group (batch * groups groups); group_size = sample / groups
+typedef struct { int32_t groups; int32_t group_size; int32_t sample; float temperature; } SoftmaxBackwardArgs;
+KSTATIC_ASSERT(sizeof(SoftmaxBackwardArgs) == 16, "SoftmaxBackwardArgs layout");
+
+// Shortcut backward, one launch per input (input 0 = x, input k >= 1 = from[k-1]) for its data
+// gradient and, when weighted, one per input for the weight gradient. sample = per-sample size of x
+// (and dy); from_sample = that of this launch's input (= sample for x); inputs = 1 + number of
+// `from`; weights_mode = ShortcutWeights (none 0, per_feature 1, per_channel 2); norm = ShortcutNorm
+// (none 0, relu 1, softmax 2); channels, plane = x's. n = batch * min(sample, from_sample) for the
+// data gradient; the weight gradient runs one group per weight group (1 per_feature, channels
+// per_channel) and ignores n.
+typedef struct {
+    int32_t n; int32_t batch; int32_t sample; int32_t from_sample; int32_t input; int32_t inputs;
+    int32_t weights_mode; int32_t norm; int32_t channels; int32_t plane;
+} ShortcutBackwardArgs;
+KSTATIC_ASSERT(sizeof(ShortcutBackwardArgs) == 40, "ShortcutBackwardArgs layout");
+
+KNAMESPACE_END

@@ -1,0 +1,35 @@
+// The kernel text's macros for OpenCL C 1.2 (prepended to the embedded text by OpenCLDevice).
+//
+// How kernel text is written (src-lib/kernels/*.h), so that the same text is valid OpenCL C 1.2,
+// CUDA C++ and MSL:
+//   KERNEL(name)(KBUF(float, y, 0), KCBUF(float, x, 1), KARGS(FooArgs, a, 2) KTHREAD_IDS) { ... }
+//     buffers are numbered from 0 in order, the argument struct comes last (Metal's [[buffer(i)]]);
+//     KTHREAD_IDS ends the parameter list (Metal passes thread ids as parameters).
+//   KGID (global thread id, x), KLID (id in the group), KGROUP (group id), KGROUP_SIZE.
+//   KSHARED float tile[256];  threadgroup memory, declared at kernel scope; KBARRIER() between phases.
+//   KFN for helper functions; pointers in helpers are KGLOBAL (device memory).
+//   C-style casts, no references, templates, overloads of our own or namespaces in kernel bodies;
+//   math through the overloaded names (exp, log, sqrt, tanh, fabs, fmax, fmin, pow, floor).
+//   Argument structs (kernels/args.h) use int32_t/uint32_t/float fields only.
+// a*b+c stays two roundings, as in the C++ backends (contracted FMAs would differ in the last bits)
+#pragma OPENCL FP_CONTRACT OFF
+#define KERNEL(name) __kernel void name
+#define KBUF(T, name, index) __global T* name
+#define KCBUF(T, name, index) __global const T* name
+#define KARGS(T, name, index) const T name
+#define KTHREAD_IDS
+#define KGID ((uint)get_global_id(0))
+#define KLID ((uint)get_local_id(0))
+#define KGROUP ((uint)get_group_id(0))
+#define KGROUP_SIZE ((uint)get_local_size(0))
+#define KSHARED __local
+#define KBARRIER() barrier(CLK_LOCAL_MEM_FENCE)
+#define KGLOBAL __global
+#define KCONST const
+#define KFN inline
+#define KSTATIC_ASSERT(cond, msg)
+#define KNAMESPACE_BEGIN
+#define KNAMESPACE_END
+typedef int int32_t;
+typedef uint uint32_t;
+#define FLT_MAX_K 3.402823466e+38f

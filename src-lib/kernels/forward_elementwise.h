@@ -1,0 +1,150 @@
+// Kernel text of the elementwise and per-channel forward ops, the optimizer steps and dropout's mask
+// (device-only text: OpenCL C 1.2 / CUDA / MSL through the compat macros; args in args_forward.h).
+//
+// Launch geometry, every kernel of this file: one thread per element, threads = args.n rounded up to
+// a multiple of the group size (any group size: each thread guards i < n); normalize_channels_f32 and
+// batchnorm_fold_f32 have their own n (see there). Buffers are whole tensors; outputs come first.
+#pragma once
+#include "activation_math.h"
+#include "args_forward.h"
+#include "dropout.h"
+
+KERNEL(fill_f32)(KBUF(float, y, 0), KARGS(FillArgs, a, 1) KTHREAD_IDS) {
+    int i = (int)KGID;
+    if (i >= a.n) return;
+    y[i] = a.value;
+}
+
+// y = act(y) in place, elementwise activations only (the channel-mixing ones: normalize_channels_f32)
+KERNEL(activate_f32)(KBUF(float, y, 0), KARGS(ActivateArgs, a, 1) KTHREAD_IDS) {
+    int i = (int)KGID;
+    if (i >= a.n) return;
+    y[i] = act_forward(y[i], a.act);
+}
+
+// normalize_channels / normalize_channels_softmax in place: one thread per (sample, pixel),
+// threads = batch * plane. y_c = f(x_c) / (0.0001 + sum_k f(x_k)) with f = relu or exp (no max
+// subtraction, as the reference backend); relu form: y_c = 0 where x_c <= 0.
+KERNEL(normalize_channels_f32)(KBUF(float, y, 0), KARGS(NormalizeChannelsArgs, a, 1) KTHREAD_IDS) {
+    int i = (int)KGID;
+    if (i >= a.n) return;
+    int base = (i / a.plane) * a.channels * a.plane + i % a.plane;
+    int relu_form = a.act == ACT_NORMALIZE_CHANNELS;
+    float sum = 0.0001f;
+    for (int c = 0; c < a.channels; ++c) {
+        float v = y[base + c * a.plane];
+        sum += relu_form ? (v > 0 ? v : 0.0f) : exp(v);
+    }
+    for (int c = 0; c < a.channels; ++c) {
+        float v = y[base + c * a.plane];
+        y[base + c * a.plane] = relu_form ? (v > 0 ? v / sum : 0.0f) : exp(v) / sum;
+    }
+}
+
+// y[n,c,:,:] += bias[c]
+KERNEL(add_bias_f32)(KBUF(float, y, 0), KCBUF(float, bias, 1), KARGS(ChannelArgs, a, 2) KTHREAD_IDS) {
+    int i = (int)KGID;
+    if (i >= a.n) return;
+    y[i] += bias[(i / a.plane) % a.channels];
+}
+
+// y = (y - mean) / sqrt(var + eps) * scale + bias, per channel, in place
+KERNEL(batchnorm_inference_f32)(KBUF(float, y, 0), KCBUF(float, mean, 1), KCBUF(float, var, 2),
+                                KCBUF(float, scale, 3), KCBUF(float, bias, 4), KARGS(BatchnormArgs, a, 5) KTHREAD_IDS) {
+    int i = (int)KGID;
+    if (i >= a.n) return;
+    int c = (i / a.plane) % a.channels;
+    y[i] = (y[i] - mean[c]) / sqrt(var[c] + a.eps) * scale[c] + bias[c];
+}
+
+// Batchnorm folded into a per-channel affine; threads = channels (a.n).
+KERNEL(batchnorm_fold_f32)(KBUF(float, scale_out, 0), KBUF(float, shift_out, 1), KCBUF(float, scales, 2),
+                           KCBUF(float, biases, 3), KCBUF(float, mean, 4), KCBUF(float, var, 5),
+                           KARGS(BatchnormFoldArgs, a, 6) KTHREAD_IDS) {
+    int c = (int)KGID;
+    if (c >= a.n) return;
+    float k = scales[c] / sqrt(var[c] + a.eps);
+    scale_out[c] = k;
+    shift_out[c] = biases[c] - mean[c] * k;
+}
+
+// rolling = keep * rolling + (1 - keep) * batch_value
+KERNEL(rolling_update_f32)(KBUF(float, rolling, 0), KCBUF(float, batch_value, 1), KARGS(RollingArgs, a, 2) KTHREAD_IDS) {
+    int i = (int)KGID;
+    if (i >= a.n) return;
+    rolling[i] = a.keep * rolling[i] + (1.0f - a.keep) * batch_value[i];
+}
+
+// Convolution's epilogue in place: y = act(y * scale[c] + shift[c]), scale only when has_scale
+// (otherwise bind any buffer to `scale`). Elementwise act only: for the channel-mixing ones launch
+// this with ACT_LINEAR, then normalize_channels_f32.
+KERNEL(affine_act_f32)(KBUF(float, y, 0), KCBUF(float, scale, 1), KCBUF(float, shift, 2),
+                       KARGS(AffineActArgs, a, 3) KTHREAD_IDS) {
+    int i = (int)KGID;
+    if (i >= a.n) return;
+    int c = (i / a.plane) % a.channels;
+    float v = y[i];
+    v = (a.has_scale ? v * scale[c] : v) + shift[c];
+    y[i] = act_forward(v, a.act);
+}
+
+// y = p * q elementwise (sam)
+KERNEL(mul_f32)(KBUF(float, y, 0), KCBUF(float, p, 1), KCBUF(float, q, 2), KARGS(CountArgs, a, 3) KTHREAD_IDS) {
+    int i = (int)KGID;
+    if (i >= a.n) return;
+    y[i] = p[i] * q[i];
+}
+
+// y = from * s: s[n,c] per channel, or with scale_wh s[n,0,pixel] per pixel; n = elements of from
+KERNEL(scale_channels_f32)(KBUF(float, y, 0), KCBUF(float, s, 1), KCBUF(float, from, 2),
+                           KARGS(ScaleChannelsArgs, a, 3) KTHREAD_IDS) {
+    int i = (int)KGID;
+    if (i >= a.n) return;
+    int k = a.scale_wh ? (i / (a.channels * a.plane)) * a.plane + i % a.plane : i / a.plane;
+    y[i] = from[i] * s[k];
+}
+
+// Yolo head: logistic on every entry but w, h (entries 2, 3) unless new_coords, then x, y (entries
+// 0, 1) scaled around 0.5 by scale_x_y. The sample's channels are anchors * entries, so the entry is
+// (i / plane) % entries for the flat index over the whole batch. y may be x (in place).
+KERNEL(yolo_activate_f32)(KBUF(float, y, 0), KCBUF(float, x, 1), KARGS(YoloActivateArgs, a, 2) KTHREAD_IDS) {
+    int i = (int)KGID;
+    if (i >= a.n) return;
+    int entry = (i / a.plane) % a.entries;
+    float v = x[i];
+    if (!a.new_coords && entry != 2 && entry != 3) v = 1.0f / (1.0f + exp(-v));
+    if (entry < 2) v = v * a.scale_x_y - 0.5f * (a.scale_x_y - 1.0f);
+    y[i] = v;
+}
+
+// mask[i] = 0 with probability p, else 1 / (1 - p) (dropout.h: identical on every backend)
+KERNEL(dropout_mask_f32)(KBUF(float, mask, 0), KARGS(DropoutArgs, a, 1) KTHREAD_IDS) {
+    int i = (int)KGID;
+    if (i >= a.n) return;
+    mask[i] = dropout_scale(a.seed_lo, a.seed_hi, (uint32_t)i, a.probability);
+}
+
+// Darknet's SGD step (kernels/optimizer.h sgd_step): m = m - grad - decay*batch*w; w += lr/batch * m;
+// m *= momentum; grad = 0.
+KERNEL(sgd_update_f32)(KBUF(float, w, 0), KBUF(float, grad, 1), KBUF(float, m, 2), KARGS(SgdArgs, a, 3) KTHREAD_IDS) {
+    int i = (int)KGID;
+    if (i >= a.n) return;
+    float upd = m[i] - grad[i] - a.decay * (float)a.batch * w[i];
+    w[i] += a.lr / (float)a.batch * upd;
+    m[i] = a.momentum * upd;
+    grad[i] = 0.0f;
+}
+
+// Darknet's Adam step (kernels/optimizer.h adam_step), t = update count from 1.
+KERNEL(adam_update_f32)(KBUF(float, w, 0), KBUF(float, grad, 1), KBUF(float, m, 2), KBUF(float, v, 3),
+                        KARGS(AdamArgs, a, 4) KTHREAD_IDS) {
+    int i = (int)KGID;
+    if (i >= a.n) return;
+    float d = -grad[i] - a.decay * (float)a.batch * w[i];
+    m[i] = a.b1 * m[i] + (1.0f - a.b1) * d;
+    v[i] = a.b2 * v[i] + (1.0f - a.b2) * d * d;
+    float mhat = m[i] / (1.0f - pow(a.b1, (float)a.t));
+    float vhat = v[i] / (1.0f - pow(a.b2, (float)a.t));
+    w[i] += a.lr * mhat / (sqrt(fabs(vhat)) + a.eps);
+    grad[i] = 0.0f;
+}

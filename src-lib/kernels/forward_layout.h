@@ -1,0 +1,175 @@
+// Kernel text of the forward ops that move, combine or reduce elements: route (copy/add channels),
+// upsample, reorg, shortcut, pooling, softmax and im2col (device-only text through the compat macros;
+// args in args_forward.h).
+//
+// Launch geometry: one thread per output element, threads = args.n rounded up to a multiple of the
+// group size (any group size), except where a kernel says otherwise (shortcut_f32: one launch per
+// input; avgpool_global_f32: one group per plane; softmax_f32: one thread per group of a sample).
+#pragma once
+#include "args_forward.h"
+
+// y[:, dst_c0 + c] = (or += with accumulate) x[:, src_c0 + c] for c < count: copy_channels and
+// add_channels. threads = batch * count * plane.
+KERNEL(copy_channels_f32)(KBUF(float, y, 0), KCBUF(float, x, 1), KARGS(CopyChannelsArgs, a, 2) KTHREAD_IDS) {
+    int i = (int)KGID;
+    if (i >= a.n) return;
+    int p = i % a.plane, c = (i / a.plane) % a.count, b = i / (a.plane * a.count);
+    float v = x[(b * a.src_channels + a.src_c0 + c) * a.plane + p];
+    int o = (b * a.dst_channels + a.dst_c0 + c) * a.plane + p;
+    if (a.accumulate) y[o] += v;
+    else y[o] = v;
+}
+
+// nearest-neighbour upsample: y[n,c,i,j] = scale * x[n,c,i/stride,j/stride]; threads = elements of y
+KERNEL(upsample_f32)(KBUF(float, y, 0), KCBUF(float, x, 1), KARGS(ResampleArgs, a, 2) KTHREAD_IDS) {
+    int i = (int)KGID;
+    if (i >= a.n) return;
+    int ox = i % a.out_w, oy = (i / a.out_w) % a.out_h, nc = i / (a.out_w * a.out_h);
+    y[i] = a.scale * x[(nc * a.in_h + oy / a.stride) * a.in_w + ox / a.stride];
+}
+
+// y = sum over each stride x stride block of scale * x (rows/columns past out*stride belong to no
+// block); threads = elements of y. Summed in the reference's row-major order, so results are exact.
+KERNEL(downsample_sum_f32)(KBUF(float, y, 0), KCBUF(float, x, 1), KARGS(ResampleArgs, a, 2) KTHREAD_IDS) {
+    int i = (int)KGID;
+    if (i >= a.n) return;
+    int ox = i % a.out_w, oy = (i / a.out_w) % a.out_h, nc = i / (a.out_w * a.out_h);
+    float acc = 0.0f;
+    for (int ky = 0; ky < a.stride; ++ky)
+        for (int kx = 0; kx < a.stride; ++kx)
+            acc += a.scale * x[(nc * a.in_h + oy * a.stride + ky) * a.in_w + ox * a.stride + kx];
+    y[i] = acc;
+}
+
+// Darknet's reorg_cpu over a w x h x c loop (c divisible by stride^2, so the map is a permutation):
+// thread = the loop's in_index (threads = elements of x); forward: y[out] = x[in], else y[in] = x[out].
+KERNEL(reorg_f32)(KBUF(float, y, 0), KCBUF(float, x, 1), KARGS(ReorgArgs, a, 2) KTHREAD_IDS) {
+    int in = (int)KGID;
+    if (in >= a.n) return;
+    int i = in % a.w, j = (in / a.w) % a.h, k = (in / (a.w * a.h)) % a.c, b = in / (a.w * a.h * a.c);
+    int out_c = a.c / (a.stride * a.stride);
+    int c2 = k % out_c, offset = k / out_c;
+    int w2 = i * a.stride + offset % a.stride, h2 = j * a.stride + offset / a.stride;
+    int out = w2 + a.w * a.stride * (h2 + a.h * a.stride * (c2 + out_c * b));
+    if (a.forward) y[out] = x[in];
+    else y[in] = x[out];
+}
+
+// Input k's normalised shortcut weight at weight index widx (per_feature: 0, step 1; per_channel: the
+// channel, step = channels); raw weights of input k sit at widx + k * step. Darknet's
+// shortcut_multilayer_cpu: relu: max(w,0) / (0.0001 + sum max(w,0)); softmax: e^(w-max) / (0.0001 + sum).
+KFN float shortcut_weight(KGLOBAL const float* weights, int widx, int step, int inputs, int k, int norm) {
+    float raw = weights[widx + k * step];
+    if (norm == 0) return raw;
+    float mx = -FLT_MAX_K, sum = 0.0001f;
+    for (int j = 0; j < inputs; ++j) mx = fmax(mx, weights[widx + j * step]);
+    for (int j = 0; j < inputs; ++j) {
+        float v = weights[widx + j * step];
+        sum += norm == 1 ? (v > 0 ? v : 0.0f) : exp(v - mx);
+    }
+    return norm == 1 ? (raw > 0 ? raw : 0.0f) / sum : exp(raw - mx) / sum;
+}
+
+// Shortcut, one launch per input (so any number of `from` inputs), in order, each with threads =
+// elements of y (a.n) and `in` bound to that input:
+//   input 0:      y = w_0 * x                     (in = x, from_sample = sample)
+//   input k >= 1: y += w_k * from[k-1] where it exists, by flat per-sample index i < from_sample
+// Weights are normalised per thread from the raw `weights` (bind any buffer when weights_mode = 0).
+KERNEL(shortcut_f32)(KBUF(float, y, 0), KCBUF(float, in, 1), KCBUF(float, weights, 2),
+                     KARGS(ShortcutArgs, a, 3) KTHREAD_IDS) {
+    int i = (int)KGID;
+    if (i >= a.n) return;
+    int b = i / a.sample, j = i % a.sample;
+    if (j >= a.from_sample) return;
+    float w = 1.0f;
+    if (a.weights_mode == 1) w = shortcut_weight(weights, 0, 1, a.inputs, a.input, a.norm);
+    if (a.weights_mode == 2) w = shortcut_weight(weights, j / a.plane, a.channels, a.inputs, a.input, a.norm);
+    float v = in[b * a.from_sample + j] * w;
+    if (a.input == 0) y[i] = v;
+    else y[i] += v;
+}
+
+// maxpool (is_max = 1) and avgpool_local (0): window of size x size from (oy*stride_y - padding/2,
+// ox*stride_x - padding/2), cells outside x skipped; average over the cells inside (0 if none).
+KFN float pool_window(KGLOBAL const float* x, int i, PoolArgs a, int is_max) {
+    int ox = i % a.out_w, oy = (i / a.out_w) % a.out_h, nc = i / (a.out_w * a.out_h);
+    int off = -a.padding / 2;
+    float best = -FLT_MAX_K, sum = 0.0f;
+    int count = 0;
+    for (int ky = 0; ky < a.size; ++ky)
+        for (int kx = 0; kx < a.size; ++kx) {
+            int iy = oy * a.stride_y + off + ky, ix = ox * a.stride_x + off + kx;
+            if (iy < 0 || iy >= a.in_h || ix < 0 || ix >= a.in_w) continue;
+            float v = x[(nc * a.in_h + iy) * a.in_w + ix];
+            best = v > best ? v : best;
+            sum += v;
+            ++count;
+        }
+    return is_max ? best : (count ? sum / (float)count : 0.0f);
+}
+
+KERNEL(maxpool_f32)(KBUF(float, y, 0), KCBUF(float, x, 1), KARGS(PoolArgs, a, 2) KTHREAD_IDS) {
+    int i = (int)KGID;
+    if (i >= a.n) return;
+    y[i] = pool_window(x, i, a, 1);
+}
+
+KERNEL(avgpool_local_f32)(KBUF(float, y, 0), KCBUF(float, x, 1), KARGS(PoolArgs, a, 2) KTHREAD_IDS) {
+    int i = (int)KGID;
+    if (i >= a.n) return;
+    y[i] = pool_window(x, i, a, 0);
+}
+
+// y[plane] = mean of x's plane. Geometry: exactly one group per (n, c) plane (groups = N*C), group
+// size a power of two <= 256. Each thread sums a strided slice, then a fixed-order tree in threadgroup
+// memory: deterministic for a given group size. No early return: every thread reaches every barrier.
+KERNEL(avgpool_global_f32)(KBUF(float, y, 0), KCBUF(float, x, 1), KARGS(GlobalPoolArgs, a, 2) KTHREAD_IDS) {
+    KSHARED float partial[256];
+    int lid = (int)KLID, size = (int)KGROUP_SIZE, base = (int)KGROUP * a.plane;
+    float sum = 0.0f;
+    for (int j = lid; j < a.plane; j += size) sum += x[base + j];
+    partial[lid] = sum;
+    KBARRIER();
+    for (int s = size / 2; s > 0; s /= 2) {
+        if (lid < s) partial[lid] += partial[lid + s];
+        KBARRIER();
+    }
+    if (lid == 0) y[KGROUP] = partial[0] / (float)a.plane;
+}
+
+// y[n,c] = max over input channels k with k % out_c == c; threads = elements of y
+KERNEL(maxpool_depth_f32)(KBUF(float, y, 0), KCBUF(float, x, 1), KARGS(MaxpoolDepthArgs, a, 2) KTHREAD_IDS) {
+    int i = (int)KGID;
+    if (i >= a.n) return;
+    int p = i % a.plane, c = (i / a.plane) % a.out_c, b = i / (a.plane * a.out_c);
+    float best = -FLT_MAX_K;
+    for (int k = c; k < a.in_c; k += a.out_c) best = fmax(best, x[(b * a.in_c + k) * a.plane + p]);
+    y[i] = best;
+}
+
+// Softmax with temperature over each group of group_size consecutive features of a sample, the
+// group starting at sample * b + g * group_size. One thread per (sample, group): threads = batch * groups.
+KERNEL(softmax_f32)(KBUF(float, y, 0), KCBUF(float, x, 1), KARGS(SoftmaxArgs, a, 2) KTHREAD_IDS) {
+    int i = (int)KGID;
+    if (i >= a.n) return;
+    int base = (i / a.groups) * a.sample + (i % a.groups) * a.group_size;
+    float t = a.temperature, largest = -FLT_MAX_K, sum = 0.0f;
+    for (int j = 0; j < a.group_size; ++j) largest = fmax(largest, x[base + j]);
+    for (int j = 0; j < a.group_size; ++j) sum += exp(x[base + j] / t - largest / t);
+    for (int j = 0; j < a.group_size; ++j) y[base + j] = exp(x[base + j] / t - largest / t) / sum;
+}
+
+// im2col of one image: col[row, pixel] with row = (c * kh + ky) * kw + kx, pixel = oy * out_w + ox;
+// zero where the kernel tap falls in the padding. threads = channels * kh * kw * out_h * out_w. For
+// grouped convolution pass the group's first channel in im_offset and its channel count in channels.
+KERNEL(im2col_f32)(KBUF(float, col, 0), KCBUF(float, im, 1), KARGS(Im2colImageArgs, a, 2) KTHREAD_IDS) {
+    int i = (int)KGID;
+    if (i >= a.n) return;
+    int pixels = a.out_h * a.out_w;
+    int row = i / pixels, pix = i % pixels;
+    int ox = pix % a.out_w, oy = pix / a.out_w;
+    int kx = row % a.kw, ky = (row / a.kw) % a.kh, c = row / (a.kw * a.kh);
+    int iy = oy * a.stride_y - a.pad + ky * a.dilation, ix = ox * a.stride_x - a.pad + kx * a.dilation;
+    int inside = iy >= 0 && iy < a.height && ix >= 0 && ix < a.width;
+    col[a.col_offset + i] = inside ? im[a.im_offset + (c * a.height + iy) * a.width + ix] : 0.0f;
+}
