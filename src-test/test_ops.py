@@ -18,7 +18,7 @@ import pytest
 
 from darknet_py import _core
 
-BACKENDS = ["cpu"]  # append "metal", "cuda", ... here
+BACKENDS = ["cpu", "opencl:0"]  # append "metal", "cuda", ... here
 ORACLE = "reference"
 
 # Every activation name of src-lib/activation.cpp (test_activation_list_is_complete keeps it so).
