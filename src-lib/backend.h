@@ -3,6 +3,7 @@
 // `cpu` is the fast one. src-test/test_ops.py compares them op by op.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -60,6 +61,9 @@ public:
         copy_tensor(t, r);
         return r;
     }
+
+    // How often each op ran on the CPU instead of this backend's device (GPU backends; null here).
+    virtual const std::map<std::string, int>* fallback_counts() const { return nullptr; }
 
     // y[i] = value for every element
     virtual void fill(Tensor& y, float value) = 0;

@@ -98,6 +98,17 @@ void Network::resize_input(int width, int height) {
     deltas_.clear();
 }
 
+template <class F>
+void Network::run_layer(size_t i, F&& f) {
+    const std::map<std::string, int>* counts = backend_->fallback_counts();
+    if (!counts) return f();
+    std::map<std::string, int> before = *counts;
+    f();
+    if (fallback_ops_.size() < layers.size()) fallback_ops_.resize(layers.size());
+    for (auto& [op, n] : *counts)
+        if (n != before[op]) fallback_ops_[i].insert(op);
+}
+
 void Network::check_input(const Shape& s) const {
     if (s.c != options.channels || s.h != options.height || s.w != options.width)
         throw DarknetError("input is " + s.str() + " but the network expects Nx" + std::to_string(options.channels) +
@@ -116,7 +127,7 @@ const LayerOutputs& Network::forward(const Tensor& x) {
         auto t0 = std::chrono::steady_clock::now();
         Layer& l = *layers[i];
         backend_->resize(outputs_[i], Shape{s.n, l.out.c, l.out.h, l.out.w});
-        l.forward(*backend_, *in, outputs_[i], outputs_);
+        run_layer(i, [&] { l.forward(*backend_, *in, outputs_[i], outputs_); });
         in = &outputs_[i];
         layer_ms_[i] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     }
@@ -136,7 +147,7 @@ const LayerOutputs& Network::forward_train(const Tensor& x) {
         backend_->resize(outputs_[i], os);
         backend_->resize(deltas_[i], os);
         backend_->fill(deltas_[i], 0.0f);
-        l.forward_train(*backend_, *in, outputs_[i], outputs_);
+        run_layer(i, [&] { l.forward_train(*backend_, *in, outputs_[i], outputs_); });
         in = &outputs_[i];
     }
     return outputs_;
@@ -147,7 +158,7 @@ void Network::backward() {
     for (int i = (int)layers.size() - 1; i >= 0; --i) {
         const Tensor& x = i == 0 ? input_ : outputs_[i - 1];
         Tensor* dx = i == 0 ? nullptr : &deltas_[i - 1];
-        layers[i]->backward(*backend_, x, outputs_[i], deltas_[i], dx, outputs_, deltas_);
+        run_layer(i, [&] { layers[i]->backward(*backend_, x, outputs_[i], deltas_[i], dx, outputs_, deltas_); });
     }
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,10 @@ public:
     std::string layer_table() const;
     double total_bflops() const;
 
+    // Per layer, the ops that ran on the CPU instead of the backend's device so far (GPU backends:
+    // `darknet_py info --coverage`); empty lists on the CPU backends.
+    const std::vector<std::set<std::string>>& fallback_ops() const { return fallback_ops_; }
+
     // Wall-clock milliseconds each layer took in the last forward pass (for profiling).
     const std::vector<double>& layer_ms() const { return layer_ms_; }
 
@@ -68,10 +73,13 @@ private:
     void build(const CfgFile& cfg);
     void allocate_params();  // every layer's parameter values and gradients, on the backend
     void check_input(const Shape& s) const;  // throws unless s matches the [net] input
+    template <class F>
+    void run_layer(size_t i, F&& f);          // f(), noting the ops that fell back to the CPU
     CfgFile cfg_;  // kept for resize_input
     std::unique_ptr<Backend> backend_;
     LayerOutputs outputs_;
     std::vector<double> layer_ms_;
+    std::vector<std::set<std::string>> fallback_ops_;
     Tensor input_;                        // the last forward_train input, for backward of layer 0
     std::vector<Tensor> deltas_;
     std::vector<std::vector<Tensor>> momentum_, adam_v_;  // optimizer state per layer and trainable

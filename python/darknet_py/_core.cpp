@@ -114,7 +114,34 @@ PYBIND11_MODULE(_core, m) {
         }
     });
 
-    m.def("backends", &backend_names, "Names of the compiled backends.");
+    m.def("backends", &backend_names, "reference, cpu and the id of every device found (opencl:0, ...).");
+    m.def("devices", [] {
+        py::list out;
+        for (const DeviceReport& r : list_devices()) {
+            py::dict d;
+            d["kind"] = r.kind;
+            d["found"] = r.found;
+            d["id"] = r.info.id;
+            d["name"] = r.info.name;
+            d["vendor"] = r.info.vendor;
+            d["driver"] = r.info.driver;
+            d["memory_bytes"] = r.info.memory_bytes;
+            d["compute_units"] = r.info.compute_units;
+            d["is_gpu"] = r.info.is_gpu;
+            d["why"] = r.why;
+            out.append(d);
+        }
+        return out;
+    }, "Every GPU device found (and, for a kind with none, why).");
+    m.def("resolve_device", [](const std::string& name) {
+        std::vector<std::string> log;
+        std::string resolved;
+        {
+            py::gil_scoped_release nogil;
+            resolved = resolve_device(name, &log);
+        }
+        return py::make_tuple(resolved, log);
+    }, "The device 'auto' stands for, and one line per device skipped (and why).");
     m.def("set_threads", [](int n) { ThreadPool::instance().set_threads(n); }, "Set the CPU thread count.");
     m.def("get_threads", [] { return ThreadPool::instance().threads(); });
     m.def("build_info", [] {
@@ -177,10 +204,10 @@ PYBIND11_MODULE(_core, m) {
     }, py::arg("image"), py::arg("width"), py::arg("height"), "Darknet's resize_image on a CxHxW float array.");
 
     py::class_<Network>(m, "Net")
-        .def(py::init([](const std::string& cfg, const std::string& backend) {
+        .def(py::init([](const std::string& cfg, const std::string& device) {
             py::gil_scoped_release nogil;
-            return std::make_unique<Network>(cfg, backend);
-        }), py::arg("cfg"), py::arg("backend") = "cpu")
+            return std::make_unique<Network>(cfg, device);
+        }), py::arg("cfg"), py::arg("device") = "cpu")
         .def_property_readonly("width", [](const Network& n) { return n.options.width; })
         .def_property_readonly("height", [](const Network& n) { return n.options.height; })
         .def_property_readonly("channels", [](const Network& n) { return n.options.channels; })
@@ -192,7 +219,27 @@ PYBIND11_MODULE(_core, m) {
             return out;
         })
         .def_property_readonly("backend", [](const Network& n) { return std::string(n.backend().name()); })
-        .def("set_backend", [](Network& n, const std::string& name) { n.set_backend(name); })
+        .def("set_backend", [](Network& n, const std::string& name) {
+            py::gil_scoped_release nogil;
+            n.set_backend(name);
+        }, "Moves parameters and optimizer state to another device.")
+        .def("bytes_moved", [](const Network& n) {
+            auto dev = n.backend().device();
+            py::dict d;
+            d["up"] = dev ? dev->bytes_uploaded : 0;
+            d["down"] = dev ? dev->bytes_downloaded : 0;
+            return d;
+        }, "Host->device ('up') and device->host ('down') bytes since the device was opened (0 on the CPU).")
+        .def("fallback_ops", [](const Network& n) {
+            py::list out;
+            for (size_t i = 0; i < n.layers.size(); ++i) {
+                py::list ops;
+                if (i < n.fallback_ops().size())
+                    for (const std::string& op : n.fallback_ops()[i]) ops.append(op);
+                out.append(ops);
+            }
+            return out;
+        }, "Per layer, the ops that ran on the CPU instead of the device so far.")
         .def("resize_input", &Network::resize_input, py::arg("width"), py::arg("height"),
              "Rebuilds for a new input size keeping parameters and optimizer state (multi-scale training).")
         .def("net_options", [](const Network& n) {

@@ -12,6 +12,7 @@ import warnings
 from typing import Any, Dict, Optional, Sequence
 
 from .argtypes import positive_int, unit_interval
+from .devices import add_device_option
 
 DEFAULT_OUT = "detections"
 PROG = "darknet_py"
@@ -50,6 +51,8 @@ examples:
 INFO_EXAMPLES = f"""\
 examples:
   {PROG} info
+  {PROG} info --json
+  {PROG} info --coverage yolov4-tiny.cfg --device opencl
 """
 
 
@@ -80,13 +83,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=DEFAULT_OUT, metavar="DIR", help="folder for the annotated images/videos (default: ./%(default)s/)")
     p.add_argument("--json", metavar="FILE", help="also write every detection to this JSON file")
     p.add_argument("--threads", type=positive_int, metavar="N", help="CPU threads (default: all cores)")
-    p.add_argument("--backend", choices=("cpu", "reference"), default="cpu",
-                   help="compute backend; reference is slow, naive loops, for checking (default: %(default)s)")
+    add_device_option(p)
     p.set_defaults(func=cmd_detect, parser=p)
 
     p = sub.add_parser("info", help="version, build options, CPU and backends",
                        description="Show the version, how the engine was built, the CPU and the backends.",
                        epilog=INFO_EXAMPLES, formatter_class=_Formatter)
+    p.add_argument("--coverage", metavar="CFG",
+                   help="run CFG once (forward and a training step, small input) on --device and show, per layer,\n"
+                        "which ops ran on the device and which fell back to the CPU")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_device_option(p)
     p.set_defaults(func=cmd_info, parser=p)
 
     p = sub.add_parser("cfglayers", help="print a cfg's layers with shapes and BFLOPs",
@@ -113,14 +120,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # ---- commands -------------------------------------------------------------------------------
-def _load_network(cfg: str, weights: Optional[str], names: Optional[str], backend: str):
+def _load_network(cfg: str, weights: Optional[str], names: Optional[str], device: Optional[str]):
     """Builds the network, printing the engine's warnings (unused cfg options, ...) as one line each."""
     from .cfgfiles import resolve_names
     from .network import Network, read_names
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        net = Network(cfg, weights, None, backend)
+        net = Network(cfg, weights, None, device)
     for w in caught:
         print(f"warning: {w.message}", file=sys.stderr)
     names_path = resolve_names(names, net.classes)
@@ -155,7 +162,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
         _core.set_threads(args.threads)
     source = resolve_source(args.source)  # before loading the model: a typo should fail fast
     cfg = resolve_cfg(args.cfg)
-    net, names_path = _load_network(cfg, args.weights, args.names, args.backend)
+    net, names_path = _load_network(cfg, args.weights, args.names, args.device)
     options = DetectOptions(args.thresh, args.nms, args.letterbox, args.out)
     runner = Runner(net, source, options)
     interrupted = complete = False
@@ -171,7 +178,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
             doc: Dict[str, Any] = {
                 "source": args.source,
                 "model": {"cfg": cfg, "weights": args.weights, "names": names_path, "input_size": [w, h],
-                          "classes": net.classes, "backend": net.backend, "thresh": args.thresh,
+                          "classes": net.classes, "device": net.device, "thresh": args.thresh,
                           "nms": args.nms, "letterbox": args.letterbox},
                 "complete": complete,  # false: stopped by an error or Ctrl-C, these are the results so far
                 "outputs": runner.outputs,
@@ -189,9 +196,21 @@ def cmd_detect(args: argparse.Namespace) -> int:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
+    import json
+
     from .sysinfo import format_info, info
 
-    print(format_info(info()))
+    if args.coverage:
+        from .coverage import format_coverage, layer_coverage
+        from .devices import default_device, resolve
+
+        device = resolve(args.device or default_device())
+        rows = layer_coverage(args.coverage, device)
+        print(json.dumps({"cfg": args.coverage, "device": device, "layers": rows}, indent=1) if args.json
+              else format_coverage(args.coverage, device, rows))
+        return 0
+    d = info()
+    print(json.dumps(d, indent=1, default=str) if args.json else format_info(d))
     return 0
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 import numpy as np
 
@@ -31,12 +31,12 @@ def demo_files() -> Dict[str, str]:
     return paths
 
 
-def demo_network(backend: str = "cpu"):
+def demo_network(device: Optional[str] = None):
     """The demo model as a darknet_py.Network with its class names."""
     from .network import Network
 
     f = demo_files()
-    return Network(f["cfg"], f["weights"], f["names"], backend)
+    return Network(f["cfg"], f["weights"], f["names"], device)
 
 
 def make_sample_image(path: str, seed: int = 2024, size: Tuple[int, int] = (416, 416)) -> str:

@@ -35,6 +35,7 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Op
 import numpy as np
 
 from .argtypes import positive_int, unit_interval
+from .devices import add_device_option
 
 VALID_POINTS = (0, 11, 101)
 COLLECT_THRESH = 0.005  # Darknet's validate_detector_map collects detections above this
@@ -312,7 +313,7 @@ def network_detections(net: Any, image: np.ndarray, letterbox: bool) -> List[Box
 def compute_map(data: str, cfg: Optional[str] = None, weights: Optional[str] = None, *,
                 network: Any = None, detections_for: Optional[Callable[[str], Sequence[Any]]] = None,
                 classes: Optional[int] = None, iou_thresh: float = 0.5, points: int = 0, thresh: float = 0.25,
-                letterbox: Optional[bool] = None, backend: str = "cpu", coco: bool = True,
+                letterbox: Optional[bool] = None, device: Optional[str] = None, coco: bool = True,
                 progress: bool = True, verbose: bool = False) -> MapResult:
     """mAP of a detector on the `valid` list of the .data file `data`.
 
@@ -338,7 +339,7 @@ def compute_map(data: str, cfg: Optional[str] = None, weights: Optional[str] = N
                 raise ValueError("compute_map needs a detector: cfg (and weights), network or detections_for")
             from .network import Network
 
-            network = Network(cfg, weights, None, backend)
+            network = Network(cfg, weights, None, device)
         if letterbox is None:
             letterbox = net_letterbox(network)
     n_classes = classes or (network.classes if network is not None else spec.classes)
@@ -425,7 +426,7 @@ def add_parser(sub: Any, formatter: Any) -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="FILE", help="also write the results to this JSON file")
 
     p.add_argument("--threads", type=positive_int, metavar="N", help="CPU threads (default: all cores)")
-    p.add_argument("--backend", choices=("cpu", "reference"), default="cpu", help="compute backend (default: %(default)s)")
+    add_device_option(p)
     p.set_defaults(func=cmd_map, parser=p)
     return p
 
@@ -444,7 +445,7 @@ def cmd_map(args: argparse.Namespace) -> int:
         warnings.simplefilter("always")
         from .network import Network
 
-        net = Network(cfg, args.weights, None, args.backend)
+        net = Network(cfg, args.weights, None, args.device)
     for w in caught:
         print(f"warning: {w.message}", file=sys.stderr)
     with warnings.catch_warnings(record=True) as caught:

@@ -27,7 +27,7 @@ def darknet_init(net, seed: Optional[int] = 0) -> None:
     for i, info in enumerate(raw.layers()):
         if info["type"] not in ("conv", "connected"):
             continue
-        p = raw.params(i)
+        p = raw.params(i)  # views on the CPU, copies on a GPU: written back below either way
         w = p["weights"]
         if info["type"] == "conv":  # weights (n, c/groups, size, size): fan-in = all but the first
             fan_in = int(np.prod(w.shape[1:])) if w.ndim == 4 else int(w.size // info["output"][0])
@@ -40,3 +40,4 @@ def darknet_init(net, seed: Optional[int] = 0) -> None:
             p["scales"][...] = 1.0
             p["rolling_mean"][...] = 0.0
             p["rolling_variance"][...] = 1.0
+        raw.set_params(i, p)

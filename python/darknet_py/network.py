@@ -10,6 +10,7 @@ import cv2
 import numpy as np
 
 from . import _core
+from .devices import default_device, resolve
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -57,9 +58,10 @@ class Network:
     """
 
     def __init__(self, cfg: PathLike, weights: Optional[PathLike] = None, names: Optional[PathLike] = None,
-                 backend: str = "cpu") -> None:
+                 device: Optional[str] = None, *, backend: Optional[str] = None) -> None:
+        # device: see darknet_py.devices (None: $DARKNET_PY_DEVICE, else "auto"); backend: its old name
         self.cfg_path = _existing(cfg, "cfg file")
-        self._net = _core.Net(self.cfg_path, backend)
+        self._net = _core.Net(self.cfg_path, resolve(device or backend or default_device()))
         for msg in self._net.warnings:
             warnings.warn(msg, stacklevel=2)
         self.weights_path: Optional[str] = None
@@ -84,8 +86,13 @@ class Network:
         self._net.save_weights(os.fspath(path))
 
     def params(self, layer: int) -> dict:
-        """The parameters of layer `layer` as writable NumPy views, in .weights file order."""
+        """The parameters of layer `layer`, in .weights file order. On the CPU they are writable NumPy
+        views of the engine's memory; on a GPU they are copies: write them back with set_params."""
         return self._net.params(layer)
+
+    def set_params(self, layer: int, values: dict) -> None:
+        """Writes parameters of layer `layer` from {name: array} (any device)."""
+        self._net.set_params(layer, values)
 
     # ---- shape and description ---------------------------------------------------------------
     @property
@@ -112,12 +119,20 @@ class Network:
         return self._net.yolo_info(ys[-1])["classes"] if ys else self._net.layers()[-1]["output"][0]
 
     @property
-    def backend(self) -> str:
+    def device(self) -> str:
+        """Where the network runs: "cpu", "opencl:0", ... (see darknet_py.devices)."""
         return self._net.backend
 
-    @backend.setter
-    def backend(self, name: str) -> None:
-        self._net.set_backend(name)
+    @device.setter
+    def device(self, name: str) -> None:
+        self._net.set_backend(resolve(name))
+
+    def to(self, device: str) -> "Network":
+        """Moves the parameters to another device (as torch's Module.to); returns self."""
+        self.device = device
+        return self
+
+    backend = device  # the old name
 
     # ---- inference -----------------------------------------------------------------------------
     def preprocess(self, image: np.ndarray, letterbox: bool = False) -> np.ndarray:
@@ -164,7 +179,7 @@ class Network:
     def __repr__(self) -> str:
         w, h = self.input_size
         return (f"Network({self.cfg_path!r}, {len(self._net.layers())} layers, input {w}x{h}x{self.channels}, "
-                f"{self._net.total_bflops():.3f} BFLOPs, backend={self.backend!r})")
+                f"{self._net.total_bflops():.3f} BFLOPs, device={self.device!r})")
 
 
 class LayerTable(list):

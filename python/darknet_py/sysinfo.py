@@ -56,6 +56,10 @@ def info() -> Dict[str, object]:
     model, features = cpu_info()
     compiled = set(build.get("backends", []))
     backends = {name: ("available" if name in compiled else "not built") for name in ("cpu", "reference")}
+    found = _core.devices()
+    gpus = [d for d in found if d["found"]]
+    backends["opencl"] = (f"{sum(d['kind'] == 'opencl' for d in gpus)} device(s)" if any(d["kind"] == "opencl" for d in gpus)
+                          else "none found")
     backends["metal"] = "available" if build.get("metal") else "not built"
     backends["cuda"] = "available" if build.get("cuda") else "not built"
     return {
@@ -71,10 +75,29 @@ def info() -> Dict[str, object]:
         "logical CPUs": os.cpu_count() or 0,
         "threads": _core.get_threads(),
         "backends": ", ".join(f"{k}: {v}" for k, v in backends.items()),
+        "devices": "; ".join(_describe(d) for d in found),
+        "device auto": _auto_choice(),
         "OpenCV": cv2.__version__,
         "NumPy": np.__version__,
         "shipped cfgs": f"{shipped_dir()} ({', '.join(shipped_files('.cfg')) or 'none'})",
     }
+
+
+def _describe(d: Dict[str, object]) -> str:
+    if not d["found"]:
+        return f"{d['kind']}: none ({d['why']})"
+    kind = "GPU" if d["is_gpu"] else "not a GPU, never chosen by auto"
+    return (f"{d['id']}: {d['name']} ({d['vendor']}, {int(d['memory_bytes']) >> 20} MiB, {d['compute_units']} compute "
+            f"units, driver {d['driver']}; {kind})")
+
+
+def _auto_choice() -> str:
+    from . import _core
+    from .devices import ENV
+
+    resolved, log = _core.resolve_device("auto")
+    env = os.environ.get(ENV)
+    return resolved + (f" (${ENV}={env} overrides it)" if env else "") + "".join(f"; {line}" for line in log)
 
 
 def format_info(d: Dict[str, object]) -> str:

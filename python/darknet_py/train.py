@@ -40,6 +40,7 @@ from typing import Any, Callable, Dict, List, Optional, TextIO, Tuple
 import numpy as np
 
 from .argtypes import positive_int
+from .devices import add_device_option
 from .chart import Chart
 from .checkpoint import save_weights_atomic
 from .lr_policy import LrSchedule
@@ -122,9 +123,7 @@ def _finite_params(raw) -> bool:
 
 def _copy_params(src, dst) -> None:
     for i in range(len(src.layers())):
-        d = dst.params(i)
-        for k, v in src.params(i).items():
-            d[k][...] = v
+        dst.set_params(i, src.params(i))
 
 
 def _head_line(layer: int, s: Dict[str, float]) -> str:
@@ -193,7 +192,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
           map_every: Optional[int] = None, save_every: Optional[int] = None, out_dir: Optional[str] = None,
           threads: Optional[int] = None, max_batches: Optional[int] = None, seed: Optional[int] = None,
           workers: Optional[int] = None, callback: Optional[Callable[[Dict[str, Any]], Any]] = None,
-          verbose: bool = False, heads_every: int = 10, backend: str = "cpu", stream: Optional[TextIO] = None,
+          verbose: bool = False, heads_every: int = 10, device: Optional[str] = None, stream: Optional[TextIO] = None,
           progress: Optional[bool] = None, chart: bool = True, multiscale: bool = True,
           quiet: bool = False) -> TrainResult:
     """Trains the detector `cfg` on the `train` list of the Darknet .data file `data`.
@@ -242,7 +241,10 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
     # ---- the network: Darknet's random initialisation, then the weights if given
     from .init_weights import darknet_init
 
-    raw = _core.Net(cfg, backend)
+    from .devices import default_device, resolve
+
+    device = resolve(device or default_device())
+    raw = _core.Net(cfg, device)
     for w in raw.warnings:
         warn(str(w))
     heads = list(raw.yolo_layers)
@@ -290,7 +292,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
         if not valid_list or not os.path.isfile(valid_list) or not read_image_list(valid_list):
             raise ValueError(f"{spec.where('valid')}: no valid image list for mAP ({valid_list}); "
                              "set `valid =` in the .data file or train without --map")
-        eval_net = Network(cfg, None, spec.names if spec.names and os.path.isfile(spec.names) else None, backend)
+        eval_net = Network(cfg, None, spec.names if spec.names and os.path.isfile(spec.names) else None, device)
 
     # ---- data
     loader = BatchLoader.from_files(data, cfg, batch_size=mini, seed=seed, workers=workers,
@@ -505,7 +507,7 @@ def add_parser(sub: Any, formatter: Any) -> argparse.ArgumentParser:
     p.add_argument("--max-batches", type=positive_int, metavar="N", help="train to iteration N (replaces the cfg's)")
     p.add_argument("--seed", type=int, metavar="S", help="random seed: initialisation, data, augmentation")
     p.add_argument("--verbose", action="store_true", help="print the per-head statistics every iteration")
-    p.add_argument("--backend", choices=("cpu", "reference"), default="cpu", help="compute backend (default: %(default)s)")
+    add_device_option(p)
     p.set_defaults(func=cmd_train, parser=p)
     return p
 
@@ -517,7 +519,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"weights file not found: {args.weights}")
     r = train(args.data, args.cfg, args.weights, clear=args.clear, calc_map=args.map, map_every=args.map_every,
               save_every=args.save_every, out_dir=args.out, threads=args.threads, max_batches=args.max_batches,
-              seed=args.seed, workers=args.workers, verbose=args.verbose, backend=args.backend)
+              seed=args.seed, workers=args.workers, verbose=args.verbose, device=args.device)
     print(f"iteration {r.iteration} in {r.seconds:.1f} s; weights: {r.weights}"
           + (f"; best mAP@0.5 {r.best_map:.4f}: {r.best}" if r.best else ""), file=sys.stderr)
     return 0

@@ -40,8 +40,7 @@ public:
     std::shared_ptr<Device> device() const override { return device_; }
     Device& dev() const { return *device_; }
 
-    // How often each op ran on the CPU instead (an op without a kernel here, or a shape it refuses).
-    const std::map<std::string, int>& fallbacks() const { return fallbacks_; }
+    const std::map<std::string, int>* fallback_counts() const override { return &fallbacks_; }
 
     // ---- forward (gpu_ops_forward.cpp) ----
     void fill(Tensor& y, float value) override;

@@ -1,0 +1,62 @@
+"""Device names and the default device.
+
+Names: "cpu", "reference" (the naive oracle backend), "opencl" / "opencl:N", "cuda" / "cuda:N" and
+"metal" (once built in), and "auto": CUDA, then Metal, then an OpenCL GPU (never a CPU OpenCL runtime
+or a simulator), then the CPU, each after a tiny functional check. DARKNET_PY_DEVICE sets the default.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import re
+import sys
+from typing import Dict, List
+
+from . import _core
+
+ENV = "DARKNET_PY_DEVICE"
+_NAME = re.compile(r"^(cpu|reference|auto|metal|(opencl|cuda)(:\d{1,6})?)$")
+
+
+def default_device() -> str:
+    """$DARKNET_PY_DEVICE, or "auto"."""
+    return os.environ.get(ENV, "").strip() or "auto"
+
+
+def check_name(name: str) -> str:
+    """The name, or ValueError saying which names exist."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ValueError(f"unknown device {name!r}: use cpu, reference, opencl, opencl:N, cuda, cuda:N, metal or auto")
+    return name
+
+
+@functools.lru_cache(maxsize=None)
+def resolve(name: str) -> str:
+    """A concrete device name ("auto" resolved once per process; the devices it skipped, and why,
+    are printed once on stderr)."""
+    resolved, log = _core.resolve_device(check_name(name))
+    for line in log:
+        print(f"darknet_py: device {line}", file=sys.stderr)
+    return resolved
+
+
+def devices() -> List[Dict[str, object]]:
+    """Every GPU device found (id, name, vendor, driver, memory_bytes, compute_units, is_gpu), and
+    for each kind with none found a row with found=False and the reason."""
+    return list(_core.devices())
+
+
+def device_arg(text: str) -> str:
+    """argparse type for --device."""
+    try:
+        return check_name(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def add_device_option(parser: argparse.ArgumentParser) -> None:
+    """--device (and its old name --backend) for every command that runs a network."""
+    parser.add_argument("--device", "--backend", dest="device", type=device_arg, default=None, metavar="DEVICE",
+                        help="where the network runs: cpu, opencl[:N], cuda[:N], metal, reference (naive loops, "
+                             f"for checking) or auto (default: ${ENV}, else auto: the first working GPU, else cpu)")
