@@ -6,6 +6,7 @@
 
 #include "backend.h"
 #include "devices.h"
+#include "gpu/gpu_backend.h"
 #include "cpu/gemm.h"
 #include "cpu/thread_pool.h"
 #include "image.h"
@@ -471,6 +472,15 @@ PYBIND11_MODULE(_core, m) {
 
     py::class_<Ops>(m, "Ops", "One backend's ops, callable on NumPy arrays (for the op parity tests).")
         .def(py::init<const std::string&>())
+        .def("limit_group_size", [](Ops& o, int n) {
+            auto* gpu = dynamic_cast<GpuBackend*>(o.be.get());
+            if (!gpu) throw DarknetError(std::string(o.be->name()) + " has no kernels to limit");
+            gpu->limit_group_size((uint32_t)std::max(1, n));
+        }, "Caps the threads per group of every kernel (GPU backends; for tests).")
+        .def("fallback_counts", [](Ops& o) {
+            const auto* c = o.be->fallback_counts();
+            return c ? *c : std::map<std::string, int>{};
+        }, "How often each op ran on the CPU instead of the device.")
         .def("gemm", [](Ops& o, bool ta, bool tb, float alpha, const FloatArray& A, const FloatArray& B, float beta,
                         const FloatArray& C) {
             int M = (int)C.shape(0), N = (int)C.shape(1), K = ta ? (int)A.shape(0) : (int)A.shape(1);

@@ -33,7 +33,7 @@ KernelArg GpuBackend::buf(const Tensor& t) const {
 uint32_t GpuBackend::group_size(const char* kernel) {
     auto it = group_sizes_.find(kernel);
     if (it != group_sizes_.end()) return it->second;
-    uint32_t g = std::min<uint32_t>(256, device_->max_group_size(kernel));
+    uint32_t g = std::min<uint32_t>(group_limit_, device_->max_group_size(kernel));
     return group_sizes_[kernel] = g ? g : 1;
 }
 
@@ -41,12 +41,6 @@ uint32_t GpuBackend::reduction_group_size(const char* kernel) {
     uint32_t g = 1;
     while (g * 2 <= group_size(kernel)) g *= 2;  // the reductions halve their active threads each step
     return g;
-}
-
-void GpuBackend::require_group_size(const char* kernel, uint32_t n) {
-    if (group_size(kernel) < n)
-        throw DarknetError(name_ + " runs at most " + std::to_string(group_size(kernel)) + " threads per group of " +
-                           kernel + ", which needs " + std::to_string(n));
 }
 
 void GpuBackend::fallback(const char* name, const std::function<void(Backend&, HostStage&)>& op) {

@@ -5,6 +5,7 @@
 // offers one, the tiled gemm_f32 kernel otherwise.
 #include "../kernels/args_forward.h"
 #include "../kernels/args_training.h"
+#include "../cpu/gemm.h"
 #include "gpu_backend.h"
 
 namespace dn {
@@ -45,6 +46,12 @@ static void gemm_at(GpuBackend& be, bool ta, bool tb, int M, int N, int K, float
     if (be.dev().gemm(ta, tb, M, N, K, alpha, A.memory(), a_off, lda, B.memory(), b_off, ldb, beta, C.memory(), c_off,
                       ldc))
         return;
+    if (!be.allows_group_size("gemm_f32", 256))  // a device with smaller groups: the CPU's GEMM on copies
+        return be.fallback("gemm", [&](Backend& cpu, HostStage& h) {
+            const Tensor &hA = h.in(A), &hB = h.in(B);
+            Tensor& hC = h.inout(C);
+            cpu_sgemm(ta, tb, M, N, K, alpha, hA.data() + a_off, lda, hB.data() + b_off, ldb, beta, hC.data() + c_off, ldc);
+        });
     int tiles_n = (N + 15) / 16;
     GemmArgs a{M, N, K, lda, ldb, ldc, ta ? 1 : 0, tb ? 1 : 0, (int32_t)a_off, (int32_t)b_off, (int32_t)c_off,
                tiles_n, alpha, beta};
