@@ -82,8 +82,11 @@ inline float activate_gradient(float x, Activation a) {
         case Activation::elu: return x >= 0 ? 1.0f : std::exp(x);
         case Activation::selu: return x >= 0 ? 1.0507f : 1.0507f * 1.6732f * std::exp(x);
         case Activation::gelu: {
-            float u = 0.797885f * x + 0.035677f * x * x * x, t = std::tanh(u);
-            return 0.5f * (1 + t) + 0.5f * x * (1 - t * t) * (0.797885f + 3 * 0.035677f * x * x);
+            // d/dx 0.5 x (1 + tanh u) with 0.5 (1 + tanh u) = s = logistic(2u) and 1 - tanh^2 u = 4 s (1 - s):
+            // the same value as the tanh form, without its cancellation for large |x| (where a tanh one
+            // ulp off from +-1 would leave an error times x^3; kernels/activation_math.h matches)
+            float u = 0.797885f * x + 0.035677f * x * x * x, s = 1.0f / (1.0f + std::exp(-2.0f * u));
+            return s + 2.0f * x * s * (1.0f - s) * (0.797885f + 3 * 0.035677f * x * x);
         }
         default: return 1.0f;
     }

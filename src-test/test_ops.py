@@ -16,9 +16,12 @@ from typing import Callable, List, Optional
 import numpy as np
 import pytest
 
+import gpu_devices
 from darknet_py import _core
 
-BACKENDS = ["cpu", "opencl:0"]  # append "metal", "cuda", ... here
+# cpu, and the GPU backend on two OpenCL CPU runtimes (gpu_devices.py): Oclgrind (with its race and
+# bounds checker) and pocl. Append "metal", "cuda", ... here.
+BACKENDS = ["cpu", "oclgrind", "pocl"]
 ORACLE = "reference"
 
 # Every activation name of src-lib/activation.cpp (test_activation_list_is_complete keeps it so).
@@ -339,11 +342,17 @@ def ref():
     return _core.Ops(ORACLE)
 
 
+def make_ops(name: str) -> "_core.Ops":
+    if name in gpu_devices.DEVICES:
+        return _core.Ops(gpu_devices.device(name))
+    if name not in _core.backends():
+        pytest.skip(f"backend {name!r} is not built into this module (have {_core.backends()})")
+    return _core.Ops(name)
+
+
 @pytest.fixture(scope="module", params=BACKENDS)
 def backend(request):
-    if request.param not in _core.backends():
-        pytest.skip(f"backend {request.param!r} is not built into this module (have {_core.backends()})")
-    return _core.Ops(request.param)
+    return make_ops(request.param)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
@@ -961,9 +970,7 @@ def np_adam(w, grad, m, v, lr, b1, b2, eps, decay, batch, t):
 
 @pytest.fixture(scope="module", params=[ORACLE] + BACKENDS)
 def any_backend(request):
-    if request.param not in _core.backends():
-        pytest.skip(f"backend {request.param!r} is not built into this module (have {_core.backends()})")
-    return _core.Ops(request.param)
+    return make_ops(request.param)
 
 
 @pytest.mark.parametrize("decay,batch", [(5e-4, 4), (0.0, 1)], ids=["decay-batch4", "nodecay-batch1"])

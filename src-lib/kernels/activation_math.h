@@ -69,9 +69,9 @@ KFN float act_gradient(float x, int a) {
             return 0.0f;
         case ACT_ELU: return x >= 0 ? 1.0f : exp(x);
         case ACT_SELU: return x >= 0 ? 1.0507f : 1.0507f * 1.6732f * exp(x);
-        case ACT_GELU: {
-            float u = 0.797885f * x + 0.035677f * x * x * x, t = tanh(u);
-            return 0.5f * (1 + t) + 0.5f * x * (1 - t * t) * (0.797885f + 3 * 0.035677f * x * x);
+        case ACT_GELU: {  // the logistic form of activation.h (no cancellation for large |x|)
+            float u = 0.797885f * x + 0.035677f * x * x * x, s = 1.0f / (1.0f + exp(-2.0f * u));
+            return s + 2.0f * x * s * (1.0f - s) * (0.797885f + 3 * 0.035677f * x * x);
         }
         default: return 1.0f;  // linear, and the channel-mixing activations
     }
