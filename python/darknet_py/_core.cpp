@@ -445,7 +445,7 @@ PYBIND11_MODULE(_core, m) {
             std::vector<std::vector<Detection>> all(sizes.size());
             {
                 py::gil_scoped_release nogil;
-                const LayerOutputs& outs = n.forward(t);
+                LayerOutputs outs = heads_on_host(n, n.forward(t));
                 const YoloSpec& last = n.yolo(n.yolo_layers().back()).spec;
                 for (size_t b = 0; b < sizes.size(); ++b) {
                     all[b] = get_detections(n, outs, (int)b, sizes[b].first, sizes[b].second, thresh, letterbox);

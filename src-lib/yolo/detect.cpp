@@ -47,6 +47,12 @@ Box get_yolo_box(const float* x, const std::vector<float>& anchors, int n, int i
     return b;
 }
 
+LayerOutputs heads_on_host(const Network& net, const LayerOutputs& outputs) {
+    LayerOutputs heads(outputs.size());
+    for (int li : net.yolo_layers()) heads[li] = to_host(outputs[li]);  // no copy on the CPU backends
+    return heads;
+}
+
 std::vector<Detection> get_detections(const Network& net, const LayerOutputs& outputs, int b, int image_w, int image_h,
                                       float thresh, bool letterbox) {
     // the letterbox correction divides by them (an integer division by zero would kill the process)
@@ -58,7 +64,7 @@ std::vector<Detection> get_detections(const Network& net, const LayerOutputs& ou
     for (int li : net.yolo_layers()) {
         const YoloLayer& l = net.yolo(li);
         const YoloSpec& s = l.spec;
-        Tensor t = to_host(outputs[li]);  // no copy on the CPU backends
+        const Tensor& t = outputs[li];
         int lw = l.out.w, lh = l.out.h, plane = lw * lh, entries = 5 + s.classes;
         const float* x = t.data() + (size_t)b * l.out.sample();
         size_t first = dets.size();

@@ -19,7 +19,11 @@ struct Detection {
 Box get_yolo_box(const float* x, const std::vector<float>& anchors, int n, int index, int col, int row, int lw, int lh,
                  int netw, int neth, int stride, bool new_coords);
 
-// Decodes every yolo layer of `net` for sample `b` of the last forward pass.
+// The yolo layers' outputs of a forward pass on the host (one download each on a GPU; other layers
+// left empty), for get_detections.
+LayerOutputs heads_on_host(const Network& net, const LayerOutputs& outputs);
+
+// Decodes every yolo layer of `net` for sample `b`; `heads` from heads_on_host.
 std::vector<Detection> get_detections(const Network& net, const LayerOutputs& outputs, int b, int image_w, int image_h,
                                       float thresh, bool letterbox);
 

@@ -1,0 +1,280 @@
+"""The GPU backend (src-lib/gpu) end to end, on the OpenCL CPU runtimes of gpu_devices.py: the same
+GpuBackend and kernel text that CUDA and Metal devices run, checked against the CPU backend.
+
+Oclgrind (a simulator, with its race and bounds checker) runs small networks and every kernel at group
+sizes 1 to 256; pocl (compiled) runs the reference cfgs, the real yolov3-tiny, training and the CLI.
+The per-op parity of every kernel against the reference backend is in test_ops.py.
+"""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import gpu_devices
+from darknet_py import Network, _core
+from darknet_py.cfgfiles import cfg_with_size
+from darknet_py.demo import demo_files
+from darknet_py.init_weights import darknet_init
+from test_gradients_network import ALL_LAYERS_CFG, TRUTHS, YOLO_CFG
+from test_ops import assert_close
+from test_train import small_cfg
+
+REL_TOL = 1e-4  # forward outputs, as max|gpu - cpu| / max|cpu| per layer
+
+
+def rel_err(got: np.ndarray, want: np.ndarray) -> float:
+    return float(np.abs(got.astype(np.float64) - want).max() / max(float(np.abs(want).max()), 1e-30))
+
+
+def pair(tmp_path, cfg_text: str, device: str, seed: int = 1):
+    """The same network (Darknet's random init from `seed`) on the CPU and on `device`."""
+    path = tmp_path / "net.cfg"
+    path.write_text(cfg_text)
+    nets = []
+    for d in ("cpu", device):
+        net = _core.Net(str(path), d)
+        darknet_init(net, seed)
+        nets.append(net)
+    return nets
+
+
+# ---- kernels at every group size ------------------------------------------------------------
+def group_size_cases():
+    rng = np.random.default_rng(3)
+    r = lambda *s: rng.uniform(-2, 2, s).astype(np.float32)  # noqa: E731
+    x, dy, c = r(2, 5, 7, 9), r(2, 5, 7, 9), 5
+    xn = r(2, 5, 7, 9)
+    return [
+        ("activate", (x, "mish")), ("activate", (x, "normalize_channels_softmax")),
+        ("add_bias", (x, r(c))), ("pool", ("global_avg", x, 1, 1, 1, 0, [2, 5, 1, 1])),
+        ("pool", ("max", x, 3, 2, 2, 1, [2, 5, 4, 5])), ("softmax", (x, 3, 0.7)),
+        ("bias_backward", (dy, r(c))), ("batchnorm_train", (x, r(c), r(c), 1e-5)),
+        ("batchnorm_backward", (dy, xn, r(c), np.abs(r(c)) + 0.1, 1e-5)),
+        ("softmax_backward", (x, dy, 3, 0.7)),
+        ("scale_channels_backward", (r(2, 5, 1, 1), x, False, dy)),
+        ("scale_channels_backward", (r(2, 1, 7, 9), x, True, dy)),
+        ("shortcut_backward", (x, [r(2, 5, 7, 9)], r(2 * 5), 2, 2, dy)),
+        ("shortcut_backward", (x, [r(2, 3, 7, 9)], r(2), 1, 1, dy)),
+        ("pool_backward", ("max", x, dy[:, :, :4, :5].copy(), 3, 2, 2, 1)),
+        ("conv2d", (x, r(4, 5, 3, 3), 1, 1, 1, 1, 1, 7, 9)),
+    ]
+
+
+@pytest.mark.parametrize("limit", [1, 7, 64, 256])
+def test_kernels_are_right_at_every_group_size(limit):
+    gpu = _core.Ops(gpu_devices.device("oclgrind"))
+    gpu.limit_group_size(limit)
+    ref = _core.Ops("reference")
+    for op, args in group_size_cases():
+        want = getattr(ref, op)(*args)
+        got = getattr(gpu, op)(*args)
+        want = want if isinstance(want, tuple) else (want,)
+        got = got if isinstance(got, tuple) else (got,)
+        for k, (g, w) in enumerate(zip(got, want)):
+            for gg, ww in (zip(g, w) if isinstance(w, list) else [(g, w)]):
+                assert_close(gg, ww, 2e-5, 1e-4, f"{op} output {k} at group size {limit}")
+    # gemm_f32 needs 16x16 = 256 threads per group: below that the CPU's GEMM runs it, counted
+    assert ("gemm" in gpu.fallback_counts()) == (limit < 256), gpu.fallback_counts()
+
+
+# ---- networks: forward ----------------------------------------------------------------------
+def test_all_layer_types_forward_on_the_simulator(tmp_path):
+    cpu, gpu = pair(tmp_path, ALL_LAYERS_CFG, gpu_devices.device("oclgrind"))
+    x = np.random.default_rng(0).uniform(-1, 1, (4, 4, 9, 9)).astype(np.float32)
+    layers = list(range(len(cpu.layers())))
+    for i, (g, c) in enumerate(zip(gpu.forward(x, layers), cpu.forward(x, layers))):
+        assert rel_err(g, c) < REL_TOL, f"layer {i} ({cpu.layers()[i]['type']}): {rel_err(g, c):.2e}"
+    assert not any(gpu.fallback_ops()), gpu.fallback_ops()
+
+
+SHARED_CFG = Path(__file__).resolve().parents[1].parent / "shared" / "cfg"
+CFG_NAMES = sorted(p.name for p in SHARED_CFG.glob("*.cfg")) or ["(../shared/cfg absent)"]
+
+
+@pytest.mark.parametrize("name", CFG_NAMES)
+def test_reference_cfg_forward_equals_cpu(shared_cfg_dir, name, tmp_path):
+    # every layer's output at a small input (pocl: Oclgrind would take minutes per cfg)
+    path = cfg_with_size(str(shared_cfg_dir / name), 128, 128)
+    try:
+        cpu, gpu = pair(tmp_path, open(path).read(), gpu_devices.device("pocl"), seed=7)
+    finally:
+        os.unlink(path)
+    x = np.random.default_rng(1).uniform(0, 1, (1, cpu.channels, 128, 128)).astype(np.float32)
+    layers = list(range(len(cpu.layers())))
+    worst = max((rel_err(g, c), i) for i, (g, c) in enumerate(zip(gpu.forward(x, layers), cpu.forward(x, layers))))
+    assert worst[0] < REL_TOL, f"{name}: layer {worst[1]} differs by {worst[0]:.2e} (relative)"
+    assert not any(gpu.fallback_ops()), f"{name}: ops fell back to the CPU: {gpu.fallback_ops()}"
+
+
+def test_real_yolov3_tiny_detects_the_same_as_cpu(yolov3_tiny):
+    from test_real_weights import _photos
+
+    files = (yolov3_tiny["cfg"], yolov3_tiny["weights"], yolov3_tiny["names"])
+    cpu, gpu = Network(*files, device="cpu"), Network(*files, device=gpu_devices.device("pocl"))
+    count = 0
+    for name, img in _photos().items():
+        want, got = cpu.detect(img, thresh=0.1), gpu.detect(img, thresh=0.1)
+        assert [d.class_id for d in got] == [d.class_id for d in want], name
+        for g, w in zip(got, want):
+            assert abs(g.confidence - w.confidence) < 1e-4, (name, g, w)
+            assert max(abs(a - b) for a, b in zip(g.box, w.box)) < 0.5, (name, g, w)
+        count += len(want)
+    assert count > 10  # the photos hold detections to compare
+
+
+# ---- training -------------------------------------------------------------------------------
+def train_losses(net, steps: int, batch: int, size: int, classes: int, seed: int):
+    rng = np.random.default_rng(seed)
+    losses = []
+    for _ in range(steps):
+        x = rng.uniform(0, 1, (batch, 3, size, size)).astype(np.float32)
+        truths = [np.array([[*rng.uniform(0.2, 0.8, 2), *rng.uniform(0.1, 0.4, 2), rng.integers(classes)]],
+                           np.float32) for _ in range(batch)]
+        net.forward_train(x, [])
+        losses.append(sum(h["loss"] for h in net.yolo_loss(truths)))
+        net.backward()
+        net.update(0.002, batch)
+    return np.array(losses)
+
+
+def test_training_iterations_match_cpu(tmp_path):
+    # 20 iterations from the same Darknet init and batches: batchnorm statistics, leaky, maxpool, the
+    # yolo loss and SGD with momentum and decay, all on the device
+    cfg = small_cfg(classes=2, size=64, batch=4, filters=(8, 16), head=16, anchors="8,8, 14,14, 22,22")
+    cpu, gpu = pair(tmp_path, cfg, gpu_devices.device("pocl"))
+    want = train_losses(cpu, 20, 4, 64, 2, seed=11)
+    got = train_losses(gpu, 20, 4, 64, 2, seed=11)
+    assert np.all(np.abs(got - want) <= 1e-3 * np.abs(want)), f"losses\ncpu {want}\ngpu {got}"
+    assert not any(gpu.fallback_ops()), gpu.fallback_ops()
+    w_cpu, w_gpu = cpu.params(0)["weights"], gpu.params(0)["weights"]
+    assert rel_err(w_gpu, w_cpu) < 1e-3  # the trained weights too
+
+
+def test_training_on_the_simulator(tmp_path):
+    cpu, gpu = pair(tmp_path, YOLO_CFG, gpu_devices.device("oclgrind"))
+    x = np.random.default_rng(2).uniform(0, 1, (2, 3, 8, 8)).astype(np.float32)
+    for step in range(3):
+        for net in (cpu, gpu):
+            net.forward_train(x, [])
+        want, got = cpu.yolo_loss(TRUTHS), gpu.yolo_loss(TRUTHS)
+        assert abs(got[0]["loss"] - want[0]["loss"]) <= 1e-3 * want[0]["loss"], (step, got, want)
+        for net in (cpu, gpu):
+            net.backward()
+            net.update(0.01, 2)
+
+
+# ---- what crosses between host and device ---------------------------------------------------
+def test_bytes_moved_per_training_iteration_and_per_detect(tmp_path):
+    cfg = small_cfg(classes=2, size=64, batch=4, filters=(8, 16), head=16)
+    _, net = pair(tmp_path, cfg, gpu_devices.device("pocl"))
+    x = np.random.default_rng(0).uniform(0, 1, (4, 3, 64, 64)).astype(np.float32)
+    net.forward_train(x, [])
+    heads = sum(net.delta(i).size for i in net.yolo_layers) * 4
+    before = net.bytes_moved()
+    net.forward_train(x, [])
+    net.yolo_loss([np.zeros((0, 5), np.float32)] * 4)
+    net.backward()
+    net.update(0.001, 4)
+    after = net.bytes_moved()
+    # up: the batch, and the heads' deltas (the loss runs on the host); down: the heads
+    assert after["up"] - before["up"] == x.nbytes + heads
+    assert after["down"] - before["down"] == heads
+    before = net.bytes_moved()
+    net.detect(x, [(64, 64)] * 4, 0.25, 0.45, False)
+    after = net.bytes_moved()
+    assert (after["up"] - before["up"], after["down"] - before["down"]) == (x.nbytes, heads)
+
+
+# ---- the Python API on a device -------------------------------------------------------------
+def test_params_are_copies_on_a_device_and_set_params_writes_back():
+    f = demo_files()
+    net = Network(f["cfg"], f["weights"], f["names"], device=gpu_devices.device("pocl"))
+    cpu = Network(f["cfg"], f["weights"], f["names"], device="cpu")
+    p = net.params(0)
+    p["biases"][...] += 1.0  # a copy: the network does not change
+    assert np.array_equal(net.params(0)["biases"], cpu.params(0)["biases"])
+    net.set_params(0, {"biases": p["biases"]})
+    assert np.array_equal(net.params(0)["biases"], cpu.params(0)["biases"] + 1.0)
+    with pytest.raises(ValueError, match="has no parameter 'bias'.*biases"):
+        net.set_params(0, {"bias": p["biases"]})
+    with pytest.raises(ValueError, match=f"needs {p['biases'].size} values"):
+        net.set_params(0, {"biases": np.zeros(3, np.float32)})
+
+
+def test_network_moves_between_devices(tmp_path):
+    f = demo_files()
+    cpu = Network(f["cfg"], f["weights"], f["names"], device="cpu")
+    net = Network(f["cfg"], f["weights"], f["names"], device="cpu").to(gpu_devices.device("pocl"))
+    assert net.device == gpu_devices.device("pocl")
+    x = np.random.default_rng(0).uniform(0, 1, (1, 3, 256, 256)).astype(np.float32)
+    for g, c in zip(net.forward(x), cpu.forward(x)):
+        assert rel_err(g, c) < REL_TOL
+    net.save_weights(tmp_path / "from_gpu.weights")
+    cpu.save_weights(tmp_path / "from_cpu.weights")
+    assert (tmp_path / "from_gpu.weights").read_bytes() == (tmp_path / "from_cpu.weights").read_bytes()
+    assert net.to("cpu").device == "cpu" and np.array_equal(net.params(0)["weights"], cpu.params(0)["weights"])
+
+
+def test_an_op_without_a_kernel_falls_back_and_is_counted(capfd):
+    # reorg with channels not divisible by stride^2 is not a permutation: the kernel refuses it
+    gpu, ref = _core.Ops(gpu_devices.device("pocl")), _core.Ops("reference")
+    x = np.random.default_rng(0).uniform(-1, 1, (1, 6, 4, 4)).astype(np.float32)
+    for _ in range(2):
+        assert_close(gpu.reorg(x, 4, 4, 6, 2, True, [1, 6, 4, 4]), ref.reorg(x, 4, 4, 6, 2, True, [1, 6, 4, 4]), 0, 0,
+                     "reorg fallback")
+    assert gpu.fallback_counts() == {"reorg": 2}
+    assert capfd.readouterr().err.count("runs reorg on the CPU") == 1  # reported once
+
+
+def test_auto_never_picks_a_cpu_runtime():
+    resolved, log = _core.resolve_device("auto")
+    found = [d for d in _core.devices() if d["found"]]
+    if any(d["is_gpu"] for d in found):
+        pytest.skip("this machine has a GPU: auto may pick it")
+    assert resolved == "cpu"
+    assert sum("not a GPU" in line for line in log) == len(found), log
+
+
+def test_device_names_are_checked():
+    with pytest.raises(ValueError, match="unknown device 'gpu'.*opencl:N"):
+        Network(demo_files()["cfg"], device="gpu")
+    with pytest.raises(ValueError, match="opencl:9"):
+        _core.Net(str(demo_files()["cfg"]), "opencl:9")
+
+
+# ---- the command line -----------------------------------------------------------------------
+def cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "darknet_py", *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **(env or {})})
+
+
+def test_detect_on_a_device_from_the_environment(tmp_path):
+    pocl = gpu_devices.device("pocl")
+    runs = {}
+    for device in ("cpu", pocl):
+        r = cli("detect", "--json", str(tmp_path / f"{device}.json"), "--out", str(tmp_path / device),
+                env={"DARKNET_PY_DEVICE": device})
+        assert r.returncode == 0, r.stderr
+        runs[device] = json.loads((tmp_path / f"{device}.json").read_text())
+    assert runs[pocl]["model"]["device"] == pocl and runs["cpu"]["model"]["device"] == "cpu"
+    boxes = {d: [(x["class_id"], x["box"]) for img in runs[d]["results"] for x in img["detections"]] for d in runs}
+    assert boxes[pocl] == boxes["cpu"] and len(boxes["cpu"]) >= 3
+    r = cli("detect", "--device", "gpu")
+    assert r.returncode == 2 and "unknown device 'gpu'" in r.stderr
+
+
+def test_info_lists_devices_and_coverage(tmp_path):
+    r = cli("info", "--json")
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    assert "Oclgrind Simulator" in info["devices"] and "not a GPU" in info["devices"]
+    (tmp_path / "all.cfg").write_text(ALL_LAYERS_CFG)
+    r = cli("info", "--coverage", str(tmp_path / "all.cfg"), "--device", gpu_devices.device("pocl"), "--json")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)["layers"]
+    assert len(rows) == len(_core.Net(str(tmp_path / "all.cfg"), "cpu").layers())
+    assert all(row["cpu_ops"] == [] for row in rows), rows
