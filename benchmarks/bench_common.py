@@ -72,7 +72,8 @@ def fill_random(net: "darknet_py.Network", seed: int = 0) -> None:
     explode through the network (with all-zero weights a GEMM could skip work and look fast)."""
     rng = np.random.default_rng(seed)
     for i in range(len(net.layers)):
-        for k, v in net.params(i).items():
+        p = net.params(i)
+        for k, v in p.items():
             if k == "weights":
                 v[...] = rng.standard_normal(v.shape) * np.sqrt(2.0 / max(1, v[0].size))
             elif k == "rolling_variance":
@@ -81,12 +82,13 @@ def fill_random(net: "darknet_py.Network", seed: int = 0) -> None:
                 v[...] = rng.uniform(0.5, 1.5, v.shape)
             else:
                 v[...] = rng.uniform(-0.1, 0.1, v.shape)
+        net.set_params(i, p)  # (params are views on the CPU, copies on a GPU)
 
 
 def random_model(model: Model, workdir: str, seed: int = 0):
     """(Network, cfg path, weights path) with seeded random weights saved in Darknet's format."""
     cfg = sized_cfg(model, workdir)
-    net = darknet_py.Network(cfg)
+    net = darknet_py.Network(cfg, device="cpu")
     fill_random(net, seed)
     weights = os.path.join(workdir, f"{model.name}-{model.size}.weights")
     net.save_weights(weights)

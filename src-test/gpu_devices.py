@@ -23,7 +23,8 @@ def _find(match) -> Optional[str]:
 
 OCLGRIND = _find(lambda d: "Oclgrind" in d["name"])
 POCL = _find(lambda d: "Oclgrind" not in d["name"] and not d["is_gpu"])  # pocl's "pthread-<cpu>"
-DEVICES = {"oclgrind": OCLGRIND, "pocl": POCL}
+GPU = _find(lambda d: d["is_gpu"])  # a real OpenCL GPU, where the machine has one (never in CI)
+DEVICES = {"oclgrind": OCLGRIND, "pocl": POCL, "opencl_gpu": GPU}
 
 
 def device(label: str) -> str:

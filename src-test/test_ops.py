@@ -21,7 +21,7 @@ from darknet_py import _core
 
 # cpu, and the GPU backend on two OpenCL CPU runtimes (gpu_devices.py): Oclgrind (with its race and
 # bounds checker) and pocl. Append "metal", "cuda", ... here.
-BACKENDS = ["cpu", "oclgrind", "pocl"]
+BACKENDS = ["cpu", "oclgrind", "pocl"] + (["opencl_gpu"] if gpu_devices.GPU else [])
 ORACLE = "reference"
 
 # Every activation name of src-lib/activation.cpp (test_activation_list_is_complete keeps it so).
