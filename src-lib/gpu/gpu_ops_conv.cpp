@@ -32,9 +32,19 @@ ConvSlice conv_slice(const Shape& xs, const Shape& ys, const ConvGeom& g) {
     return s;
 }
 
-Im2colImageArgs im2col_args(const Shape& xs, const Shape& ys, const ConvGeom& g, const ConvSlice& s, size_t im_offset) {
-    return Im2colImageArgs{s.K * s.out_plane, (int32_t)im_offset, 0, s.cin_g, xs.h, xs.w, g.kh, g.kw, g.pad,
-                           g.stride_y, g.stride_x, g.dilation, ys.h, ys.w};
+// op(B) of the forward and weight-gradient GEMMs for image n, group gi: the image slice itself for a
+// direct convolution, else its im2col in the column scratch buffer; *offset = where it starts.
+const Tensor& column_matrix(GpuBackend& be, const Tensor& x, const Shape& ys, const ConvGeom& g, const ConvSlice& s,
+                            int n, int gi, size_t* offset) {
+    const Shape& xs = x.shape();
+    size_t xo = s.x_offset(xs, n, gi);
+    if (s.direct) return *offset = xo, x;
+    Tensor& col = be.scratch(0, (size_t)s.K * s.out_plane);
+    Im2colImageArgs a{s.K * s.out_plane, (int32_t)xo, 0, s.cin_g, xs.h, xs.w, g.kh, g.kw, g.pad,
+                      g.stride_y, g.stride_x, g.dilation, ys.h, ys.w};
+    be.launch("im2col_f32", (size_t)a.n, {be.buf(col), be.buf(x)}, a);
+    *offset = 0;
+    return col;
 }
 
 }  // namespace
@@ -66,16 +76,12 @@ void GpuBackend::gemm(bool ta, bool tb, int M, int N, int K, float alpha, const 
 void GpuBackend::conv2d(const Tensor& x, const Tensor& w, const ConvGeom& g, Tensor& y) {
     const Shape &xs = x.shape(), &ys = y.shape();
     ConvSlice s = conv_slice(xs, ys, g);
-    Tensor& col = scratch(0, s.direct ? 1 : (size_t)s.K * s.out_plane);
     for (int n = 0; n < xs.n; ++n)
         for (int gi = 0; gi < g.groups; ++gi) {
-            size_t xo = s.x_offset(xs, n, gi);
-            if (!s.direct) {
-                Im2colImageArgs a = im2col_args(xs, ys, g, s, xo);
-                launch("im2col_f32", (size_t)a.n, {buf(col), buf(x)}, a);
-            }
-            gemm_at(*this, false, false, s.cout_g, s.out_plane, s.K, 1.0f, w, s.w_offset(gi), s.K, s.direct ? x : col,
-                    s.direct ? xo : 0, s.out_plane, 0.0f, y, s.y_offset(ys, n, gi), s.out_plane);
+            size_t bo;
+            const Tensor& b = column_matrix(*this, x, ys, g, s, n, gi, &bo);
+            gemm_at(*this, false, false, s.cout_g, s.out_plane, s.K, 1.0f, w, s.w_offset(gi), s.K, b, bo, s.out_plane,
+                    0.0f, y, s.y_offset(ys, n, gi), s.out_plane);
         }
 }
 
@@ -93,16 +99,12 @@ void GpuBackend::conv2d_backward_weights(const Tensor& x, const Tensor& dy, cons
     // dW_g[cout_g, K] += dY_g[cout_g, P] * col^T[P, K], summed over the images
     const Shape &xs = x.shape(), &ys = dy.shape();
     ConvSlice s = conv_slice(xs, ys, g);
-    Tensor& col = scratch(0, s.direct ? 1 : (size_t)s.K * s.out_plane);
     for (int n = 0; n < xs.n; ++n)
         for (int gi = 0; gi < g.groups; ++gi) {
-            size_t xo = s.x_offset(xs, n, gi);
-            if (!s.direct) {
-                Im2colImageArgs a = im2col_args(xs, ys, g, s, xo);
-                launch("im2col_f32", (size_t)a.n, {buf(col), buf(x)}, a);
-            }
-            gemm_at(*this, false, true, s.cout_g, s.K, s.out_plane, 1.0f, dy, s.y_offset(ys, n, gi), s.out_plane,
-                    s.direct ? x : col, s.direct ? xo : 0, s.out_plane, 1.0f, dw, s.w_offset(gi), s.K);
+            size_t bo;
+            const Tensor& b = column_matrix(*this, x, ys, g, s, n, gi, &bo);
+            gemm_at(*this, false, true, s.cout_g, s.K, s.out_plane, 1.0f, dy, s.y_offset(ys, n, gi), s.out_plane, b, bo,
+                    s.out_plane, 1.0f, dw, s.w_offset(gi), s.K);
         }
 }
 
