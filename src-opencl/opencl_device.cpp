@@ -3,6 +3,7 @@
 #include "opencl_device.h"
 
 #include <algorithm>
+#include <mutex>
 #include <unordered_map>
 
 #include "cl_api.h"
@@ -187,6 +188,9 @@ public:
 
     void launch(const char* name, LaunchDims dims, const std::vector<KernelArg>& args) override {
         if (dims.groups == 0) return;
+        // One device serves every network on it, maybe from several threads: a kernel's arguments
+        // are state of the cl_kernel object until the launch is queued.
+        std::lock_guard<std::mutex> lock(mutex_);
         cl_kernel k = kernel(name);
         for (size_t i = 0; i < args.size(); ++i) {
             const KernelArg& a = args[i];
@@ -208,6 +212,7 @@ public:
 
     uint32_t max_group_size(const char* name) override {
         size_t kernel_max = 0;
+        std::lock_guard<std::mutex> lock(mutex_);
         check(cl_.clGetKernelWorkGroupInfo(kernel(name), device_, CL_KERNEL_WORK_GROUP_SIZE, sizeof(kernel_max),
                                            &kernel_max, nullptr),
               "clGetKernelWorkGroupInfo", name);
@@ -258,6 +263,7 @@ private:
     DeviceInfo info_;
     cl_context context_ = nullptr;
     cl_command_queue queue_ = nullptr;  // in-order, no profiling
+    std::mutex mutex_;                  // launches and the kernel cache
     cl_program program_ = nullptr;
     size_t device_max_group_ = 0;
     std::unordered_map<std::string, cl_kernel> kernels_;

@@ -227,8 +227,8 @@ PYBIND11_MODULE(_core, m) {
         .def("bytes_moved", [](const Network& n) {
             auto dev = n.backend().device();
             py::dict d;
-            d["up"] = dev ? dev->bytes_uploaded : 0;
-            d["down"] = dev ? dev->bytes_downloaded : 0;
+            d["up"] = dev ? dev->bytes_uploaded.load() : 0;
+            d["down"] = dev ? dev->bytes_downloaded.load() : 0;
             return d;
         }, "Host->device ('up') and device->host ('down') bytes since the device was opened (0 on the CPU).")
         .def("fallback_ops", [](const Network& n) {

@@ -3,6 +3,7 @@
 // compiles the embedded kernel text (kernels/) once, and launches kernels by name. Everything
 // else (which kernel, grid and group sizes, temporaries, fallback) lives in GpuBackend, once.
 #pragma once
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -73,7 +74,7 @@ public:
     }
 
     // Host <-> device traffic since the device was opened (tests assert it per iteration).
-    uint64_t bytes_uploaded = 0, bytes_downloaded = 0;
+    std::atomic<uint64_t> bytes_uploaded{0}, bytes_downloaded{0};
 };
 
 }  // namespace dn
