@@ -32,6 +32,9 @@ struct PoolGeom {
 enum class ShortcutWeights { none, per_feature, per_channel };
 enum class ShortcutNorm { none, relu, softmax };
 
+// The yolo loss's head geometry and [yolo] options (kernels/yolo_loss.h, shared with the kernels).
+struct YoloLossArgs;
+
 struct YoloGeom {
     int anchors = 3;       // anchors used by this head (len(mask))
     int classes = 80;
@@ -156,6 +159,12 @@ public:
     virtual void mul_backward(const Tensor& a, const Tensor& b, const Tensor& dy, Tensor& da, Tensor& db) = 0;
     // dx += dL/dx of y = softmax(x) (true Jacobian; Darknet's classifier passes the cost delta straight through)
     virtual void softmax_backward(const Tensor& y, const Tensor& dy, int groups, float temperature, Tensor& dx) = 0;
+
+    // Darknet's yolo loss of one head (kernels/yolo_loss.h: what each buffer holds, the passes):
+    // overwrites delta with dL/d(head input) and stats [batch, YOLO_LOSS_STATS] with per-image
+    // partial sums, which yolo/loss.cpp reduces into YoloLossStats.
+    virtual void yolo_loss(const Tensor& output, const Tensor& truths, const Tensor& anchors, const YoloLossArgs& a,
+                           Tensor& delta, Tensor& stats) = 0;
 
     // Dropout's mask: mask[i] = 0 with probability p, else 1 / (1 - p), drawn from a counter-based
     // hash of (seed, i) (kernels/dropout.h) so that every backend draws the same mask for a seed.

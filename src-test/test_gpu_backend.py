@@ -167,22 +167,116 @@ def test_training_on_the_simulator(tmp_path):
             net.update(0.01, 2)
 
 
+# ---- the yolo loss on the device -------------------------------------------------------------
+# A [yolo] layer right on the input: cpu and devices see the same head, so these compare the loss
+# kernels alone (not the convolutions before them). Options that change the loss's paths, each with
+# several anchors per truth (iou_thresh < 1) and, but for one, label smoothing.
+YOLO_LOSS_OPTIONS = {
+    "mse": "iou_thresh=0.2\nlabel_smooth_eps=0.1",
+    "giou": "iou_loss=giou\niou_normalizer=0.07\niou_thresh=0.2\nlabel_smooth_eps=0.1\nmax_delta=5",
+    "diou": "iou_loss=diou\niou_normalizer=0.07\niou_thresh=0.2\nlabel_smooth_eps=0.1",
+    "ciou": "iou_loss=ciou\niou_normalizer=0.07\niou_thresh=0.2\nlabel_smooth_eps=0.1",
+    "new_coords": "new_coords=1\nscale_x_y=1.05\niou_loss=ciou\niou_normalizer=0.05\niou_thresh=0.2\nlabel_smooth_eps=0.1",
+    # predictions above truth_thresh get deltas in the per-prediction pass; smooth objectness; max boxes
+    "truth_thresh": "iou_loss=giou\nobjectness_smooth=1\nignore_thresh=0.2\ntruth_thresh=0.3\niou_thresh=0.2\nmax=6",
+}
+
+
+def yolo_head_cfg(options: str) -> str:
+    return f"""[net]
+batch=3
+width=16
+height=16
+channels=27
+
+[yolo]
+mask=0,2,3
+anchors=1,1.5, 2,2, 3,2.5, 4,5, 6,6
+num=5
+classes=4
+{options}
+"""
+
+
+def many_truths(classes: int = 4):
+    rng = np.random.default_rng(5)
+    out = []
+    for k in (17, 9, 0):
+        t = np.concatenate([rng.uniform(0.02, 0.98, (k, 2)), rng.uniform(0.05, 0.5, (k, 2)),
+                            rng.integers(0, classes, (k, 1))], axis=1).astype(np.float32)
+        if k:
+            t[3, :4] = t[1, :4]
+            t[3, 4] = (t[1, 4] + 1) % classes  # a second truth in the same cell, another class
+            t[5, 4] = -1  # no class: skipped
+            t[6, 4] = classes  # out of range: skipped
+        out.append(t)
+    return out
+
+
+def yolo_head_input(options: str) -> np.ndarray:
+    # new_coords reads x, y, w, h without a logistic: keep them in 0..1 as a trained head's are
+    lo, hi = (0.05, 0.95) if "new_coords" in options else (-3.0, 3.0)
+    return np.random.default_rng(4).uniform(lo, hi, (3, 27, 16, 16)).astype(np.float32)
+
+
+def yolo_loss_on(tmp_path, device: str, options: str):
+    path = tmp_path / f"head-{device.replace(':', '-')}.cfg"
+    path.write_text(yolo_head_cfg(options))
+    net = _core.Net(str(path), device)
+    net.forward_train(yolo_head_input(options), [])
+    stats = net.yolo_loss(many_truths())[0]
+    return stats, net.delta(0), net
+
+
+@pytest.mark.parametrize("kind", list(YOLO_LOSS_OPTIONS))
+def test_yolo_loss_statistics_and_deltas_equal_cpu(tmp_path, kind):
+    want, want_delta, _ = yolo_loss_on(tmp_path, "cpu", YOLO_LOSS_OPTIONS[kind])
+    assert want["count"] > 17 + 9 - 4, want  # several anchors per truth
+    for label in ("pocl", "oclgrind"):
+        got, got_delta, net = yolo_loss_on(tmp_path, gpu_devices.device(label), YOLO_LOSS_OPTIONS[kind])
+        assert got["count"] == want["count"], (label, got, want)
+        for key in want:
+            assert abs(got[key] - want[key]) <= 1e-5 * abs(want[key]), (label, key, got, want)
+        err = float(np.abs(got_delta - want_delta).max())
+        assert err <= 1e-5, f"{kind} on {label}: deltas differ by {err:.2e}"
+        assert not any(net.fallback_ops()), net.fallback_ops()
+
+
+def test_yolo_loss_kernels_have_no_races_on_the_simulator(tmp_path):
+    # conftest also fails the whole session on any report; this names the kernels that caused it
+    from conftest import oclgrind_reports
+
+    before = len(oclgrind_reports())
+    for kind in ("truth_thresh", "new_coords"):
+        yolo_loss_on(tmp_path, gpu_devices.device("oclgrind"), YOLO_LOSS_OPTIONS[kind])
+    assert oclgrind_reports()[before:] == ""
+
+
 # ---- what crosses between host and device ---------------------------------------------------
 def test_bytes_moved_per_training_iteration_and_per_detect(tmp_path):
     cfg = small_cfg(classes=2, size=64, batch=4, filters=(8, 16), head=16)
     _, net = pair(tmp_path, cfg, gpu_devices.device("pocl"))
     x = np.random.default_rng(0).uniform(0, 1, (4, 3, 64, 64)).astype(np.float32)
-    net.forward_train(x, [])
-    heads = sum(net.delta(i).size for i in net.yolo_layers) * 4
+    truths = [np.array([[0.3, 0.4, 0.2, 0.3, 1], [0.6, 0.6, 0.3, 0.2, 0]], np.float32)] + \
+        [np.array([[0.5, 0.5, 0.4, 0.4, 1]], np.float32)] * 2 + [np.zeros((0, 5), np.float32)]
+
+    def iteration():
+        net.forward_train(x, [])
+        net.yolo_loss(truths)
+        net.backward()
+        net.update(0.001, 4)
+
+    iteration()  # the first one also uploads what stays (the heads' anchors)
     before = net.bytes_moved()
-    net.forward_train(x, [])
-    net.yolo_loss([np.zeros((0, 5), np.float32)] * 4)
-    net.backward()
-    net.update(0.001, 4)
+    iteration()
     after = net.bytes_moved()
-    # up: the batch, and the heads' deltas (the loss runs on the host); down: the heads
-    assert after["up"] - before["up"] == x.nbytes + heads
-    assert after["down"] - before["down"] == heads
+    # up: the batch and the truths ([batch, most boxes of an image, 5] floats, once for all heads);
+    # down: per head, 8 per-image sums (YOLO_LOSS_STATS in kernels/yolo_loss.h). Nothing head-sized.
+    truth_bytes = 4 * 2 * 5 * 4
+    stats_bytes = len(net.yolo_layers) * 4 * 8 * 4
+    assert after["up"] - before["up"] == x.nbytes + truth_bytes
+    assert after["down"] - before["down"] == stats_bytes
+    heads = sum(net.delta(i).size for i in net.yolo_layers) * 4
     before = net.bytes_moved()
     net.detect(x, [(64, 64)] * 4, 0.25, 0.45, False)
     after = net.bytes_moved()

@@ -395,8 +395,11 @@ PYBIND11_MODULE(_core, m) {
             std::vector<YoloLossStats> all;
             {
                 py::gil_scoped_release nogil;
+                // the truths go to the device once for all heads
+                Tensor packed = n.backend().adopt(yolo_truths(boxes, (int)boxes.size()));
                 for (int li : n.yolo_layers())
-                    all.push_back(yolo_loss(n.yolo(li), n.outputs()[li], n.deltas()[li], boxes, n.options.width, n.options.height));
+                    all.push_back(yolo_loss(n.backend(), n.yolo(li), n.outputs()[li], n.deltas()[li], packed,
+                                            n.options.width, n.options.height));
             }
             auto heads = n.yolo_layers();
             for (size_t k = 0; k < all.size(); ++k) {

@@ -8,6 +8,7 @@
 #include "../backend.h"
 #include "../kernels/dropout.h"
 #include "../kernels/yolo.h"
+#include "../yolo/loss.h"
 #include "conv2d.h"
 #include "gemm.h"
 #include "simd.h"
@@ -379,6 +380,12 @@ public:
     }
     void softmax_backward(const Tensor& y, const Tensor& dy, int groups, float temperature, Tensor& dx) override {
         cpu::softmax_backward(y, dy, groups, temperature, dx);
+    }
+    void yolo_loss(const Tensor& output, const Tensor& truths, const Tensor& anchors, const YoloLossArgs& a,
+                   Tensor& delta, Tensor& stats) override {
+        ThreadPool::instance().parallel_for(output.shape().n, [&](size_t b0, size_t b1) {
+            yolo_loss_images(output, truths, anchors, a, delta, stats, (int)b0, (int)b1);
+        });
     }
     void dropout_mask(Tensor& mask, float probability, uint64_t seed) override {
         float* m = mask.data();

@@ -3,7 +3,7 @@
 // a device (OpenCL, CUDA, Metal) only allocates, copies and launches.
 //
 // The op implementations are split by family: gpu_ops_forward.cpp, gpu_ops_conv.cpp,
-// gpu_ops_training.cpp. An op without a kernel runs on the CPU backend with explicit copies
+// gpu_ops_training.cpp, gpu_ops_yolo.cpp. An op without a kernel runs on the CPU backend with explicit copies
 // (`fallback`), is counted, and is reported once on stderr; never a crash.
 #pragma once
 #include <functional>
@@ -110,6 +110,10 @@ public:
                                  Tensor& dfrom) override;
     void mul_backward(const Tensor& a, const Tensor& b, const Tensor& dy, Tensor& da, Tensor& db) override;
     void softmax_backward(const Tensor& y, const Tensor& dy, int groups, float temperature, Tensor& dx) override;
+
+    // ---- the yolo loss (gpu_ops_yolo.cpp) ----
+    void yolo_loss(const Tensor& output, const Tensor& truths, const Tensor& anchors, const YoloLossArgs& a,
+                   Tensor& delta, Tensor& stats) override;
 
     // ---- launching (used by the op files) ----
     // The kernel argument of tensor t, which must live on this backend's device.

@@ -14,11 +14,13 @@
 #define KNAMESPACE_END }
 #define FLT_MAX_K 3.402823466e+38f
 typedef unsigned int uint;
+using std::atan;
 using std::exp;
 using std::fabs;
 using std::floor;
 using std::fmax;
 using std::fmin;
+using std::isfinite;
 using std::log;
 using std::pow;
 using std::sqrt;

@@ -9,7 +9,8 @@
 //   KSHARED float tile[256];  threadgroup memory, declared at kernel scope; KBARRIER() between phases.
 //   KFN for helper functions; pointers in helpers are KGLOBAL (device memory).
 //   C-style casts, no references, templates, overloads of our own or namespaces in kernel bodies;
-//   math through the overloaded names (exp, log, sqrt, tanh, fabs, fmax, fmin, pow, floor).
+//   math through the overloaded names (exp, log, sqrt, tanh, atan, fabs, fmax, fmin, pow, floor,
+//   isfinite).
 //   Argument structs (kernels/args.h) use int32_t/uint32_t/float fields only.
 // a*b+c stays two roundings, as in the C++ backends (contracted FMAs would differ in the last bits)
 #pragma OPENCL FP_CONTRACT OFF

@@ -40,6 +40,9 @@ public:
         return YoloGeom{(int)spec.mask.size(), spec.classes, spec.new_coords, spec.scale_x_y};
     }
     YoloSpec spec;
+    // The anchors and mask as the loss op reads them, kept where the loss last ran (yolo/loss.cpp):
+    // a cache, so that a device gets them once and not every training iteration.
+    mutable Tensor loss_anchors;
 };
 
 }  // namespace dn

@@ -6,6 +6,7 @@
 #include "../backend.h"
 #include "../errors.h"
 #include "../kernels/dropout.h"
+#include "../yolo/loss.h"
 
 namespace dn {
 
@@ -639,6 +640,11 @@ public:
                 for (size_t i = 0; i < gsize; ++i) dot += (double)dy[base + i] * y[base + i];
                 for (size_t i = 0; i < gsize; ++i) dx[base + i] += (float)(y[base + i] * (dy[base + i] - dot) / temperature);
             }
+    }
+
+    void yolo_loss(const Tensor& output, const Tensor& truths, const Tensor& anchors, const YoloLossArgs& a,
+                   Tensor& delta, Tensor& stats) override {
+        yolo_loss_images(output, truths, anchors, a, delta, stats, 0, output.shape().n);
     }
 
     void dropout_mask(Tensor& mask, float probability, uint64_t seed) override {

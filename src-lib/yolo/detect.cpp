@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "../kernels/yolo_loss.h"
+
 namespace dn {
 
 namespace {
@@ -33,18 +35,9 @@ void correct_yolo_boxes(std::vector<Detection>& dets, size_t from, int w, int h,
 
 Box get_yolo_box(const float* x, const std::vector<float>& anchors, int n, int index, int col, int row, int lw, int lh,
                  int netw, int neth, int stride, bool new_coords) {
-    Box b;
-    b.x = (col + x[index + 0 * stride]) / lw;
-    b.y = (row + x[index + 1 * stride]) / lh;
-    float tw = x[index + 2 * stride], th = x[index + 3 * stride];
-    if (new_coords) {
-        b.w = tw * tw * 4 * anchors[2 * n] / netw;
-        b.h = th * th * 4 * anchors[2 * n + 1] / neth;
-    } else {
-        b.w = std::exp(tw) * anchors[2 * n] / netw;
-        b.h = std::exp(th) * anchors[2 * n + 1] / neth;
-    }
-    return b;
+    // the loss's decoder (kernel text), so that training and detection read boxes the same way
+    YoloBox b = yolo_get_box(x, anchors.data(), n, index, col, row, lw, lh, netw, neth, stride, new_coords ? 1 : 0);
+    return Box{b.x, b.y, b.w, b.h};
 }
 
 LayerOutputs heads_on_host(const Network& net, const LayerOutputs& outputs) {

@@ -1,8 +1,11 @@
 // The YOLO loss with Darknet's semantics (yolo_layer.c forward_yolo_layer, training part):
 // it writes dL/d(head input) into the head's delta and returns Darknet's per-head statistics.
+// The loss logic itself is kernel text (kernels/yolo_loss.h), run by the backend's yolo_loss op:
+// on a device the head never leaves it; only truths go up and a few per-image sums come down.
 #pragma once
 #include <vector>
 
+#include "../backend.h"
 #include "../layers/yolo.h"
 #include "box.h"
 
@@ -24,9 +27,23 @@ struct YoloLossStats {
     int count = 0;         // assigned (truth, anchor) pairs
 };
 
+// A batch's truth boxes as the yolo_loss op reads them: a host tensor [batch, rows, 5] of x, y, w, h,
+// class; rows = the most boxes of any image (at least 1), unused rows have class -1. Pack once per
+// batch and move it to the device once (Backend::adopt) for all heads.
+Tensor yolo_truths(const std::vector<std::vector<TruthBox>>& truths, int batch);
+
 // `output`: the head's activated output [batch, anchors*(5+classes), h, w]; `grad`: receives dL/d(input)
-// (same shape); truths[b]: boxes of image b. netw/neth: network input size in pixels.
-YoloLossStats yolo_loss(const YoloLayer& layer, const Tensor& output, Tensor& grad,
+// (same shape); `truths` from yolo_truths (in be's memory or not). netw/neth: network input size in
+// pixels. Runs on `be` (the network's backend): its kernels on a device, host loops on the CPU.
+YoloLossStats yolo_loss(Backend& be, const YoloLayer& layer, const Tensor& output, Tensor& grad, const Tensor& truths,
+                        int netw, int neth);
+// The same with truths[b] = boxes of image b (packed and moved for this one head).
+YoloLossStats yolo_loss(Backend& be, const YoloLayer& layer, const Tensor& output, Tensor& grad,
                         const std::vector<std::vector<TruthBox>>& truths, int netw, int neth);
+
+// The yolo_loss op on host tensors for images [b0, b1), through the kernel text's helpers: the
+// reference backend runs all images in one loop, the cpu backend image ranges in parallel.
+void yolo_loss_images(const Tensor& output, const Tensor& truths, const Tensor& anchors, const YoloLossArgs& a,
+                      Tensor& delta, Tensor& stats, int b0, int b1);
 
 }  // namespace dn
