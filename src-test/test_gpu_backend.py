@@ -24,6 +24,8 @@ from test_ops import assert_close
 from test_train import small_cfg
 
 REL_TOL = 1e-4  # forward outputs, as max|gpu - cpu| / max|cpu| per layer
+# Where a machine has a real OpenCL GPU (never in CI), the compiled-runtime tests run on it too.
+COMPILED = ["pocl"] + (["opencl_gpu"] if gpu_devices.GPU else [])
 
 
 def rel_err(got: np.ndarray, want: np.ndarray) -> float:
@@ -141,11 +143,12 @@ def train_losses(net, steps: int, batch: int, size: int, classes: int, seed: int
     return np.array(losses)
 
 
-def test_training_iterations_match_cpu(tmp_path):
+@pytest.mark.parametrize("label", COMPILED)
+def test_training_iterations_match_cpu(tmp_path, label):
     # 20 iterations from the same Darknet init and batches: batchnorm statistics, leaky, maxpool, the
     # yolo loss and SGD with momentum and decay, all on the device
     cfg = small_cfg(classes=2, size=64, batch=4, filters=(8, 16), head=16, anchors="8,8, 14,14, 22,22")
-    cpu, gpu = pair(tmp_path, cfg, gpu_devices.device("pocl"))
+    cpu, gpu = pair(tmp_path, cfg, gpu_devices.device(label))
     want = train_losses(cpu, 20, 4, 64, 2, seed=11)
     got = train_losses(gpu, 20, 4, 64, 2, seed=11)
     assert np.all(np.abs(got - want) <= 1e-3 * np.abs(want)), f"losses\ncpu {want}\ngpu {got}"
@@ -232,7 +235,10 @@ def yolo_loss_on(tmp_path, device: str, options: str):
 def test_yolo_loss_statistics_and_deltas_equal_cpu(tmp_path, kind):
     want, want_delta, _ = yolo_loss_on(tmp_path, "cpu", YOLO_LOSS_OPTIONS[kind])
     assert want["count"] > 17 + 9 - 4, want  # several anchors per truth
-    for label in ("pocl", "oclgrind"):
+    labels = [label for label in COMPILED + ["oclgrind"] if gpu_devices.DEVICES.get(label)]
+    if not labels:
+        pytest.skip(gpu_devices.MISSING.format("pocl or Oclgrind"))
+    for label in labels:
         got, got_delta, net = yolo_loss_on(tmp_path, gpu_devices.device(label), YOLO_LOSS_OPTIONS[kind])
         assert got["count"] == want["count"], (label, got, want)
         for key in want:
@@ -253,9 +259,10 @@ def test_yolo_loss_kernels_have_no_races_on_the_simulator(tmp_path):
 
 
 # ---- what crosses between host and device ---------------------------------------------------
-def test_bytes_moved_per_training_iteration_and_per_detect(tmp_path):
+@pytest.mark.parametrize("label", COMPILED)
+def test_bytes_moved_per_training_iteration_and_per_detect(tmp_path, label):
     cfg = small_cfg(classes=2, size=64, batch=4, filters=(8, 16), head=16)
-    _, net = pair(tmp_path, cfg, gpu_devices.device("pocl"))
+    _, net = pair(tmp_path, cfg, gpu_devices.device(label))
     x = np.random.default_rng(0).uniform(0, 1, (4, 3, 64, 64)).astype(np.float32)
     truths = [np.array([[0.3, 0.4, 0.2, 0.3, 1], [0.6, 0.6, 0.3, 0.2, 0]], np.float32)] + \
         [np.array([[0.5, 0.5, 0.4, 0.4, 1]], np.float32)] * 2 + [np.zeros((0, 5), np.float32)]
