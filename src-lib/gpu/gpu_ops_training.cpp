@@ -44,9 +44,9 @@ void GpuBackend::activate_backward(const Tensor& x, Tensor& dy, Activation a) {
            NormalizeChannelsBackwardArgs{i32(n), s.c, i32(s.plane()), a == Activation::normalize_channels_softmax});
 }
 
-static PoolBackwardArgs pool_backward_args(const Tensor& x, const Tensor& dy, const PoolGeom& g) {
+static PoolArgs pool_backward_args(const Tensor& x, const Tensor& dy, const PoolGeom& g) {
     const Shape &xs = x.shape(), &ys = dy.shape();
-    return PoolBackwardArgs{(int32_t)x.size(), xs.h, xs.w, ys.h, ys.w, g.size, g.stride_y, g.stride_x, g.padding};
+    return PoolArgs{(int32_t)x.size(), xs.h, xs.w, ys.h, ys.w, g.size, g.stride_y, g.stride_x, g.padding};
 }
 
 void GpuBackend::maxpool_backward(const Tensor& x, const Tensor& dy, const PoolGeom& g, Tensor& dx) {
@@ -64,7 +64,7 @@ void GpuBackend::avgpool_global_backward(const Tensor& dy, Tensor& dx) {
 
 void GpuBackend::maxpool_depth_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
     launch("maxpool_depth_backward_f32", dx.size(), {buf(x), buf(dy), buf(dx)},
-           MaxpoolDepthBackwardArgs{i32(dx.size()), x.shape().c, dy.shape().c, i32(x.shape().plane())});
+           MaxpoolDepthArgs{i32(dx.size()), x.shape().c, dy.shape().c, i32(x.shape().plane())});
 }
 
 void GpuBackend::shortcut_backward(const Tensor& x, const std::vector<const Tensor*>& from, const Tensor* weights,
@@ -87,9 +87,9 @@ void GpuBackend::shortcut_backward(const Tensor& x, const std::vector<const Tens
     }
 }
 
-static ResampleBackwardArgs resample_backward_args(const Tensor& dy, int stride, float scale, const Tensor& dx) {
+static ResampleArgs resample_backward_args(const Tensor& dy, int stride, float scale, const Tensor& dx) {
     const Shape &xs = dx.shape(), &ys = dy.shape();
-    return ResampleBackwardArgs{(int32_t)dx.size(), xs.w, xs.h, ys.w, ys.h, stride, scale};
+    return ResampleArgs{(int32_t)dx.size(), xs.w, xs.h, ys.w, ys.h, stride, scale};
 }
 
 void GpuBackend::upsample_backward(const Tensor& dy, int stride, float scale, Tensor& dx) {
@@ -106,7 +106,7 @@ void GpuBackend::reorg_backward(const Tensor& dy, int w, int h, int c, int strid
             cpu.reorg_backward(hs.in(dy), w, h, c, stride, forward, hs.inout(dx));
         });
     launch("reorg_backward_f32", dx.size(), {buf(dy), buf(dx)},
-           ReorgBackwardArgs{i32(dx.size()), w, h, c, stride, forward ? 1 : 0});
+           ReorgArgs{i32(dx.size()), w, h, c, stride, forward ? 1 : 0});
 }
 
 void GpuBackend::scale_channels_backward(const Tensor& s, const Tensor& from, bool scale_wh, const Tensor& dy, Tensor& ds,

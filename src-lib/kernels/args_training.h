@@ -6,6 +6,8 @@ KNAMESPACE_BEGIN
 // n is the number of threads that do work (the kernel's `i < n` guard) in one-thread-per-element
 // kernels; reduction kernels run exactly one group per reduced value and have no n.
 // Element offsets (`*_offset`) address a sub-array of a whole buffer (kernels get no pointer offsets).
+// The backward passes of pooling, upsample/downsample and reorg take their forward's structs
+// (args_forward.h), with n = the elements of dx (one thread per gradient element, a gather).
 
 // Row-major C[M,N] = alpha * op(A) * op(B) + beta * C; op(X) = X^T when trans_x. One group of 256
 // threads per 16x16 tile of C: tiles_n = ceil(N / 16), groups = ceil(M / 16) * tiles_n.
@@ -44,31 +46,11 @@ KSTATIC_ASSERT(sizeof(ActivateBackwardArgs) == 8, "ActivateBackwardArgs layout")
 typedef struct { int32_t n; int32_t channels; int32_t plane; int32_t softmax; } NormalizeChannelsBackwardArgs;
 KSTATIC_ASSERT(sizeof(NormalizeChannelsBackwardArgs) == 16, "NormalizeChannelsBackwardArgs layout");
 
-// maxpool and avgpool_local backward: n = elements of dx (= x), in_* = x's plane, out_* = dy's plane
-typedef struct {
-    int32_t n; int32_t in_h; int32_t in_w; int32_t out_h; int32_t out_w;
-    int32_t size; int32_t stride_y; int32_t stride_x; int32_t padding;
-} PoolBackwardArgs;
-KSTATIC_ASSERT(sizeof(PoolBackwardArgs) == 36, "PoolBackwardArgs layout");
-
 // n = elements of dx; plane = H*W of dx (dy is [N,C,1,1])
 typedef struct { int32_t n; int32_t plane; } AvgpoolGlobalBackwardArgs;
 KSTATIC_ASSERT(sizeof(AvgpoolGlobalBackwardArgs) == 8, "AvgpoolGlobalBackwardArgs layout");
 
-// n = elements of dx (in_c channels); dy has out_c channels
-typedef struct { int32_t n; int32_t in_c; int32_t out_c; int32_t plane; } MaxpoolDepthBackwardArgs;
-KSTATIC_ASSERT(sizeof(MaxpoolDepthBackwardArgs) == 16, "MaxpoolDepthBackwardArgs layout");
 
-// upsample and downsample_sum backward: n = elements of dx; in_* = dx's (the forward input's) plane,
-// out_* = dy's plane
-typedef struct {
-    int32_t n; int32_t in_w; int32_t in_h; int32_t out_w; int32_t out_h; int32_t stride; float scale;
-} ResampleBackwardArgs;
-KSTATIC_ASSERT(sizeof(ResampleBackwardArgs) == 28, "ResampleBackwardArgs layout");
-
-// reorg_cpu's loop dimensions w, h, c of the forward call; n = elements of dx; c % (stride*stride) == 0
-typedef struct { int32_t n; int32_t w; int32_t h; int32_t c; int32_t stride; int32_t forward; } ReorgBackwardArgs;
-KSTATIC_ASSERT(sizeof(ReorgBackwardArgs) == 24, "ReorgBackwardArgs layout");
 
 // One group per element of s (and ds): batch*channels groups, or batch*plane with scale_wh = 1.
 typedef struct { int32_t batch; int32_t channels; int32_t plane; int32_t scale_wh; } ScaleChannelsBackwardArgs;

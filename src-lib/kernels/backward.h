@@ -6,6 +6,7 @@
 // GROUP_TREE_SUM from reduce.h, which must come before this file in the kernel text.
 #pragma once
 #include "activation_math.h"
+#include "args_forward.h"
 #include "args_training.h"
 #include "reduce.h"
 
@@ -51,7 +52,7 @@ KFN int pool_last(int t, int stride, int out) { return t / stride < out - 1 ? t 
 // forward's argmax (first strictly greatest in row-major window order, as the reference) and take
 // that window's dy when this element won. Adds in the reference's (oy, ox) order onto dx.
 KERNEL(maxpool_backward_f32)(KCBUF(float, x, 0), KCBUF(float, dy, 1), KBUF(float, dx, 2),
-                             KARGS(PoolBackwardArgs, a, 3) KTHREAD_IDS) {
+                             KARGS(PoolArgs, a, 3) KTHREAD_IDS) {
     uint i = KGID;
     if (i >= (uint)a.n) return;
     int ix = (int)(i % (uint)a.in_w), iy = (int)((i / (uint)a.in_w) % (uint)a.in_h);
@@ -77,7 +78,7 @@ KERNEL(maxpool_backward_f32)(KCBUF(float, x, 0), KCBUF(float, dy, 1), KBUF(float
 
 // avgpool_local backward: each window shares its dy equally among its in-bounds inputs (count of
 // them, not size*size, as the forward divides). x is not read (bound for the contract's signature).
-KERNEL(avgpool_local_backward_f32)(KCBUF(float, dy, 0), KBUF(float, dx, 1), KARGS(PoolBackwardArgs, a, 2) KTHREAD_IDS) {
+KERNEL(avgpool_local_backward_f32)(KCBUF(float, dy, 0), KBUF(float, dx, 1), KARGS(PoolArgs, a, 2) KTHREAD_IDS) {
     uint i = KGID;
     if (i >= (uint)a.n) return;
     int ix = (int)(i % (uint)a.in_w), iy = (int)((i / (uint)a.in_w) % (uint)a.in_h);
@@ -106,7 +107,7 @@ KERNEL(avgpool_global_backward_f32)(KCBUF(float, dy, 0), KBUF(float, dx, 1),
 // maxpool_depth backward: input channel k competes in output channel k % out_c; one thread per dx
 // element re-runs that argmax over k' = c, c + out_c, ... (first strictly greatest wins).
 KERNEL(maxpool_depth_backward_f32)(KCBUF(float, x, 0), KCBUF(float, dy, 1), KBUF(float, dx, 2),
-                                   KARGS(MaxpoolDepthBackwardArgs, a, 3) KTHREAD_IDS) {
+                                   KARGS(MaxpoolDepthArgs, a, 3) KTHREAD_IDS) {
     uint i = KGID;
     if (i >= (uint)a.n) return;
     int p = (int)(i % (uint)a.plane), k = (int)((i / (uint)a.plane) % (uint)a.in_c);
@@ -123,7 +124,7 @@ KERNEL(maxpool_depth_backward_f32)(KCBUF(float, x, 0), KCBUF(float, dy, 1), KBUF
 // ---- data movement --------------------------------------------------------------------------
 // upsample backward: dx[y, x] += scale * sum of the stride x stride block of dy it was copied to
 // (rows/columns beyond dy's size skipped). n = elements of dx.
-KERNEL(upsample_backward_f32)(KCBUF(float, dy, 0), KBUF(float, dx, 1), KARGS(ResampleBackwardArgs, a, 2) KTHREAD_IDS) {
+KERNEL(upsample_backward_f32)(KCBUF(float, dy, 0), KBUF(float, dx, 1), KARGS(ResampleArgs, a, 2) KTHREAD_IDS) {
     uint i = KGID;
     if (i >= (uint)a.n) return;
     int ix = (int)(i % (uint)a.in_w), iy = (int)((i / (uint)a.in_w) % (uint)a.in_h);
@@ -140,7 +141,7 @@ KERNEL(upsample_backward_f32)(KCBUF(float, dy, 0), KBUF(float, dx, 1), KARGS(Res
 // downsample_sum backward: each dx element inside a whole block gets scale * its block's dy; the rows
 // and columns beyond out * stride (odd sizes) fed no output and get nothing. n = elements of dx.
 KERNEL(downsample_sum_backward_f32)(KCBUF(float, dy, 0), KBUF(float, dx, 1),
-                                    KARGS(ResampleBackwardArgs, a, 2) KTHREAD_IDS) {
+                                    KARGS(ResampleArgs, a, 2) KTHREAD_IDS) {
     uint i = KGID;
     if (i >= (uint)a.n) return;
     int ix = (int)(i % (uint)a.in_w), iy = (int)((i / (uint)a.in_w) % (uint)a.in_h);
@@ -153,7 +154,7 @@ KERNEL(downsample_sum_backward_f32)(KCBUF(float, dy, 0), KBUF(float, dx, 1),
 // loop), so each dx element receives exactly one dy element. forward = 1: the forward wrote
 // y[out(in)] = x[in], so dx[in] += dy[out(in)]; forward = 0: y[in] = x[out(in)], so dx at out gets dy
 // at in, found through the inverse map. n = elements of dx.
-KERNEL(reorg_backward_f32)(KCBUF(float, dy, 0), KBUF(float, dx, 1), KARGS(ReorgBackwardArgs, a, 2) KTHREAD_IDS) {
+KERNEL(reorg_backward_f32)(KCBUF(float, dy, 0), KBUF(float, dx, 1), KARGS(ReorgArgs, a, 2) KTHREAD_IDS) {
     uint t = KGID;
     if (t >= (uint)a.n) return;
     int out_c = a.c / (a.stride * a.stride);
