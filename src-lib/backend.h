@@ -34,6 +34,8 @@ enum class ShortcutNorm { none, relu, softmax };
 
 // The yolo loss's head geometry and [yolo] options (kernels/yolo_loss.h, shared with the kernels).
 struct YoloLossArgs;
+// Detection's decode of one head (kernels/yolo_decode.h).
+struct YoloDecodeArgs;
 
 struct YoloGeom {
     int anchors = 3;       // anchors used by this head (len(mask))
@@ -165,6 +167,13 @@ public:
     // partial sums, which yolo/loss.cpp reduces into YoloLossStats.
     virtual void yolo_loss(const Tensor& output, const Tensor& truths, const Tensor& anchors, const YoloLossArgs& a,
                            Tensor& delta, Tensor& stats) = 0;
+
+    // Detection's decode, threshold and compaction of one head (kernels/yolo_decode.h: the record,
+    // the buffers): every prediction with objectness > a.thresh gets a record in its image's block of
+    // `candidates`; counts[b] (int32) = image b's records, which come in any order (flat index
+    // inside). yolo/detect.cpp downloads only the counts and the used records.
+    virtual void yolo_candidates(const Tensor& output, const Tensor& anchors, const YoloDecodeArgs& a,
+                                 Tensor& candidates, Tensor& counts) = 0;
 
     // Dropout's mask: mask[i] = 0 with probability p, else 1 / (1 - p), drawn from a counter-based
     // hash of (seed, i) (kernels/dropout.h) so that every backend draws the same mask for a seed.

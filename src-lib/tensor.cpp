@@ -46,6 +46,18 @@ void copy_to_host(const Tensor& src, float* dst) {
     src.device()->download(src.memory(), 0, dst, src.size() * sizeof(float));
 }
 
+void copy_to_host(const Tensor& src, size_t offset, size_t count, float* dst) {
+    if (offset + count > src.size())
+        throw DarknetError("copy of floats [" + std::to_string(offset) + ", " + std::to_string(offset + count) +
+                           ") from a tensor of " + std::to_string(src.size()));
+    if (!count) return;
+    if (src.on_host()) {
+        std::memcpy(dst, src.data() + offset, count * sizeof(float));
+        return;
+    }
+    src.device()->download(src.memory(), offset * sizeof(float), dst, count * sizeof(float));
+}
+
 void copy_tensor(const Tensor& src, Tensor& dst) {
     if (src.size() != dst.size())
         throw DarknetError("copy between tensors of different sizes: " + src.shape().str() + " -> " + dst.shape().str());

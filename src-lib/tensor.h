@@ -80,6 +80,7 @@ private:
 // ---- explicit host <-> device copies (plain memcpy where both sides are host memory) --------
 void copy_from_host(const float* src, Tensor& dst);   // dst.size() floats
 void copy_to_host(const Tensor& src, float* dst);     // src.size() floats
+void copy_to_host(const Tensor& src, size_t offset, size_t count, float* dst);  // floats [offset, offset + count)
 void copy_tensor(const Tensor& src, Tensor& dst);     // same size, any memory spaces
 Tensor to_host(const Tensor& t);                      // t itself when it is already on the host
 

@@ -119,7 +119,8 @@ def test_real_yolov3_tiny_detects_the_same_as_cpu(yolov3_tiny):
     cpu, gpu = Network(*files, device="cpu"), Network(*files, device=gpu_devices.device("pocl"))
     count = 0
     for name, img in _photos().items():
-        want, got = cpu.detect(img, thresh=0.1), gpu.detect(img, thresh=0.1)
+        want, got = cpu.detect(img, thresh=0.1), gpu.detect(img, thresh=0.1, postproc="device")
+        assert gpu.detect(img, thresh=0.1, postproc="compare") == got, name  # device decode = host decode
         assert [d.class_id for d in got] == [d.class_id for d in want], name
         for g, w in zip(got, want):
             assert abs(g.confidence - w.confidence) < 1e-4, (name, g, w)
@@ -283,11 +284,79 @@ def test_bytes_moved_per_training_iteration_and_per_detect(tmp_path, label):
     stats_bytes = len(net.yolo_layers) * 4 * 8 * 4
     assert after["up"] - before["up"] == x.nbytes + truth_bytes
     assert after["down"] - before["down"] == stats_bytes
-    heads = sum(net.delta(i).size for i in net.yolo_layers) * 4
+    # detect: up the batch; down per head the per-image candidate counts (int32), then only the used
+    # records (x, y, w, h, objectness, index, classes probabilities: kernels/yolo_decode.h)
+    heads = net.forward(x, list(net.yolo_layers))
+    record = 6 + 2
+    candidates = sum(int((h.reshape(4, -1, 7, *h.shape[2:])[:, :, 4] > 0.25).sum()) for h in heads)
+    assert candidates > 0  # the records' bytes are counted, not only the counts
     before = net.bytes_moved()
     net.detect(x, [(64, 64)] * 4, 0.25, 0.45, False)
     after = net.bytes_moved()
-    assert (after["up"] - before["up"], after["down"] - before["down"]) == (x.nbytes, heads)
+    down = len(heads) * 4 * 4 + candidates * record * 4
+    assert (after["up"] - before["up"], after["down"] - before["down"]) == (x.nbytes, down)
+    # the old path: every head comes down
+    before = net.bytes_moved()
+    net.detect(x, [(64, 64)] * 4, 0.25, 0.45, False, "cpu")
+    after = net.bytes_moved()
+    assert after["down"] - before["down"] == sum(h.nbytes for h in heads)
+
+
+# ---- detection's decode on the device (yolo_candidates) ----------------------------------
+def _demo_frame():
+    import cv2
+
+    cap = cv2.VideoCapture(demo_files()["video"])
+    ok, frame = cap.read()
+    cap.release()
+    assert ok
+    return frame
+
+
+def test_device_postproc_on_the_cpu_backend_equals_the_host_decode():
+    import cv2
+
+    f = demo_files()
+    net = Network(f["cfg"], f["weights"], f["names"], device="cpu")
+    images = [cv2.imread(f["image"]), _demo_frame()]
+    for img in images:
+        want = net.detect(img, thresh=0.1, postproc="cpu")
+        assert want and net.detect(img, thresh=0.1, postproc="device") == want
+        assert net.detect(img, thresh=0.1, postproc="compare") == want
+    assert net.detect_batch(images, thresh=0.1) == net.detect_batch(images, thresh=0.1, postproc="cpu")
+    ref = Network(f["cfg"], f["weights"], f["names"], device="reference")
+    assert ref.detect(images[0], thresh=0.1) == ref.detect(images[0], thresh=0.1, postproc="cpu")
+
+
+@pytest.mark.parametrize("label,size", [("pocl", None), ("oclgrind", 64)])
+def test_device_postproc_compares_equal_on_opencl(label, size, tmp_path):
+    import cv2
+
+    from conftest import oclgrind_reports
+
+    f = demo_files()
+    cfg = cfg_with_size(f["cfg"], size, size) if size else f["cfg"]
+    try:
+        net = Network(cfg, f["weights"], f["names"], device=gpu_devices.device(label))
+    finally:
+        if size:
+            os.unlink(cfg)
+    before = len(oclgrind_reports())
+    img = cv2.imread(f["image"])
+    got = net.detect(img, thresh=0.1, postproc="compare")  # raises at the first difference
+    assert got == net.detect(img, thresh=0.1, postproc="device")
+    assert oclgrind_reports()[before:] == ""
+
+
+def test_bad_postproc_names_the_choices():
+    import cv2
+
+    f = demo_files()
+    net = Network(f["cfg"], f["weights"], f["names"], device="cpu")
+    with pytest.raises(ValueError, match="'device', 'cpu', 'compare'"):
+        net.detect(cv2.imread(f["image"]), postproc="gpu")
+    with pytest.raises(ValueError, match="postproc"):
+        net._net.detect(np.zeros((1, 3, *net.input_size[::-1]), np.float32), [(10, 10)], 0.25, 0.45, False, "gpu")
 
 
 # ---- the Python API on a device -------------------------------------------------------------

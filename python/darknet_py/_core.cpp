@@ -1,5 +1,9 @@
 // The pybind11 module: the engine's Python face. Arrays cross as NumPy float32 (copies where the
 // engine owns the result; parameter arrays are live views). DarknetError becomes a ValueError.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -99,6 +103,58 @@ Shape shape_of(const std::vector<int>& v) {
 }
 
 }  // namespace
+
+// One detect result row: class, confidence and the box in pixels (left, top, width, height).
+struct DetectionRow {
+    int cls;
+    float conf, x, y, w, h;
+};
+
+std::vector<DetectionRow> detection_rows(const std::vector<Detection>& dets, int width, int height, float thresh) {
+    std::vector<DetectionRow> rows;
+    float W = (float)width, H = (float)height;
+    for (const Detection& d : dets) {
+        float x0 = std::max(0.0f, (d.box.x - d.box.w / 2) * W), y0 = std::max(0.0f, (d.box.y - d.box.h / 2) * H);
+        float x1 = std::min(W, (d.box.x + d.box.w / 2) * W), y1 = std::min(H, (d.box.y + d.box.h / 2) * H);
+        if (x1 <= x0 || y1 <= y0) continue;
+        for (size_t k = 0; k < d.prob.size(); ++k)
+            if (d.prob[k] > thresh) rows.push_back(DetectionRow{(int)k, d.prob[k], x0, y0, x1 - x0, y1 - y0});
+    }
+    return rows;
+}
+
+// postproc="compare": throws DarknetError at the first difference between the device's rows and the
+// host's (class, confidence beyond 1e-4, box beyond 1e-3 px, a missing or extra detection).
+void compare_detection_rows(const std::vector<std::vector<DetectionRow>>& dev,
+                            const std::vector<std::vector<DetectionRow>>& host) {
+    auto str = [](const DetectionRow& d) {
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "(class %d, confidence %.6g, box %.4f %.4f %.4f %.4f)", d.cls, d.conf, d.x,
+                      d.y, d.w, d.h);
+        return std::string(buf);
+    };
+    for (size_t b = 0; b < dev.size(); ++b) {
+        const auto &g = dev[b], &w = host[b];
+        std::string where = "postproc compare: image " + std::to_string(b) + ", detection ";
+        for (size_t i = 0; i < std::min(g.size(), w.size()); ++i) {
+            const DetectionRow &p = g[i], &q = w[i];
+            float box = std::max(std::max(std::fabs(p.x - q.x), std::fabs(p.y - q.y)),
+                                 std::max(std::fabs(p.w - q.w), std::fabs(p.h - q.h)));
+            const char* what = p.cls != q.cls ? "class" : std::fabs(p.conf - q.conf) > 1e-4f ? "confidence"
+                               : box > 1e-3f ? "box" : nullptr;
+            if (what)
+                throw DarknetError(where + std::to_string(i) + ": " + what + " differs: device " + str(p) + ", cpu " +
+                                   str(q));
+        }
+        if (g.size() != w.size()) {
+            bool extra = g.size() > w.size();
+            const DetectionRow& d = extra ? g[w.size()] : w[g.size()];
+            throw DarknetError(where + std::to_string(std::min(g.size(), w.size())) + ": " +
+                               (extra ? "extra on the device " : "missing on the device ") + str(d) + " (device " +
+                               std::to_string(g.size()) + ", cpu " + std::to_string(w.size()) + " detections)");
+        }
+    }
+}
 
 PYBIND11_MODULE(_core, m) {
     m.doc() = "darknet_py native engine";
@@ -440,38 +496,52 @@ PYBIND11_MODULE(_core, m) {
             return d;
         }, "Gradient accumulators of layer i, 4-D (live views on the CPU, copies on a GPU).")
         .def("detect", [](Network& n, const FloatArray& x, std::vector<std::pair<int, int>> sizes, float thresh,
-                          float nms_thresh, bool letterbox) {
+                          float nms_thresh, bool letterbox, const std::string& postproc) {
             if (x.ndim() != 4) throw DarknetError("detect expects an NxCxHxW float32 array");
             if ((int)sizes.size() != x.shape(0)) throw DarknetError("detect needs one (width, height) per image");
             if (n.yolo_layers().empty()) throw DarknetError(n.cfg_path + ": this network has no [yolo] layer, so it cannot detect");
+            if (postproc != "device" && postproc != "cpu" && postproc != "compare")
+                throw DarknetError("postproc must be 'device', 'cpu' or 'compare', got '" + postproc + "'");
             Tensor t = to_tensor(x);
-            std::vector<std::vector<Detection>> all(sizes.size());
-            {
-                py::gil_scoped_release nogil;
-                LayerOutputs outs = heads_on_host(n, n.forward(t));
+            // per image, one row per (box, class above thresh): class, confidence, left, top, width, height in pixels
+            auto rows = [&](std::vector<std::vector<Detection>>& all) {
+                std::vector<std::vector<DetectionRow>> r(sizes.size());
                 const YoloSpec& last = n.yolo(n.yolo_layers().back()).spec;
                 for (size_t b = 0; b < sizes.size(); ++b) {
-                    all[b] = get_detections(n, outs, (int)b, sizes[b].first, sizes[b].second, thresh, letterbox);
                     if (nms_thresh > 0) nms(all[b], nms_thresh, last.nms_kind, last.beta_nms);
+                    r[b] = detection_rows(all[b], sizes[b].first, sizes[b].second, thresh);
                 }
+                return r;
+            };
+            std::vector<std::vector<DetectionRow>> result;
+            {
+                py::gil_scoped_release nogil;
+                LayerOutputs outs = n.forward(t);
+                std::vector<std::vector<Detection>> dev(sizes.size()), host(sizes.size());
+                if (postproc != "cpu") {  // decode, threshold and compaction on the backend
+                    Candidates c = yolo_candidates(n, outs, thresh);
+                    for (size_t b = 0; b < sizes.size(); ++b)
+                        dev[b] = get_detections(n, c, (int)b, sizes[b].first, sizes[b].second, letterbox);
+                }
+                if (postproc != "device") {  // the heads come down, decoded on the host
+                    LayerOutputs heads = heads_on_host(n, outs);
+                    for (size_t b = 0; b < sizes.size(); ++b)
+                        host[b] = get_detections(n, heads, (int)b, sizes[b].first, sizes[b].second, thresh, letterbox);
+                }
+                result = rows(postproc == "cpu" ? host : dev);
+                if (postproc == "compare") compare_detection_rows(result, rows(host));
             }
-            // one tuple per (box, class above thresh): class, confidence, left, top, width, height in pixels
-            py::list result;
-            for (size_t b = 0; b < sizes.size(); ++b) {
-                float W = (float)sizes[b].first, H = (float)sizes[b].second;
+            py::list out;
+            for (const auto& per : result) {
                 py::list per_image;
-                for (const Detection& d : all[b]) {
-                    float x0 = std::max(0.0f, (d.box.x - d.box.w / 2) * W), y0 = std::max(0.0f, (d.box.y - d.box.h / 2) * H);
-                    float x1 = std::min(W, (d.box.x + d.box.w / 2) * W), y1 = std::min(H, (d.box.y + d.box.h / 2) * H);
-                    if (x1 <= x0 || y1 <= y0) continue;
-                    for (size_t k = 0; k < d.prob.size(); ++k)
-                        if (d.prob[k] > thresh)
-                            per_image.append(py::make_tuple((int)k, d.prob[k], x0, y0, x1 - x0, y1 - y0));
-                }
-                result.append(per_image);
+                for (const DetectionRow& d : per) per_image.append(py::make_tuple(d.cls, d.conf, d.x, d.y, d.w, d.h));
+                out.append(per_image);
             }
-            return result;
-        }, py::arg("x"), py::arg("sizes"), py::arg("thresh"), py::arg("nms"), py::arg("letterbox"));
+            return out;
+        }, py::arg("x"), py::arg("sizes"), py::arg("thresh"), py::arg("nms"), py::arg("letterbox"),
+           py::arg("postproc") = "device",
+           "postproc: 'device' (the backend decodes, only candidates come down), 'cpu' (the heads come down, "
+           "decoded on the host) or 'compare' (both; DarknetError at the first difference, else the device's).");
 
     py::class_<Ops>(m, "Ops", "One backend's ops, callable on NumPy arrays (for the op parity tests).")
         .def(py::init<const std::string&>())

@@ -150,26 +150,33 @@ class Network:
         return self._net.forward(blob, list(outs))
 
     def detect(self, image: np.ndarray, thresh: float = 0.25, nms: float = 0.45,
-               letterbox: bool = False) -> List[Detection]:
-        """Detects objects in one BGR uint8 image (as cv2.imread returns it)."""
-        return self.detect_batch([image], thresh, nms, letterbox)[0]
+               letterbox: bool = False, postproc: str = "device") -> List[Detection]:
+        """Detects objects in one BGR uint8 image (as cv2.imread returns it). postproc: see detect_blob."""
+        return self.detect_batch([image], thresh, nms, letterbox, postproc)[0]
 
     def detect_batch(self, images: Sequence[np.ndarray], thresh: float = 0.25, nms: float = 0.45,
-                     letterbox: bool = False) -> List[List[Detection]]:
+                     letterbox: bool = False, postproc: str = "device") -> List[List[Detection]]:
         """Detects objects in several images in one forward pass; one list of detections per image."""
+        _check_postproc(postproc)
         if not len(images):
             return []
         blob = np.stack([self.preprocess(im, letterbox) for im in images])
         sizes = [(im.shape[1], im.shape[0]) for im in images]
-        return self.detect_blob(blob, sizes, thresh, nms, letterbox)
+        return self.detect_blob(blob, sizes, thresh, nms, letterbox, postproc)
 
     def detect_blob(self, blob: np.ndarray, sizes: Sequence[Tuple[int, int]], thresh: float = 0.25,
-                    nms: float = 0.45, letterbox: bool = False) -> List[List[Detection]]:
-        """Detections from an already preprocessed NxCxHxW blob; `sizes` are the original (width, height)."""
+                    nms: float = 0.45, letterbox: bool = False, postproc: str = "device") -> List[List[Detection]]:
+        """Detections from an already preprocessed NxCxHxW blob; `sizes` are the original (width, height).
+
+        postproc: "device" (default) decodes, thresholds and compacts on the network's backend, so only the
+        candidates come down; "cpu" downloads the yolo heads and decodes on the host; "compare" runs both and
+        raises DarknetError at the first difference (class, confidence beyond 1e-4, box beyond 1e-3 px, a
+        missing or extra detection), else returns the device's result."""
+        _check_postproc(postproc)
         if not 0 <= thresh < 1:
             raise ValueError(f"thresh must be in [0, 1), got {thresh}")
         raw = self._net.detect(np.ascontiguousarray(blob, dtype=np.float32), [tuple(map(int, s)) for s in sizes],
-                               float(thresh), float(nms), bool(letterbox))
+                               float(thresh), float(nms), bool(letterbox), postproc)
         return [[Detection(c, self.class_name(c), float(p), x, y, w, h) for (c, p, x, y, w, h) in per_image]
                 for per_image in raw]
 
@@ -191,6 +198,14 @@ class LayerTable(list):
 
     def __str__(self) -> str:
         return self._text
+
+
+POSTPROC = ("device", "cpu", "compare")
+
+
+def _check_postproc(postproc: str) -> None:
+    if postproc not in POSTPROC:
+        raise ValueError(f"postproc must be one of {', '.join(map(repr, POSTPROC))}, got {postproc!r}")
 
 
 def _as_image(image: np.ndarray, channels: int) -> np.ndarray:

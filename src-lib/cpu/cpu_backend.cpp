@@ -8,6 +8,7 @@
 #include "../backend.h"
 #include "../kernels/dropout.h"
 #include "../kernels/yolo.h"
+#include "../yolo/detect.h"
 #include "../yolo/loss.h"
 #include "conv2d.h"
 #include "gemm.h"
@@ -385,6 +386,12 @@ public:
                    Tensor& delta, Tensor& stats) override {
         ThreadPool::instance().parallel_for(output.shape().n, [&](size_t b0, size_t b1) {
             yolo_loss_images(output, truths, anchors, a, delta, stats, (int)b0, (int)b1);
+        });
+    }
+    void yolo_candidates(const Tensor& output, const Tensor& anchors, const YoloDecodeArgs& a, Tensor& candidates,
+                         Tensor& counts) override {
+        ThreadPool::instance().parallel_for(output.shape().n, [&](size_t b0, size_t b1) {
+            yolo_candidates_images(output, anchors, a, candidates, counts, (int)b0, (int)b1);
         });
     }
     void dropout_mask(Tensor& mask, float probability, uint64_t seed) override {

@@ -114,6 +114,8 @@ public:
     // ---- the yolo loss (gpu_ops_yolo.cpp) ----
     void yolo_loss(const Tensor& output, const Tensor& truths, const Tensor& anchors, const YoloLossArgs& a,
                    Tensor& delta, Tensor& stats) override;
+    void yolo_candidates(const Tensor& output, const Tensor& anchors, const YoloDecodeArgs& a, Tensor& candidates,
+                         Tensor& counts) override;
 
     // ---- launching (used by the op files) ----
     // The kernel argument of tensor t, which must live on this backend's device.

@@ -8,6 +8,7 @@
 //   KGID (global thread id, x), KLID (id in the group), KGROUP (group id), KGROUP_SIZE.
 //   KSHARED float tile[256];  threadgroup memory, declared at kernel scope; KBARRIER() between phases.
 //   KFN for helper functions; pointers in helpers are KGLOBAL (device memory).
+//   KATOMIC_INC(p) for a per-image counter (see its definition), nothing else atomic.
 //   C-style casts, no references, templates, overloads of our own or namespaces in kernel bodies;
 //   math through the overloaded names (exp, log, sqrt, tanh, atan, fabs, fmax, fmin, pow, floor,
 //   isfinite).
@@ -25,6 +26,10 @@
 #define KGROUP_SIZE ((uint)get_local_size(0))
 #define KSHARED __local
 #define KBARRIER() barrier(CLK_LOCAL_MEM_FENCE)
+// KATOMIC_INC(p): atomically p[0] += 1 on a __global int, returns the old value (compaction slots).
+//   OpenCL C 1.2: atomic_inc(p); CUDA: atomicAdd(p, 1); MSL: atomic_fetch_add_explicit(
+//   (device atomic_int*)p, 1, memory_order_relaxed) (the buffer is device atomic_int there).
+#define KATOMIC_INC(p) atomic_inc(p)
 #define KGLOBAL __global
 #define KCONST const
 #define KFN inline

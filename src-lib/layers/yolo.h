@@ -43,6 +43,8 @@ public:
     // The anchors and mask as the loss op reads them, kept where the loss last ran (yolo/loss.cpp):
     // a cache, so that a device gets them once and not every training iteration.
     mutable Tensor loss_anchors;
+    // Detection's candidate records and per-image counts (yolo/detect.cpp), kept where detect last ran.
+    mutable Tensor candidates, candidate_counts;
 };
 
 }  // namespace dn

@@ -6,6 +6,7 @@
 #include "../backend.h"
 #include "../errors.h"
 #include "../kernels/dropout.h"
+#include "../yolo/detect.h"
 #include "../yolo/loss.h"
 
 namespace dn {
@@ -645,6 +646,11 @@ public:
     void yolo_loss(const Tensor& output, const Tensor& truths, const Tensor& anchors, const YoloLossArgs& a,
                    Tensor& delta, Tensor& stats) override {
         yolo_loss_images(output, truths, anchors, a, delta, stats, 0, output.shape().n);
+    }
+
+    void yolo_candidates(const Tensor& output, const Tensor& anchors, const YoloDecodeArgs& a, Tensor& candidates,
+                         Tensor& counts) override {
+        yolo_candidates_images(output, anchors, a, candidates, counts, 0, output.shape().n);
     }
 
     void dropout_mask(Tensor& mask, float probability, uint64_t seed) override {

@@ -3,7 +3,11 @@
 #include <algorithm>
 #include <cmath>
 
+#include <cstring>
+
+#include "../kernels/yolo_decode.h"
 #include "../kernels/yolo_loss.h"
+#include "loss.h"
 
 namespace dn {
 
@@ -31,6 +35,13 @@ void correct_yolo_boxes(std::vector<Detection>& dets, size_t from, int w, int h,
     }
 }
 
+void check_image_size(int b, int image_w, int image_h) {
+    // the letterbox correction divides by them (an integer division by zero would kill the process)
+    if (image_w <= 0 || image_h <= 0)
+        throw DarknetError("image size must be positive, got " + std::to_string(image_w) + "x" +
+                           std::to_string(image_h) + " for image " + std::to_string(b));
+}
+
 }  // namespace
 
 Box get_yolo_box(const float* x, const std::vector<float>& anchors, int n, int index, int col, int row, int lw, int lh,
@@ -48,10 +59,7 @@ LayerOutputs heads_on_host(const Network& net, const LayerOutputs& outputs) {
 
 std::vector<Detection> get_detections(const Network& net, const LayerOutputs& outputs, int b, int image_w, int image_h,
                                       float thresh, bool letterbox) {
-    // the letterbox correction divides by them (an integer division by zero would kill the process)
-    if (image_w <= 0 || image_h <= 0)
-        throw DarknetError("image size must be positive, got " + std::to_string(image_w) + "x" +
-                           std::to_string(image_h) + " for image " + std::to_string(b));
+    check_image_size(b, image_w, image_h);
     std::vector<Detection> dets;
     int netw = net.options.width, neth = net.options.height;
     for (int li : net.yolo_layers()) {
@@ -77,6 +85,106 @@ std::vector<Detection> get_detections(const Network& net, const LayerOutputs& ou
                 }
                 dets.push_back(std::move(d));
             }
+        }
+        correct_yolo_boxes(dets, first, image_w, image_h, netw, neth, letterbox);
+    }
+    return dets;
+}
+
+void yolo_candidates_images(const Tensor& output, const Tensor& anchors, const YoloDecodeArgs& a, Tensor& candidates,
+                            Tensor& counts, int b0, int b1) {
+    int per_image = a.anchors_used * a.plane;
+    size_t sample = (size_t)per_image * (5 + a.classes);
+    for (int b = b0; b < b1; ++b) {
+        const float* x = output.data() + b * sample;
+        float* cand = candidates.data() + (size_t)b * per_image * a.record;
+        int32_t count = 0;
+        for (int loc = 0; loc < a.plane; ++loc)  // Darknet's order: the device's slots are in any order
+            for (int n = 0; n < a.anchors_used; ++n)
+                if (yolo_decode_is_candidate(x, a, n, loc))
+                    yolo_decode_write(x, anchors.data(), a, n, loc, cand + (size_t)count++ * a.record);
+        std::memcpy(counts.data() + b, &count, sizeof count);  // int32 bits, as the kernel's counter
+    }
+}
+
+Candidates yolo_candidates(Network& net, const LayerOutputs& outputs, float thresh) {
+    Backend& be = net.backend();
+    Candidates result(outputs.size());
+    int netw = net.options.width, neth = net.options.height;
+    std::vector<int> heads = net.yolo_layers();
+    std::vector<YoloDecodeArgs> args(heads.size());
+    for (size_t h = 0; h < heads.size(); ++h) {
+        const YoloLayer& l = net.yolo(heads[h]);
+        const YoloSpec& s = l.spec;
+        const Shape& sh = outputs[heads[h]].shape();
+        YoloDecodeArgs& a = args[h];
+        a.batch = sh.n;
+        a.lw = sh.w;
+        a.lh = sh.h;
+        a.plane = sh.w * sh.h;
+        a.anchors_used = (int)s.mask.size();
+        a.classes = s.classes;
+        a.num = s.num;
+        a.netw = netw;
+        a.neth = neth;
+        a.new_coords = s.new_coords ? 1 : 0;
+        a.record = YOLO_CAND_PROB + s.classes;
+        a.thresh = thresh;
+        Tensor out = be.adopt(outputs[heads[h]]);  // no copy: the forward pass left it in be's memory
+        be.resize(l.candidates, Shape{a.batch, a.anchors_used * a.plane, 1, a.record});
+        be.resize(l.candidate_counts, Shape{a.batch, 1, 1, 1});
+        be.yolo_candidates(out, yolo_anchors_on(be, l), a, l.candidates, l.candidate_counts);
+    }
+    for (size_t h = 0; h < heads.size(); ++h) {  // counts first, then each image's used records
+        const YoloLayer& l = net.yolo(heads[h]);
+        const YoloDecodeArgs& a = args[h];
+        std::vector<float> bits(a.batch);
+        copy_to_host(l.candidate_counts, 0, (size_t)a.batch, bits.data());
+        HeadCandidates& hc = result[heads[h]];
+        hc.record = a.record;
+        hc.images.resize(a.batch);
+        size_t per_image = (size_t)a.anchors_used * a.plane;
+        for (int b = 0; b < a.batch; ++b) {
+            int32_t count;
+            std::memcpy(&count, &bits[b], sizeof count);
+            if (count < 0 || (size_t)count > per_image)
+                throw DarknetError("yolo_candidates: image " + std::to_string(b) + " has " + std::to_string(count) +
+                                   " candidates of " + std::to_string(per_image) + " predictions");
+            std::vector<float>& recs = hc.images[b];
+            recs.resize((size_t)count * a.record);
+            copy_to_host(l.candidates, (size_t)b * per_image * a.record, recs.size(), recs.data());
+            // Darknet's order: by flat index (a device's atomic slots come in any order)
+            std::vector<int> order(count);
+            for (int k = 0; k < count; ++k) order[k] = k;
+            std::sort(order.begin(), order.end(), [&](int p, int q) {
+                return recs[(size_t)p * a.record + YOLO_CAND_INDEX] < recs[(size_t)q * a.record + YOLO_CAND_INDEX];
+            });
+            std::vector<float> sorted(recs.size());
+            for (int k = 0; k < count; ++k)
+                std::copy_n(recs.begin() + (size_t)order[k] * a.record, a.record, sorted.begin() + (size_t)k * a.record);
+            recs.swap(sorted);
+        }
+    }
+    return result;
+}
+
+std::vector<Detection> get_detections(const Network& net, const Candidates& candidates, int b, int image_w,
+                                      int image_h, bool letterbox) {
+    check_image_size(b, image_w, image_h);
+    std::vector<Detection> dets;
+    int netw = net.options.width, neth = net.options.height;
+    for (int li : net.yolo_layers()) {
+        const HeadCandidates& hc = candidates.at(li);
+        const std::vector<float>& recs = hc.images.at(b);
+        int classes = hc.record - YOLO_CAND_PROB;
+        size_t first = dets.size();
+        for (size_t r = 0; r + hc.record <= recs.size(); r += hc.record) {
+            const float* rec = recs.data() + r;
+            Detection d;
+            d.box = Box{rec[YOLO_CAND_BOX], rec[YOLO_CAND_BOX + 1], rec[YOLO_CAND_BOX + 2], rec[YOLO_CAND_BOX + 3]};
+            d.objectness = rec[YOLO_CAND_OBJ];
+            d.prob.assign(rec + YOLO_CAND_PROB, rec + YOLO_CAND_PROB + classes);
+            dets.push_back(std::move(d));
         }
         correct_yolo_boxes(dets, first, image_w, image_h, netw, neth, letterbox);
     }

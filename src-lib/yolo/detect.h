@@ -27,6 +27,29 @@ LayerOutputs heads_on_host(const Network& net, const LayerOutputs& outputs);
 std::vector<Detection> get_detections(const Network& net, const LayerOutputs& outputs, int b, int image_w, int image_h,
                                       float thresh, bool letterbox);
 
+// ---- decode on the backend (the yolo_candidates op): only counts and used records come down ----
+// One head's candidates for every image: records of `record` floats (kernels/yolo_decode.h), sorted
+// by flat index (Darknet's decode order).
+struct HeadCandidates {
+    int record = 0;
+    std::vector<std::vector<float>> images;  // per image: count * record floats
+};
+// Indexed by layer like LayerOutputs (only yolo layers filled).
+using Candidates = std::vector<HeadCandidates>;
+
+// Runs the yolo_candidates op of net's backend on every yolo head of `outputs` (a forward pass),
+// then downloads each head's counts and, per image, the used part of its candidate buffer.
+Candidates yolo_candidates(Network& net, const LayerOutputs& outputs, float thresh);
+
+// get_detections from candidates: the same detections in the same order as from the heads.
+std::vector<Detection> get_detections(const Network& net, const Candidates& candidates, int b, int image_w,
+                                      int image_h, bool letterbox);
+
+// The yolo_candidates op on host tensors for images [b0, b1), through the kernel text's helpers
+// (the cpu and reference backends; records in flat-index order).
+void yolo_candidates_images(const Tensor& output, const Tensor& anchors, const YoloDecodeArgs& a, Tensor& candidates,
+                            Tensor& counts, int b0, int b1);
+
 // Darknet's do_nms_sort (default) or diounms_sort (greedy/diou/corners), in place.
 void nms(std::vector<Detection>& dets, float thresh, NmsKind kind, float beta_nms);
 

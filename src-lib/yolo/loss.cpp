@@ -10,19 +10,7 @@
 
 namespace dn {
 
-namespace {
-
-int iou_loss_kind(const std::string& s) {
-    if (s == "giou") return YOLO_IOU_GIOU;
-    if (s == "diou") return YOLO_IOU_DIOU;
-    if (s == "ciou") return YOLO_IOU_CIOU;
-    if (s == "iou") return YOLO_IOU_IOU;
-    return YOLO_IOU_MSE;
-}
-
-// The layer's anchors then its mask, as the kernels read them, in be's memory. Kept on the layer so
-// that a device gets them once, not every iteration (a network moved to another device re-uploads).
-const Tensor& loss_anchors(Backend& be, const YoloLayer& layer) {
+const Tensor& yolo_anchors_on(Backend& be, const YoloLayer& layer) {
     Tensor& cached = layer.loss_anchors;
     if (!cached.empty() && cached.device() == be.device().get()) return cached;
     const YoloSpec& s = layer.spec;
@@ -32,6 +20,16 @@ const Tensor& loss_anchors(Backend& be, const YoloLayer& layer) {
     std::copy(v.begin(), v.end(), host.data());
     cached = be.adopt(host);
     return cached;
+}
+
+namespace {
+
+int iou_loss_kind(const std::string& s) {
+    if (s == "giou") return YOLO_IOU_GIOU;
+    if (s == "diou") return YOLO_IOU_DIOU;
+    if (s == "ciou") return YOLO_IOU_CIOU;
+    if (s == "iou") return YOLO_IOU_IOU;
+    return YOLO_IOU_MSE;
 }
 
 YoloLossArgs loss_args(const YoloSpec& s, const Shape& sh, int truth_rows, int netw, int neth) {
@@ -91,7 +89,7 @@ YoloLossStats yolo_loss(Backend& be, const YoloLayer& layer, const Tensor& outpu
     bool in_place = grad.buffer() && grad.device() == be.device().get();
     Tensor delta = in_place ? grad : be.alloc(grad.shape());
     Tensor stats = be.alloc(Shape{sh.n, 1, 1, YOLO_LOSS_STATS});
-    be.yolo_loss(out, tr, loss_anchors(be, layer), a, delta, stats);
+    be.yolo_loss(out, tr, yolo_anchors_on(be, layer), a, delta, stats);
     if (!in_place) copy_tensor(delta, grad);
 
     Tensor host = to_host(stats);  // the only download: YOLO_LOSS_STATS floats per image

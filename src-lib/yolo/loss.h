@@ -41,6 +41,10 @@ YoloLossStats yolo_loss(Backend& be, const YoloLayer& layer, const Tensor& outpu
 YoloLossStats yolo_loss(Backend& be, const YoloLayer& layer, const Tensor& output, Tensor& grad,
                         const std::vector<std::vector<TruthBox>>& truths, int netw, int neth);
 
+// The layer's anchors then its mask, as the loss and decode kernels read them, in be's memory. Kept
+// on the layer so that a device gets them once, not every iteration (another device re-uploads).
+const Tensor& yolo_anchors_on(Backend& be, const YoloLayer& layer);
+
 // The yolo_loss op on host tensors for images [b0, b1), through the kernel text's helpers: the
 // reference backend runs all images in one loop, the cpu backend image ranges in parallel.
 void yolo_loss_images(const Tensor& output, const Tensor& truths, const Tensor& anchors, const YoloLossArgs& a,
