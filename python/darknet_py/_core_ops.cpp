@@ -1,0 +1,297 @@
+// _core.Ops: one backend's ops callable on NumPy arrays, for the op parity harness (src-test/test_ops.py).
+// Arguments go to the backend's memory (uploaded on a GPU), results come back as NumPy copies.
+#include <pybind11/stl.h>
+
+#include <algorithm>
+
+#include "backend.h"
+#include "bindings.h"
+#include "devices.h"
+#include "gpu/gpu_backend.h"
+
+using namespace dn;
+using namespace dn_py;
+
+namespace {
+
+// Op-level access for the parity tests (src-test/test_ops.py): each call runs one Backend op.
+struct Ops {
+    std::unique_ptr<Backend> be;
+    explicit Ops(const std::string& name) : be(make_backend(name)) {}
+    Tensor in(const FloatArray& a) { return be->adopt(to_tensor(a)); }  // an argument, in the backend's memory
+    Tensor out(Shape s) {                                                 // a zeroed result
+        Tensor t = be->alloc(s);
+        be->fill(t, 0.0f);
+        return t;
+    }
+};
+
+}  // namespace
+
+void bind_ops(py::module_& m) {
+    py::class_<Ops>(m, "Ops", "One backend's ops, callable on NumPy arrays (for the op parity tests).")
+        .def(py::init<const std::string&>())
+        .def("limit_group_size", [](Ops& o, int n) {
+            auto* gpu = dynamic_cast<GpuBackend*>(o.be.get());
+            if (!gpu) throw DarknetError(std::string(o.be->name()) + " has no kernels to limit");
+            gpu->limit_group_size((uint32_t)std::max(1, n));
+        }, "Caps the threads per group of every kernel (GPU backends; for tests).")
+        .def("fallback_counts", [](Ops& o) {
+            const auto* c = o.be->fallback_counts();
+            return c ? *c : std::map<std::string, int>{};
+        }, "How often each op ran on the CPU instead of the device.")
+        .def("gemm", [](Ops& o, bool ta, bool tb, float alpha, const FloatArray& A, const FloatArray& B, float beta,
+                        const FloatArray& C) {
+            int M = (int)C.shape(0), N = (int)C.shape(1), K = ta ? (int)A.shape(0) : (int)A.shape(1);
+            Tensor tA = o.in(A), tB = o.in(B), tC = o.in(C);
+            o.be->gemm(ta, tb, M, N, K, alpha, tA, (int)A.shape(1), tB, (int)B.shape(1), beta, tC, N);
+            return to_numpy(tC).reshape(std::vector<py::ssize_t>{M, N});
+        })
+        .def("conv2d", [](Ops& o, const FloatArray& x, const FloatArray& w, int stride_y, int stride_x, int pad,
+                          int dilation, int groups, int out_h, int out_w) {
+            Tensor tx = o.in(x), tw = o.in(w);
+            ConvGeom g{tw.shape().h, tw.shape().w, stride_y, stride_x, pad, dilation, groups};
+            Tensor y = o.out(Shape{tx.shape().n, tw.shape().n, out_h, out_w});
+            o.be->conv2d(tx, tw, g, y);
+            return to_numpy(y);
+        })
+        .def("conv2d_affine_act", [](Ops& o, const FloatArray& x, const FloatArray& w, int stride_y, int stride_x,
+                                     int pad, int dilation, int groups, int out_h, int out_w, py::object scale,
+                                     const FloatArray& shift, const std::string& act) {
+            bool ok;
+            Activation a = activation_from_name(act, &ok);
+            if (!ok) throw DarknetError("unknown activation " + act);
+            Tensor tx = o.in(x), tw = o.in(w);
+            ConvGeom g{tw.shape().h, tw.shape().w, stride_y, stride_x, pad, dilation, groups};
+            Tensor y = o.out(Shape{tx.shape().n, tw.shape().n, out_h, out_w});
+            Tensor sc, sh = o.in(shift);
+            if (!scale.is_none()) sc = o.in(scale.cast<FloatArray>());
+            o.be->conv2d_affine_act(tx, tw, g, scale.is_none() ? nullptr : &sc, sh, a, y);
+            return to_numpy(y);
+        }, "scale may be None")
+        .def("add_bias", [](Ops& o, const FloatArray& x, const FloatArray& b) {
+            Tensor t = o.in(x);
+            o.be->add_bias(t, o.in(b));
+            return to_numpy(t);
+        })
+        .def("batchnorm_inference", [](Ops& o, const FloatArray& x, const FloatArray& mean, const FloatArray& var,
+                                       const FloatArray& scale, const FloatArray& bias, float eps) {
+            Tensor t = o.in(x);
+            o.be->batchnorm_inference(t, o.in(mean), o.in(var), o.in(scale), o.in(bias), eps);
+            return to_numpy(t);
+        })
+        .def("activate", [](Ops& o, const FloatArray& x, const std::string& name) {
+            bool ok;
+            Activation a = activation_from_name(name, &ok);
+            if (!ok) throw DarknetError("unknown activation " + name);
+            Tensor t = o.in(x);
+            o.be->activate(t, a);
+            return to_numpy(t);
+        })
+        .def("pool", [](Ops& o, const std::string& kind, const FloatArray& x, int size, int stride_y, int stride_x,
+                        int padding, std::vector<int> out_shape) {
+            Tensor tx = o.in(x), y = o.out(shape_of(out_shape));
+            PoolGeom g{size, stride_y, stride_x, padding};
+            if (kind == "max") o.be->maxpool(tx, g, y);
+            else if (kind == "local_avg") o.be->avgpool_local(tx, g, y);
+            else if (kind == "global_avg") o.be->avgpool_global(tx, y);
+            else if (kind == "max_depth") o.be->maxpool_depth(tx, y);
+            else throw DarknetError("unknown pool kind " + kind);
+            return to_numpy(y);
+        })
+        .def("copy_channels", [](Ops& o, const FloatArray& x, int src_c0, const FloatArray& y, int dst_c0, int count) {
+            Tensor tx = o.in(x), ty = o.in(y);
+            o.be->copy_channels(tx, src_c0, ty, dst_c0, count);
+            return to_numpy(ty);
+        })
+        .def("shortcut", [](Ops& o, const FloatArray& x, std::vector<FloatArray> from, const FloatArray& weights,
+                            int weights_type, int norm) {
+            Tensor tx = o.in(x), y = o.out(tx.shape());
+            std::vector<Tensor> fs;
+            for (auto& f : from) fs.push_back(o.in(f));
+            std::vector<const Tensor*> ptrs;
+            for (auto& f : fs) ptrs.push_back(&f);
+            Tensor tw = weights.size() ? o.in(weights) : Tensor();
+            o.be->shortcut(tx, ptrs, weights.size() ? &tw : nullptr, (ShortcutWeights)weights_type,
+                           (ShortcutNorm)norm, y);
+            return to_numpy(y);
+        })
+        .def("upsample", [](Ops& o, const FloatArray& x, int stride, float scale) {
+            Tensor tx = o.in(x);
+            const Shape& s = tx.shape();
+            Tensor y = o.out(Shape{s.n, s.c, s.h * stride, s.w * stride});
+            o.be->upsample(tx, stride, scale, y);
+            return to_numpy(y);
+        })
+        .def("downsample_sum", [](Ops& o, const FloatArray& x, int stride, float scale) {
+            Tensor tx = o.in(x);
+            const Shape& s = tx.shape();
+            Tensor y = o.out(Shape{s.n, s.c, s.h / stride, s.w / stride});
+            o.be->downsample_sum(tx, stride, scale, y);
+            return to_numpy(y);
+        })
+        .def("reorg", [](Ops& o, const FloatArray& x, int w, int h, int c, int stride, bool forward,
+                         std::vector<int> out_shape) {
+            Tensor tx = o.in(x), y = o.out(shape_of(out_shape));
+            if (y.size() != tx.size()) throw DarknetError("reorg keeps the element count");
+            o.be->reorg(tx, w, h, c, stride, forward, y);
+            return to_numpy(y);
+        })
+        .def("scale_channels", [](Ops& o, const FloatArray& s, const FloatArray& from, bool scale_wh) {
+            Tensor ts = o.in(s), tf = o.in(from), y = o.out(tf.shape());
+            o.be->scale_channels(ts, tf, scale_wh, y);
+            return to_numpy(y);
+        })
+        .def("mul", [](Ops& o, const FloatArray& a, const FloatArray& b) {
+            Tensor ta = o.in(a), tb = o.in(b), y = o.out(ta.shape());
+            o.be->mul(ta, tb, y);
+            return to_numpy(y);
+        })
+        .def("softmax", [](Ops& o, const FloatArray& x, int groups, float temperature) {
+            Tensor tx = o.in(x), y = o.out(tx.shape());
+            o.be->softmax(tx, groups, temperature, y);
+            return to_numpy(y);
+        })
+        // ---- training ops: each returns the accumulated gradient(s), starting from the given arrays
+        .def("conv2d_backward_weights", [](Ops& o, const FloatArray& x, const FloatArray& dy, const FloatArray& dw,
+                                           int stride_y, int stride_x, int pad, int dilation, int groups) {
+            Tensor tx = o.in(x), tdy = o.in(dy), tdw = o.in(dw);
+            o.be->conv2d_backward_weights(tx, tdy, ConvGeom{tdw.shape().h, tdw.shape().w, stride_y, stride_x, pad, dilation, groups}, tdw);
+            return to_numpy(tdw);
+        })
+        .def("conv2d_backward_data", [](Ops& o, const FloatArray& dy, const FloatArray& w, const FloatArray& dx,
+                                        int stride_y, int stride_x, int pad, int dilation, int groups) {
+            Tensor tdy = o.in(dy), tw = o.in(w), tdx = o.in(dx);
+            o.be->conv2d_backward_data(tdy, tw, ConvGeom{tw.shape().h, tw.shape().w, stride_y, stride_x, pad, dilation, groups}, tdx);
+            return to_numpy(tdx);
+        })
+        .def("bias_backward", [](Ops& o, const FloatArray& dy, const FloatArray& db) {
+            Tensor tdy = o.in(dy), tdb = o.in(db);
+            o.be->bias_backward(tdy, tdb);
+            return to_numpy(tdb);
+        })
+        .def("batchnorm_train", [](Ops& o, const FloatArray& x, const FloatArray& scale, const FloatArray& bias, float eps) {
+            Tensor y = o.in(x), xn = o.out(y.shape()), mean = o.out(Shape{1, y.shape().c, 1, 1}),
+                   var = o.out(Shape{1, y.shape().c, 1, 1});
+            o.be->batchnorm_train(y, mean, var, xn, o.in(scale), o.in(bias), eps);
+            return py::make_tuple(to_numpy(y), to_numpy(xn), to_numpy(mean).attr("ravel")(), to_numpy(var).attr("ravel")());
+        }, "returns (y, x_norm, mean, var)")
+        .def("batchnorm_backward", [](Ops& o, const FloatArray& dy, const FloatArray& x_norm, const FloatArray& scale,
+                                      const FloatArray& var, float eps) {
+            Tensor tdy = o.in(dy), txn = o.in(x_norm);
+            Tensor dscale = o.out(Shape{1, tdy.shape().c, 1, 1}), dbias = o.out(Shape{1, tdy.shape().c, 1, 1});
+            o.be->batchnorm_backward(tdy, txn, o.in(scale), o.in(var), eps, dscale, dbias);
+            return py::make_tuple(to_numpy(tdy), to_numpy(dscale).attr("ravel")(), to_numpy(dbias).attr("ravel")());
+        }, "returns (dx, dscale, dbias)")
+        .def("activate_backward", [](Ops& o, const FloatArray& x, const FloatArray& dy, const std::string& name) {
+            bool ok;
+            Activation a = activation_from_name(name, &ok);
+            if (!ok) throw DarknetError("unknown activation " + name);
+            Tensor tx = o.in(x), tdy = o.in(dy);
+            o.be->activate_backward(tx, tdy, a);
+            return to_numpy(tdy);
+        })
+        .def("pool_backward", [](Ops& o, const std::string& kind, const FloatArray& x, const FloatArray& dy, int size,
+                                 int stride_y, int stride_x, int padding) {
+            Tensor tx = o.in(x), tdy = o.in(dy), dx = o.out(tx.shape());
+            PoolGeom g{size, stride_y, stride_x, padding};
+            if (kind == "max") o.be->maxpool_backward(tx, tdy, g, dx);
+            else if (kind == "local_avg") o.be->avgpool_local_backward(tx, tdy, g, dx);
+            else if (kind == "global_avg") o.be->avgpool_global_backward(tdy, dx);
+            else if (kind == "max_depth") o.be->maxpool_depth_backward(tx, tdy, dx);
+            else throw DarknetError("unknown pool kind " + kind);
+            return to_numpy(dx);
+        })
+        .def("add_channels", [](Ops& o, const FloatArray& x, int src_c0, const FloatArray& y, int dst_c0, int count) {
+            Tensor tx = o.in(x), ty = o.in(y);
+            o.be->add_channels(tx, src_c0, ty, dst_c0, count);
+            return to_numpy(ty);
+        })
+        .def("shortcut_backward", [](Ops& o, const FloatArray& x, std::vector<FloatArray> from, const FloatArray& weights,
+                                     int weights_type, int norm, const FloatArray& dy) {
+            Tensor tx = o.in(x), tdy = o.in(dy), dx = o.out(tx.shape());
+            std::vector<Tensor> fs, dfs;
+            for (auto& f : from) fs.push_back(o.in(f)), dfs.push_back(o.out(fs.back().shape()));
+            std::vector<const Tensor*> ptrs;
+            std::vector<Tensor*> dptrs;
+            for (size_t k = 0; k < fs.size(); ++k) ptrs.push_back(&fs[k]), dptrs.push_back(&dfs[k]);
+            Tensor tw = weights.size() ? o.in(weights) : Tensor();
+            Tensor dw = o.out(Shape{1, 1, 1, (int)weights.size()});
+            o.be->shortcut_backward(tx, ptrs, weights.size() ? &tw : nullptr, (ShortcutWeights)weights_type,
+                                    (ShortcutNorm)norm, tdy, dx, dptrs, weights.size() ? &dw : nullptr);
+            py::list dfrom;
+            for (auto& t : dfs) dfrom.append(to_numpy(t));
+            return py::make_tuple(to_numpy(dx), dfrom, to_numpy(dw).attr("ravel")());
+        }, "returns (dx, [dfrom], dweights)")
+        .def("upsample_backward", [](Ops& o, const FloatArray& dy, int stride, float scale, std::vector<int> x_shape) {
+            Tensor tdy = o.in(dy), dx = o.out(shape_of(x_shape));
+            o.be->upsample_backward(tdy, stride, scale, dx);
+            return to_numpy(dx);
+        })
+        .def("downsample_sum_backward", [](Ops& o, const FloatArray& dy, int stride, float scale, std::vector<int> x_shape) {
+            Tensor tdy = o.in(dy), dx = o.out(shape_of(x_shape));
+            o.be->downsample_sum_backward(tdy, stride, scale, dx);
+            return to_numpy(dx);
+        })
+        .def("reorg_backward", [](Ops& o, const FloatArray& dy, int w, int h, int c, int stride, bool forward,
+                                  std::vector<int> x_shape) {
+            Tensor tdy = o.in(dy), dx = o.out(shape_of(x_shape));
+            if (dx.size() != tdy.size()) throw DarknetError("reorg keeps the element count");
+            o.be->reorg_backward(tdy, w, h, c, stride, forward, dx);
+            return to_numpy(dx);
+        })
+        .def("scale_channels_backward", [](Ops& o, const FloatArray& s, const FloatArray& from, bool scale_wh,
+                                           const FloatArray& dy) {
+            Tensor ts = o.in(s), tf = o.in(from), tdy = o.in(dy), ds = o.out(ts.shape()), df = o.out(tf.shape());
+            o.be->scale_channels_backward(ts, tf, scale_wh, tdy, ds, df);
+            return py::make_tuple(to_numpy(ds), to_numpy(df));
+        })
+        .def("mul_backward", [](Ops& o, const FloatArray& a, const FloatArray& b, const FloatArray& dy) {
+            Tensor ta = o.in(a), tb = o.in(b), tdy = o.in(dy), da = o.out(ta.shape()), db = o.out(tb.shape());
+            o.be->mul_backward(ta, tb, tdy, da, db);
+            return py::make_tuple(to_numpy(da), to_numpy(db));
+        })
+        .def("softmax_backward", [](Ops& o, const FloatArray& y, const FloatArray& dy, int groups, float temperature) {
+            Tensor ty = o.in(y), tdy = o.in(dy), dx = o.out(ty.shape());
+            o.be->softmax_backward(ty, tdy, groups, temperature, dx);
+            return to_numpy(dx);
+        })
+        .def("sgd_update", [](Ops& o, const FloatArray& w, const FloatArray& grad, const FloatArray& m, float lr,
+                              float momentum, float decay, int batch) {
+            Tensor tw = o.in(w), tg = o.in(grad), tm = o.in(m);
+            o.be->sgd_update(tw, tg, tm, lr, momentum, decay, batch);
+            return py::make_tuple(to_numpy(tw), to_numpy(tg), to_numpy(tm));
+        }, "returns (w, grad, m) after one step")
+        .def("adam_update", [](Ops& o, const FloatArray& w, const FloatArray& grad, const FloatArray& m, const FloatArray& v,
+                               float lr, float b1, float b2, float eps, float decay, int batch, int t) {
+            Tensor tw = o.in(w), tg = o.in(grad), tm = o.in(m), tv = o.in(v);
+            o.be->adam_update(tw, tg, tm, tv, lr, b1, b2, eps, decay, batch, t);
+            return py::make_tuple(to_numpy(tw), to_numpy(tg), to_numpy(tm), to_numpy(tv));
+        }, "returns (w, grad, m, v) after one step")
+        .def("fill", [](Ops& o, std::vector<int> shape, float value) {
+            Tensor y = o.out(shape_of(shape));
+            o.be->fill(y, value);
+            return to_numpy(y);
+        })
+        .def("batchnorm_fold", [](Ops& o, const FloatArray& scales, const FloatArray& biases, const FloatArray& mean,
+                                  const FloatArray& var, float eps) {
+            Tensor k = o.out(Shape{1, (int)scales.size(), 1, 1}), b = o.out(k.shape());
+            o.be->batchnorm_fold(o.in(scales), o.in(biases), o.in(mean), o.in(var), eps, k, b);
+            return py::make_tuple(to_numpy(k).attr("ravel")(), to_numpy(b).attr("ravel")());
+        }, "returns (scale, shift)")
+        .def("rolling_update", [](Ops& o, const FloatArray& rolling, const FloatArray& value, float keep) {
+            Tensor r = o.in(rolling);
+            o.be->rolling_update(r, o.in(value), keep);
+            return to_numpy(r);
+        })
+        .def("dropout_mask", [](Ops& o, std::vector<int> shape, float probability, uint64_t seed) {
+            Tensor m = o.out(shape_of(shape));
+            o.be->dropout_mask(m, probability, seed);
+            return to_numpy(m);
+        })
+        .def("yolo_activate", [](Ops& o, const FloatArray& x, int anchors, int classes, bool new_coords, float scale_x_y) {
+            Tensor tx = o.in(x), y = o.out(tx.shape());
+            o.be->yolo_activate(tx, YoloGeom{anchors, classes, new_coords, scale_x_y}, y);
+            return to_numpy(y);
+        });
+}

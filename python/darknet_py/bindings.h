@@ -1,0 +1,49 @@
+// What the binding files share: NumPy <-> Tensor conversions (copies, or live views of host memory).
+#pragma once
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <vector>
+
+#include "errors.h"
+#include "tensor.h"
+
+namespace dn_py {
+
+namespace py = pybind11;
+using dn::Shape;
+using dn::Buffer;
+using dn::Tensor;
+
+using FloatArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
+
+inline Tensor to_tensor(const FloatArray& a) {
+    if (a.ndim() < 1 || a.ndim() > 4) throw dn::DarknetError("expected an array of 1 to 4 dimensions, got " + std::to_string(a.ndim()));
+    int d[4] = {1, 1, 1, 1};
+    for (int i = 0; i < a.ndim(); ++i) d[4 - a.ndim() + i] = (int)a.shape(i);
+    Tensor t(Shape{d[0], d[1], d[2], d[3]});
+    copy_from_host(a.data(), t);
+    return t;
+}
+
+// A copy of t (downloaded when t lives on a device), 4-D.
+inline py::array_t<float> to_numpy(const Tensor& t) {
+    const Shape& s = t.shape();
+    py::array_t<float> out({s.n, s.c, s.h, s.w});
+    copy_to_host(t, out.mutable_data());
+    return out;
+}
+
+// A live NumPy view of a host tensor; the array keeps the tensor's buffer alive.
+inline py::array_t<float> host_view(const Tensor& t, const std::vector<py::ssize_t>& shape) {
+    auto* keep = new std::shared_ptr<Buffer>(t.buffer());
+    py::capsule owner(keep, [](void* p) { delete static_cast<std::shared_ptr<Buffer>*>(p); });
+    return py::array_t<float>(shape, const_cast<Tensor&>(t).data(), owner);
+}
+
+inline Shape shape_of(const std::vector<int>& v) {
+    if (v.size() != 4) throw dn::DarknetError("shape must have 4 entries (n, c, h, w)");
+    return Shape{v[0], v[1], v[2], v[3]};
+}
+
+}  // namespace dn_py
