@@ -3,12 +3,12 @@
 // its contributions, adds them in the reference's loop order and adds the sum to dx (accumulating, as
 // every backward op). No atomics, so results are deterministic. Sums over many elements (scale_channels'
 // ds, softmax, shortcut weights) run one group per result (power-of-two group size <= 256) with
-// GROUP_TREE_SUM from reduce.h, which must come before this file in the kernel text.
+// GROUP_SUM (group_sum.h).
 #pragma once
 #include "activation_math.h"
 #include "args_forward.h"
 #include "args_training.h"
-#include "reduce.h"
+#include "group_sum.h"
 
 // dy *= act'(x) for an elementwise activation (x = the pre-activation). n = elements.
 KERNEL(activate_backward_f32)(KCBUF(float, x, 0), KBUF(float, dy, 1), KARGS(ActivateBackwardArgs, a, 2) KTHREAD_IDS) {
@@ -191,10 +191,8 @@ KERNEL(scale_channels_backward_f32)(KCBUF(float, s, 0), KCBUF(float, from, 1), K
         dfrom[i] += dy[i] * k;
         sum += dy[i] * from[i];
     }
-    partial[KLID] = sum;
-    KBARRIER();
-    GROUP_TREE_SUM(partial)
-    if (KLID == 0) ds[g] += partial[0];
+    GROUP_SUM(partial, sum)
+    if (KLID == 0) ds[g] += sum;
 }
 
 // y = a * b elementwise: da += dy * b, db += dy * a. n = elements.
@@ -217,10 +215,7 @@ KERNEL(softmax_backward_f32)(KCBUF(float, y, 0), KCBUF(float, dy, 1), KBUF(float
     int base = (g / a.groups) * a.sample + (g % a.groups) * a.group_size;
     float dot = 0.0f;
     for (int e = (int)KLID; e < a.group_size; e += (int)KGROUP_SIZE) dot += dy[base + e] * y[base + e];
-    partial[KLID] = dot;
-    KBARRIER();
-    GROUP_TREE_SUM(partial)
-    dot = partial[0];
+    GROUP_SUM(partial, dot)
     for (int e = (int)KLID; e < a.group_size; e += (int)KGROUP_SIZE)
         dx[base + e] += y[base + e] * (dy[base + e] - dot) / a.temperature;
 }
@@ -303,10 +298,7 @@ KERNEL(shortcut_weights_backward_f32)(KCBUF(float, weights, 0), KCBUF(float, dy,
         int b = e / len, i = lo + e % len;
         p += dy[b * a.sample + i] * inp[b * a.from_sample + i];
     }
-    partial[KLID] = p;
-    KBARRIER();
-    GROUP_TREE_SUM(partial)
-    p = partial[0];
+    GROUP_SUM(partial, p)
     int k = a.input;
     float mx = shortcut_grad_raw_max(weights, widx, step, a.inputs);
     float S = a.norm == 0 ? 1.0f : shortcut_grad_denominator(weights, widx, step, a.inputs, a.norm, mx);

@@ -7,6 +7,7 @@
 // input; avgpool_global_f32: one group per plane; softmax_f32: one thread per group of a sample).
 #pragma once
 #include "args_forward.h"
+#include "group_sum.h"
 
 // y[:, dst_c0 + c] = (or += with accumulate) x[:, src_c0 + c] for c < count: copy_channels and
 // add_channels. threads = batch * count * plane.
@@ -128,13 +129,8 @@ KERNEL(avgpool_global_f32)(KBUF(float, y, 0), KCBUF(float, x, 1), KARGS(GlobalPo
     int lid = (int)KLID, size = (int)KGROUP_SIZE, base = (int)KGROUP * a.plane;
     float sum = 0.0f;
     for (int j = lid; j < a.plane; j += size) sum += x[base + j];
-    partial[lid] = sum;
-    KBARRIER();
-    for (int s = size / 2; s > 0; s /= 2) {
-        if (lid < s) partial[lid] += partial[lid + s];
-        KBARRIER();
-    }
-    if (lid == 0) y[KGROUP] = partial[0] / (float)a.plane;
+    GROUP_SUM(partial, sum)
+    if (lid == 0) y[KGROUP] = sum / (float)a.plane;
 }
 
 // y[n,c] = max over input channels k with k % out_c == c; threads = elements of y

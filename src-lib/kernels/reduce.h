@@ -4,16 +4,8 @@
 // order, then the group adds the partial sums as a fixed tree: the result does not depend on timing.
 #pragma once
 #include "args_training.h"
+#include "group_sum.h"
 
-// Sums partial[0 .. KGROUP_SIZE) into partial[0] in a fixed order; partial[KLID] must have been
-// written and a barrier passed. Every thread of the group must reach it (it holds barriers), and it
-// ends with one, so all threads may read partial[0] afterwards. (A macro: threadgroup arrays cannot
-// be passed to helper functions portably.) backward.h uses it too.
-#define GROUP_TREE_SUM(partial)                                           \
-    for (uint half_ = KGROUP_SIZE / 2; half_ > 0; half_ >>= 1) {          \
-        if (KLID < half_) partial[KLID] += partial[KLID + half_];         \
-        KBARRIER();                                                       \
-    }
 
 // db[c] += sum of dy[:, c, :, :]. Grid: `channels` groups.
 KERNEL(bias_backward_f32)(KCBUF(float, dy, 0), KBUF(float, db, 1), KARGS(BiasBackwardArgs, a, 2) KTHREAD_IDS) {
@@ -22,10 +14,8 @@ KERNEL(bias_backward_f32)(KCBUF(float, dy, 0), KBUF(float, db, 1), KARGS(BiasBac
     float sum = 0.0f;
     for (int e = (int)KLID; e < count; e += (int)KGROUP_SIZE)
         sum += dy[((e / a.plane) * a.channels + c) * a.plane + e % a.plane];
-    partial[KLID] = sum;
-    KBARRIER();
-    GROUP_TREE_SUM(partial)
-    if (KLID == 0) db[c] += partial[0];
+    GROUP_SUM(partial, sum)
+    if (KLID == 0) db[c] += sum;
 }
 
 // Batch statistics of channel c (one group per channel): mean, and the unbiased variance (divides by
@@ -38,22 +28,17 @@ KERNEL(batchnorm_stats_f32)(KCBUF(float, y, 0), KBUF(float, mean, 1), KBUF(float
     float sum = 0.0f;
     for (int e = (int)KLID; e < count; e += (int)KGROUP_SIZE)
         sum += y[((e / a.plane) * a.channels + c) * a.plane + e % a.plane];
-    partial[KLID] = sum;
-    KBARRIER();
-    GROUP_TREE_SUM(partial)
-    float m = partial[0] / (float)count;
-    KBARRIER();  // everyone has read partial[0] before it is overwritten
+    GROUP_SUM(partial, sum)
+    float m = sum / (float)count;
     float sq = 0.0f;
     for (int e = (int)KLID; e < count; e += (int)KGROUP_SIZE) {
         float d = y[((e / a.plane) * a.channels + c) * a.plane + e % a.plane] - m;
         sq += d * d;
     }
-    partial[KLID] = sq;
-    KBARRIER();
-    GROUP_TREE_SUM(partial)
+    GROUP_SUM(partial, sq)
     if (KLID == 0) {
         mean[c] = m;
-        var[c] = count > 1 ? partial[0] / (float)(count - 1) : 0.0f;
+        var[c] = count > 1 ? sq / (float)(count - 1) : 0.0f;
     }
 }
 
@@ -85,16 +70,9 @@ KERNEL(batchnorm_backward_reduce_f32)(KCBUF(float, dy, 0), KCBUF(float, x_norm, 
         sdy += dy[i];
         sdyx += dy[i] * x_norm[i];
     }
-    partial[KLID] = sdy;
-    KBARRIER();
-    GROUP_TREE_SUM(partial)
-    sdy = partial[0];
-    KBARRIER();  // everyone has read partial[0] before it is overwritten
-    partial[KLID] = sdyx;
-    KBARRIER();
-    GROUP_TREE_SUM(partial)
+    GROUP_SUM(partial, sdy)
+    GROUP_SUM(partial, sdyx)
     if (KLID == 0) {
-        sdyx = partial[0];
         sums[2 * c] = sdy;
         sums[2 * c + 1] = sdyx;
         dbias[c] += sdy;

@@ -6,7 +6,7 @@
 //                             squared deltas and objectness as a fixed-order tree (deterministic)
 // Each thread writes only its own prediction's (or image's) entries: no atomics, no races.
 #pragma once
-#include "reduce.h"
+#include "group_sum.h"
 #include "yolo_loss.h"
 
 KERNEL(yolo_loss_objectness_f32)(KCBUF(float, out, 0), KCBUF(float, truths, 1), KCBUF(float, anchors, 2),
@@ -41,16 +41,10 @@ KERNEL(yolo_loss_finish_f32)(KCBUF(float, out, 0), KBUF(float, delta, 1), KBUF(f
         squares += yolo_finish_prediction(delta + b * sample, a, n, loc);
         anyobj += yolo_finite_or_zero(out[b * sample + yolo_index(a, n, loc, 4)]);
     }
-    partial[KLID] = squares;
-    KBARRIER();
-    GROUP_TREE_SUM(partial)
-    squares = partial[0];
-    KBARRIER();  // everyone has read partial[0] before it is overwritten
-    partial[KLID] = anyobj;
-    KBARRIER();
-    GROUP_TREE_SUM(partial)
+    GROUP_SUM(partial, squares)
+    GROUP_SUM(partial, anyobj)
     if (KLID == 0) {
         stats[b * YOLO_LOSS_STATS + YOLO_STAT_SQUARES] = squares;
-        stats[b * YOLO_LOSS_STATS + YOLO_STAT_ANYOBJ] = partial[0];
+        stats[b * YOLO_LOSS_STATS + YOLO_STAT_ANYOBJ] = anyobj;
     }
 }
