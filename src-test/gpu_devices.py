@@ -26,7 +26,8 @@ OCLGRIND = _find(lambda d: "Oclgrind" in d["name"])
 POCL = _find(lambda d: "Oclgrind" not in d["name"] and not d["is_gpu"])  # pocl's "pthread-<cpu>"
 GPU = _find(lambda d: d["is_gpu"])  # a real OpenCL GPU, where the machine has one (never in CI)
 CUDA = next((d["id"] for d in _core.devices() if d["found"] and d["kind"] == "cuda"), None)
-CUDA_MISSING = "no CUDA device: " + next((d["why"] for d in _core.devices() if d["kind"] == "cuda" and not d["found"]), "")
+_WHY_NO_CUDA = next((d["why"] for d in _core.devices() if d["kind"] == "cuda" and not d["found"]), "")
+CUDA_MISSING = _WHY_NO_CUDA if _WHY_NO_CUDA.startswith("no CUDA device") else "no CUDA device: " + _WHY_NO_CUDA
 DEVICES = {"oclgrind": OCLGRIND, "pocl": POCL, "opencl_gpu": GPU, "cuda": CUDA}
 
 
