@@ -214,9 +214,7 @@ def truths_for(batch: int, classes: int, rng):
 
 
 def run_ours(name: str, size: int, args) -> dict:
-    sys.path.insert(0, str(REPO / "python"))
     import darknet_py
-    from darknet_py import _core
 
     rng = np.random.default_rng(0)
     out = {}
@@ -242,32 +240,37 @@ def run_ours(name: str, size: int, args) -> dict:
     raw.record_forwards = True
     xb = rng.uniform(0, 1, (args.batch, 3, size, size)).astype(np.float32)
     out["fwd_img_s"] = args.batch / timed(lambda: raw.forward(xb, []), sync, 3, 10, 2.0)
-    del net, raw
-    # training: a fresh network whose cfg batch is the batch (Darknet's loss normalisation)
-    tpath = sized_cfg(name, size, args.batch)
-    tnet = darknet_py.Network(tpath, device=args.device)
-    traw = tnet._net
-    copy_weights(model, tnet)
-    classes = traw.yolo_info(heads[-1])["classes"]
-    truths = truths_for(args.batch, classes, rng)
-
-    def step():
-        traw.forward_train(xb, [])
-        traw.yolo_loss(truths)
-        traw.backward()
-        traw.update(1e-4, args.batch)
-
-    out["train_img_s"] = args.batch / timed(step, sync, 2, 5, 3.0)
-    out["peak_train_bytes"] = traw.memory_stats()["peak_reserved"]
-    out["layer_out_floats"] = sum(int(np.prod(s)) for s in layer_output_shapes(traw))
-    for p in (path, tpath):
-        os.unlink(p)
+    out["layer_out_floats"] = sum(int(np.prod(s)) for s in layer_output_shapes(raw))
+    os.unlink(path)
     return out
 
 
+def run_ours_train(name: str, size: int, args) -> dict:
+    """In a process of its own, so that the pool's peak is the training run's."""
+    import darknet_py
+
+    rng = np.random.default_rng(0)
+    path = sized_cfg(name, size, args.batch)  # the cfg's batch is Darknet's loss normalisation
+    net = darknet_py.Network(path, device=args.device)
+    raw = net._net
+    copy_weights(build_torch(path, size), net)
+    os.unlink(path)
+    heads = list(raw.yolo_layers)
+    truths = truths_for(args.batch, raw.yolo_info(heads[-1])["classes"], rng)
+    xb = rng.uniform(0, 1, (args.batch, 3, size, size)).astype(np.float32)
+
+    def step():
+        raw.forward_train(xb, [])
+        raw.yolo_loss(truths)
+        raw.backward()
+        raw.update(1e-4, args.batch)
+
+    return {"train_img_s": args.batch / timed(step, raw.synchronize, 2, 5, 3.0),
+            "peak_train_bytes": raw.memory_stats()["peak_reserved"]}
+
+
 def layer_output_shapes(raw):
-    return [(l["out_c"], l["out_h"], l["out_w"]) if isinstance(l, dict) and "out_c" in l else (0,)
-            for l in raw.layers()]
+    return [tuple(layer["output"]) for layer in raw.layers()]
 
 
 def run_torch(name: str, size: int, args) -> dict:
@@ -326,6 +329,9 @@ def run_torch(name: str, size: int, args) -> dict:
     return out
 
 
+WORKERS = {"ours": run_ours, "ours_train": run_ours_train, "torch": run_torch}
+
+
 # ---- the table ----------------------------------------------------------------------------------
 def gpu_facts():
     q = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
@@ -342,22 +348,21 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--tf32", action="store_true", help="allow TF32 on both (default: fp32, TF32 off)")
     ap.add_argument("--write", help="write the markdown table to this file")
-    ap.add_argument("--worker", choices=["ours", "torch"], help=argparse.SUPPRESS)
+    ap.add_argument("--worker", choices=list(WORKERS), help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
     ap.add_argument("--check", action="store_true", default=True, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         if args.tf32:
             os.environ["DARKNET_PY_TF32"] = "1"
-        fn = run_ours if args.worker == "ours" else run_torch
-        print(json.dumps(fn(args.model, MODELS[args.model], args)))
+        print(json.dumps(WORKERS[args.worker](args.model, MODELS[args.model], args)))
         return 0
     name, driver, (flops, bw) = gpu_facts()
     rows = []
     versions = ""
     for model in args.models.split(","):
         res = {}
-        for worker in ("ours", "torch"):
+        for worker in WORKERS:
             cmd = [sys.executable, __file__, "--worker", worker, "--model", model, "--batch", str(args.batch),
                    "--device", args.device] + (["--tf32"] if args.tf32 else [])
             env = {**os.environ, **({"DARKNET_PY_TF32": "1"} if args.tf32 else {})}
@@ -368,6 +373,7 @@ def main(argv=None) -> int:
                 continue
             res[worker] = json.loads(p.stdout.strip().splitlines()[-1])
             print(model, worker, res[worker], file=sys.stderr)
+        res["ours"].update(res.pop("ours_train"))
         versions = res.get("torch", {}).get("versions", versions)
         rows.append((model, res))
     lines = [f"# Ours (CUDA) vs PyTorch, {'TF32 allowed' if args.tf32 else 'fp32, TF32 off'}", "",
@@ -376,19 +382,20 @@ def main(argv=None) -> int:
              "Latency from a host input to the heads on the GPU (synchronized), medians. Ratio = ours / PyTorch "
              "(latency, memory: lower is better; images/s: higher is better). Floor = FLOPs / fp32 peak.", "",
              "| model | b1 ours graph / eager ms | b1 torch graph / eager ms | b1 ratio (graph) | fwd img/s ours / torch "
-             "(ratio) | fwd floor img/s | train img/s ours / torch (ratio) | train floor img/s | peak train GiB ours / "
-             "torch | heads vs torch |", "|" + "---|" * 10]
+             "(ratio) | fwd floor img/s (FLOPs, bytes) | train img/s ours / torch (ratio) | train floor img/s | peak "
+             "train GiB ours / torch | heads vs torch |", "|" + "---|" * 10]
     for model, r in rows:
         o, t = r.get("ours", {}), r.get("torch", {})
         if not o or not t:
             lines.append(f"| {model} | failed: see the log |" + " |" * 8)
             continue
-        gf = (o.get("bflops") or 0) * 1e9
+        gf = (o.get("bflops") or 0) * 1e9  # Darknet's BFLOPs count a multiply-add as 2
         ffloor = flops / gf if flops and gf else float("nan")
+        bfloor = bw / (o["layer_out_floats"] * 4 * 2) if bw else float("nan")  # each output written, read once
         lines.append(
             f"| {model} | {o['b1_ms_graph']:.2f} / {o['b1_ms_eager']:.2f} | {t['b1_ms_graph']:.2f} / {t['b1_ms_eager']:.2f}"
             f" | {o['b1_ms_graph'] / t['b1_ms_graph']:.2f} | {o['fwd_img_s']:.0f} / {t['fwd_img_s']:.0f} "
-            f"({o['fwd_img_s'] / t['fwd_img_s']:.2f}) | {ffloor:.0f} | {o['train_img_s']:.0f} / {t['train_img_s']:.0f} "
+            f"({o['fwd_img_s'] / t['fwd_img_s']:.2f}) | {ffloor:.0f}, {bfloor:.0f} | {o['train_img_s']:.0f} / {t['train_img_s']:.0f} "
             f"({o['train_img_s'] / t['train_img_s']:.2f}) | {ffloor / 3:.0f} | {o['peak_train_bytes'] / 2**30:.1f} / "
             f"{t['peak_train_bytes'] / 2**30:.1f} | {o.get('max_rel_diff_vs_torch', float('nan')):.1e} |")
     text = "\n".join(lines) + "\n"

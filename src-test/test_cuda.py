@@ -91,11 +91,14 @@ def test_recorded_forwards_replay_exactly_and_follow_changes(tmp_path):
     assert not gpu.last_forward_replayed
     for g, c in zip(got, cpu.forward(x3, heads)):
         assert rel_err(g, c) < REL_TOL
-    # training in between frees nothing a recording uses, and the replay still equals the CPU
+    # training in between (it moves the batchnorm statistics) frees nothing a recording uses, and the
+    # replay still equals the CPU
     for _ in range(3):
         gpu.forward(x, heads)
     gpu.forward_train(x, [])
+    cpu.forward_train(x, [])
     got = gpu.forward(x, heads)
+    assert gpu.last_forward_replayed
     for g, c in zip(got, cpu.forward(x, heads)):
         assert rel_err(g, c) < REL_TOL
     gpu.record_forwards = False
