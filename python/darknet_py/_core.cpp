@@ -383,11 +383,10 @@ PYBIND11_MODULE(_core, m) {
         })
         .def("forward", [](Network& n, const FloatArray& x, std::vector<int> which) {
             if (x.ndim() != 4) throw DarknetError("forward expects an NxCxHxW float32 array, got " + std::to_string(x.ndim()) + " dimensions");
-            Tensor t = to_tensor(x);
             const LayerOutputs* outs;
             {
                 py::gil_scoped_release nogil;
-                outs = &n.forward(t);
+                outs = &n.forward(x.data(), shape4(x));  // straight from the array to the input
             }
             py::list result;
             for (int i : which) {
@@ -399,11 +398,10 @@ PYBIND11_MODULE(_core, m) {
         }, py::arg("x"), py::arg("layers"), "Runs the network; returns the outputs of the given layers.")
         .def("forward_train", [](Network& n, const FloatArray& x, std::vector<int> which) {
             if (x.ndim() != 4) throw DarknetError("forward_train expects an NxCxHxW float32 array");
-            Tensor t = to_tensor(x);
             const LayerOutputs* outs;
             {
                 py::gil_scoped_release nogil;
-                outs = &n.forward_train(t);
+                outs = &n.forward_train(x.data(), shape4(x));
             }
             py::list result;
             for (int i : which) result.append(to_numpy(outs->at(i < 0 ? i + (int)outs->size() : i)));
@@ -485,7 +483,6 @@ PYBIND11_MODULE(_core, m) {
             if (n.yolo_layers().empty()) throw DarknetError(n.cfg_path + ": this network has no [yolo] layer, so it cannot detect");
             if (postproc != "device" && postproc != "cpu" && postproc != "compare")
                 throw DarknetError("postproc must be 'device', 'cpu' or 'compare', got '" + postproc + "'");
-            Tensor t = to_tensor(x);
             // per image, one row per (box, class above thresh): class, confidence, left, top, width, height in pixels
             auto rows = [&](std::vector<std::vector<Detection>>& all) {
                 std::vector<std::vector<DetectionRow>> r(sizes.size());
@@ -499,7 +496,7 @@ PYBIND11_MODULE(_core, m) {
             std::vector<std::vector<DetectionRow>> result;
             {
                 py::gil_scoped_release nogil;
-                LayerOutputs outs = n.forward(t);
+                LayerOutputs outs = n.forward(x.data(), shape4(x));
                 std::vector<std::vector<Detection>> dev(sizes.size()), host(sizes.size());
                 if (postproc != "cpu") {  // decode, threshold and compaction on the backend
                     Candidates c = yolo_candidates(n, outs, thresh);
