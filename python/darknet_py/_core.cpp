@@ -12,6 +12,7 @@
 #include "bindings.h"
 #include "cpu/gemm.h"
 #include "devices.h"
+#include "gpu/kernel_source.h"
 #include "cpu/thread_pool.h"
 #include "image.h"
 #include "network.h"
@@ -158,6 +159,9 @@ PYBIND11_MODULE(_core, m) {
         }
         return py::make_tuple(resolved, log);
     }, "The device 'auto' stands for, and one line per device skipped (and why).");
+    m.def("kernel_source", [](const std::string& device) { return kernel_source(device); }, py::arg("device"),
+          "The GPU kernel text exactly as `device` ('opencl', 'metal') compiles it: its macro prelude, then the "
+          "kernels.");
     m.def("set_threads", [](int n) { ThreadPool::instance().set_threads(n); }, "Set the CPU thread count.");
     m.def("get_threads", [] { return ThreadPool::instance().threads(); });
     m.def("build_info", [] {
