@@ -119,6 +119,10 @@ def build_parser() -> argparse.ArgumentParser:
     from .train import add_parser as add_train_parser
 
     add_train_parser(sub, _Formatter)
+
+    from .selftest import add_parser as add_selftest_parser
+
+    add_selftest_parser(sub, _Formatter)
     return parser
 
 
