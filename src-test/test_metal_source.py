@@ -11,8 +11,7 @@ import pytest
 import darknet_py
 from darknet_py import _core
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from msl_check import check_msl  # noqa: E402
+from msl_check import check_msl
 
 KERNEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src-lib", "kernels")
 
@@ -109,6 +108,9 @@ PLANTS = [
     ("duplicate buffer index", "KERNEL(fill_f32)(KBUF(float, y, 0), KARGS(FillArgs, a, 1)",
      "KERNEL(fill_f32)(KBUF(float, y, 0), KARGS(FillArgs, a, 0)", "[[buffer(0)]] but it is buffer 1"),
     ("OpenCL spelling", "#define KSHARED threadgroup", "#define KSHARED __local", "'__local' is OpenCL C, not MSL"),
+    ("double", "    y[i] = a.value;\n", "    double d = a.value;\n    y[i] = (float)d;\n", "MSL has no 'double'"),
+    ("program-scope variable", "KFN float act_softplus", "float calls_ = 0.0f;\nKFN float act_softplus",
+     "program-scope variable 'calls_' must be in the constant address space"),
     # a rule of ours, perhaps stricter than Apple's compiler: helpers read the argument struct in place
     ("argument struct copied out of constant memory", "KARGS_PARAM(PoolArgs) a, int is_max", "PoolArgs a, int is_max",
      "no matching constructor for initialization of 'PoolArgs'"),

@@ -12,7 +12,8 @@ check() adds what clang cannot see:
   * kernel parameters: each has exactly one MSL attribute; buffers and argument structs (pointers
     and references) have [[buffer(i)]] with i their position among them (the index MetalDevice binds
     them at, so also no duplicates); scalars have a thread-position attribute, each at most once;
-  * OpenCL spellings (__global, __kernel, ...), which the mode accepts as keywords but MSL does not.
+  * OpenCL spellings (__global, __kernel, ...), which the mode accepts as keywords but MSL does not;
+  * MSL rules the mode does not share: no `double`; variables at program scope only in `constant`.
 
 What it cannot see: MSL-only rules the mode does not share (e.g. limits on threadgroup memory size),
 and code generation. The Mac's own compile (MetalDevice, macOS CI) remains the last word.
@@ -95,6 +96,7 @@ def check(text: str) -> Result:
                               d.spelling + text_where))
     kernels = _check_kernels(ci, tu, out)
     _check_spellings(ci, tu, out)
+    _check_program_scope(ci, tu, out)
     return Result(out, kernels)
 
 
@@ -143,10 +145,23 @@ def _check_kernels(ci, tu, out: List[Diagnostic]) -> Dict[str, List[str]]:
 
 def _check_spellings(ci, tu, out: List[Diagnostic]) -> None:
     for tok in tu.get_tokens(extent=tu.cursor.extent):
-        if tok.kind in (ci.TokenKind.KEYWORD, ci.TokenKind.IDENTIFIER) and tok.spelling in OPENCL_SPELLINGS:
-            if tok.location.file and tok.location.file.name == SOURCE_NAME:
-                out.append(Diagnostic("error", tok.location.line,
-                                      f"'{tok.spelling}' is OpenCL C, not MSL (use the compat macros)"))
+        if tok.kind not in (ci.TokenKind.KEYWORD, ci.TokenKind.IDENTIFIER):
+            continue
+        if not tok.location.file or tok.location.file.name != SOURCE_NAME:
+            continue
+        if tok.spelling in OPENCL_SPELLINGS:
+            out.append(Diagnostic("error", tok.location.line,
+                                  f"'{tok.spelling}' is OpenCL C, not MSL (use the compat macros)"))
+        elif tok.spelling == "double":
+            out.append(Diagnostic("error", tok.location.line, "MSL has no 'double' (Apple GPUs have no fp64)"))
+
+
+def _check_program_scope(ci, tu, out: List[Diagnostic]) -> None:
+    for c in tu.cursor.get_children():
+        if c.kind == ci.CursorKind.VAR_DECL and c.location.file and c.location.file.name == SOURCE_NAME:
+            if "__constant" not in c.type.spelling:
+                out.append(Diagnostic("error", c.location.line, f"program-scope variable '{c.spelling}' must be "
+                                      "in the constant address space in MSL"))
 
 
 def main(argv=None) -> int:
