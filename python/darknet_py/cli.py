@@ -1,7 +1,7 @@
-"""The `darknet_py` command: detect, info, cfglayers, map, synth.
+"""The `darknet_py` command: detect, info, cfglayers, map, synth, train, selftest.
 
 Exit codes: 0 success, 1 an error in the inputs (missing or unreadable file, bad cfg, ...; one
-line on stderr, no traceback), 2 a usage error (argparse), 130 interrupted by Ctrl-C.
+line on stderr, no traceback), 2 a usage error (argparse), 3 a selftest mismatch, 130 interrupted by Ctrl-C.
 """
 from __future__ import annotations
 
