@@ -12,9 +12,11 @@
 #include "bindings.h"
 #include "cpu/gemm.h"
 #include "devices.h"
+#include "gpu/kernel_source.h"
 #include "cpu/thread_pool.h"
 #include "image.h"
 #include "network.h"
+#include "selftest_results.h"
 #include "weights.h"
 #include "yolo/detect.h"
 #include "yolo/loss.h"
@@ -159,6 +161,17 @@ PYBIND11_MODULE(_core, m) {
         }
         return py::make_tuple(resolved, log);
     }, "The device 'auto' stands for, and one line per device skipped (and why).");
+    m.def("kernel_source", [](const std::string& device) { return kernel_source(device); }, py::arg("device"),
+          "The GPU kernel text exactly as `device` ('opencl', 'metal') compiles it: its macro prelude, then the "
+          "kernels.");
+    m.def("selftest_results_path", &selftest_results_path, py::arg("device"),
+          "Where `darknet_py selftest --device DEVICE` writes its JSON results (selftest_results.h).");
+    m.def("selftest_fast_paths", [](const std::string& device) {
+        std::string why;
+        auto paths = selftest_fast_paths(device, &why);
+        return py::make_tuple(paths, why);
+    }, py::arg("device"), "The fast paths the devices read back from that file (name -> passed), and why it "
+                          "is empty when it is.");
     m.def("set_threads", [](int n) { ThreadPool::instance().set_threads(n); }, "Set the CPU thread count.");
     m.def("get_threads", [] { return ThreadPool::instance().threads(); });
     m.def("build_info", [] {

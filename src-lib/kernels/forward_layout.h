@@ -92,7 +92,7 @@ KERNEL(shortcut_f32)(KBUF(float, y, 0), KCBUF(float, in, 1), KCBUF(float, weight
 
 // maxpool (is_max = 1) and avgpool_local (0): window of size x size from (oy*stride_y - padding/2,
 // ox*stride_x - padding/2), cells outside x skipped; average over the cells inside (0 if none).
-KFN float pool_window(KGLOBAL const float* x, int i, PoolArgs a, int is_max) {
+KFN float pool_window(KGLOBAL const float* x, int i, KARGS_PARAM(PoolArgs) a, int is_max) {
     int ox = i % a.out_w, oy = (i / a.out_w) % a.out_h, nc = i / (a.out_w * a.out_h);
     int off = -a.padding / 2;
     float best = -FLT_MAX_K, sum = 0.0f;
