@@ -6,6 +6,9 @@
 #include "errors.h"
 #include "gpu/gpu_backend.h"
 #include "opencl_device.h"
+#ifdef DARKNET_PY_METAL
+#include "metal_device.h"
+#endif
 
 namespace dn {
 
@@ -34,6 +37,21 @@ std::shared_ptr<Device> opencl_device(int index) {
     return d;
 }
 
+#ifdef DARKNET_PY_METAL
+extern const char* const kGpuPrelude_metal;  // kernels/compat_metal.h (embedded where it exists)
+
+// The Metal device, shared like OpenCL's: the MSL (its prelude, then the kernel text) compiles once.
+std::shared_ptr<Device> metal_device() {
+    static std::mutex mutex;
+    static std::weak_ptr<Device> opened;
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto d = opened.lock()) return d;
+    auto d = open_metal_device(std::string(kGpuPrelude_metal) + kGpuKernelText);
+    opened = d;
+    return d;
+}
+#endif
+
 // Allocates, runs one kernel and reads it back: a device that fails this is not used by "auto".
 bool works(Backend& be, std::string* why) {
     try {
@@ -54,11 +72,20 @@ bool works(Backend& be, std::string* why) {
 std::vector<DeviceReport> list_devices() {
     std::vector<DeviceReport> out;
     std::string why;
+    // listed before OpenCL: "auto" tries devices in this order (on a Mac, Metal before Apple's OpenCL)
+#ifdef DARKNET_PY_METAL
+    DeviceInfo metal;
+    std::string metal_why;
+    if (probe_system_metal(&metal, &metal_why)) out.push_back(DeviceReport{"metal", true, metal, ""});
+    else out.push_back(DeviceReport{"metal", false, {}, metal_why});
+#endif
     auto cl = list_opencl_devices(&why);
     for (auto& info : cl) out.push_back(DeviceReport{"opencl", true, info, ""});
     if (cl.empty()) out.push_back(DeviceReport{"opencl", false, {}, why});
     out.push_back(DeviceReport{"cuda", false, {}, "not built into this module (no CUDA device support yet)"});
-    out.push_back(DeviceReport{"metal", false, {}, "not built into this module (no Metal device support yet)"});
+#ifndef DARKNET_PY_METAL
+    out.push_back(DeviceReport{"metal", false, {}, "not built into this module (it is built on macOS with Metal)"});
+#endif
     return out;
 }
 
@@ -95,6 +122,9 @@ std::unique_ptr<Backend> make_backend(const std::string& requested) {
     if (name == "cpu") return make_cpu_backend();
     int index = 0;
     if (parse_indexed(name, "opencl", &index)) return std::make_unique<GpuBackend>(opencl_device(index));
+#ifdef DARKNET_PY_METAL
+    if (name == "metal") return std::make_unique<GpuBackend>(metal_device());
+#endif
     if (parse_indexed(name, "cuda", &index) || name == "metal")
         throw DarknetError("device '" + name + "' is not built into this module (darknet_py info lists what is)");
     throw DarknetError("unknown device '" + name + "' (cpu, reference, opencl, opencl:N, cuda, cuda:N, metal, auto)");
