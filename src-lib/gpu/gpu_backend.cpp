@@ -54,7 +54,6 @@ void GpuBackend::fallback(const char* name, const std::function<void(Backend&, H
 }
 
 Tensor& GpuBackend::scratch(int slot, size_t n) {
-    if ((int)scratch_.size() <= slot) scratch_.resize(slot + 1);
     Tensor& t = scratch_[slot];
     if (t.empty() || t.buffer()->count() < n) t = alloc(Shape{1, 1, 1, (int)n});
     return t;

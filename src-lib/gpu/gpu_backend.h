@@ -164,7 +164,7 @@ private:
     std::map<std::string, int> fallbacks_;
     std::map<std::string, uint32_t> group_sizes_;
     uint32_t group_limit_ = 256;
-    std::vector<Tensor> scratch_;
+    std::map<int, Tensor> scratch_;  // by slot; a map, so that a new slot leaves references to the others valid
 };
 
 }  // namespace dn
