@@ -130,7 +130,7 @@ def test_real_yolov3_tiny_detects_the_same_as_cpu(yolov3_tiny):
 
 
 # ---- training -------------------------------------------------------------------------------
-def train_losses(net, steps: int, batch: int, size: int, classes: int, seed: int):
+def train_losses(net, steps: int, batch: int, size: int, classes: int, seed: int, lr: float = 0.002):
     rng = np.random.default_rng(seed)
     losses = []
     for _ in range(steps):
@@ -140,7 +140,7 @@ def train_losses(net, steps: int, batch: int, size: int, classes: int, seed: int
         net.forward_train(x, [])
         losses.append(sum(h["loss"] for h in net.yolo_loss(truths)))
         net.backward()
-        net.update(0.002, batch)
+        net.update(lr, batch)
     return np.array(losses)
 
 
