@@ -245,3 +245,12 @@ def test_map_skips_a_truncated_image_and_warns_about_names(tmp_path, capsys):
     assert doc["images"] == 1 and doc["truths"] == 1 and len(doc["skipped"]) == 1
     assert "class_id = 3, name = 3," in out  # unnamed classes by number
     assert no_temp_files(root)
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["detect", "--help"], ["map", "--help"]])
+def test_help_lists_the_exit_codes(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    out = capsys.readouterr().out
+    assert e.value.code == 0
+    assert "exit codes:" in out and all(f"  {code} " in out for code in (0, 1, 2, 3, 4, 130))
