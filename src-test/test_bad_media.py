@@ -254,3 +254,15 @@ def test_help_lists_the_exit_codes(argv, capsys):
     out = capsys.readouterr().out
     assert e.value.code == 0
     assert "exit codes:" in out and all(f"  {code} " in out for code in (0, 1, 2, 3, 4, 130))
+
+
+def test_training_list_missing_or_empty_names_the_data_file(tmp_path):
+    from darknet_py.data import BatchLoader, DataFileError
+
+    data = tmp_path / "t.data"
+    data.write_text(f"classes = 1\ntrain = {tmp_path / 'train.txt'}\n")
+    with pytest.raises(DataFileError, match=rf"t\.data:2: the train list .*train\.txt does not exist"):
+        BatchLoader.from_files(str(data), None, 1)
+    (tmp_path / "train.txt").write_text("\n")
+    with pytest.raises(DataFileError, match=r"train\.txt: the train list named by .*t\.data:2 is empty"):
+        BatchLoader.from_files(str(data), None, 1)

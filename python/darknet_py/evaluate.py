@@ -140,7 +140,7 @@ class MapResult:
     truths: int
     images: int
     map_50_95: Optional[float] = None
-    skipped: List[str] = field(default_factory=list)
+    skipped: List[str] = field(default_factory=list)  # "path: what is wrong" per image that could not be read
     counts: str = "darknet"
 
     def to_dict(self) -> Dict[str, Any]:

@@ -58,7 +58,7 @@ class Runner:
             print(f"skipped: {message}", file=self.stderr)
 
     def run(self) -> None:
-        for path in self.source.ignored:  # a folder or glob also holds other files: say so, go on
+        for path in self.source.ignored:  # a glob also matched other files: say so, go on
             self._skip(f"{path}: not an image or video (by its extension)")
         images = [f for f in self.source.files if not is_video(f)]
         if images:

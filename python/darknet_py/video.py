@@ -104,7 +104,7 @@ class FrameReader:
             _put(self._queue, _END, self._stop)
 
     def bad_frames_text(self) -> str:
-        """The skipped frames as one line for the user, e.g. `frames 16-21, 30 (7 of 31) could not be decoded`."""
+        """The skipped frames in one line, e.g. `frame(s) 16-21, 30 (7 of 31) could not be decoded: skipped`."""
         runs: List[List[int]] = []
         for i in self.bad_frames:
             if runs and i == runs[-1][1] + 1:
