@@ -5,6 +5,7 @@
 
 #include "errors.h"
 #include "gpu/gpu_backend.h"
+#include "gpu/kernel_source.h"
 #include "opencl_device.h"
 #ifdef DARKNET_PY_HAS_CUDA
 #include "cuda_device.h"
@@ -32,7 +33,9 @@ std::shared_ptr<Device> opencl_device(int index) {
     static std::map<int, std::weak_ptr<Device>> opened;
     std::lock_guard<std::mutex> lock(mutex);
     if (auto d = opened[index].lock()) return d;
-    auto d = open_opencl_device(index, kGpuPrelude_opencl, kGpuKernelText);
+    size_t prelude_lines = 0;
+    std::string source = kernel_source("opencl", &prelude_lines);
+    auto d = open_opencl_device(index, source, prelude_lines);
     opened[index] = d;
     return d;
 }

@@ -117,15 +117,32 @@ void Network::check_input(const Shape& s) const {
                            "x" + std::to_string(options.height) + "x" + std::to_string(options.width));
 }
 
-const LayerOutputs& Network::forward(const Tensor& x) {
-    const Shape& s = x.shape();
+// The input goes to one place that stays put (input_): backward of layer 0 and a recorded forward
+// read it there.
+void Network::load_input(const Tensor* x, const float* host, const Shape& s) {
     check_input(s);
+    backend_->resize(input_, s);
+    if (host)
+        copy_from_host(host, input_);
+    else if (x->buffer() != input_.buffer())
+        copy_tensor(*x, input_);
+}
+
+const LayerOutputs& Network::forward(const Tensor& x) {
+    load_input(&x, nullptr, x.shape());
+    return forward_loaded();
+}
+
+const LayerOutputs& Network::forward(const float* x, const Shape& s) {
+    load_input(nullptr, x, s);
+    return forward_loaded();
+}
+
+const LayerOutputs& Network::forward_loaded() {
+    const Shape& s = input_.shape();
     outputs_.resize(layers.size());
     layer_ms_.assign(layers.size(), 0.0);
     deltas_.clear();  // a plain forward invalidates the training state of forward_train
-    // The input goes to one place that stays put, so that a recorded pass finds it there.
-    backend_->resize(input_, s);
-    if (x.buffer() != input_.buffer()) copy_tensor(x, input_);
     last_replayed_ = replay_or_record(s);
     if (!last_replayed_) run_forward(s);
     return outputs_;
@@ -179,10 +196,17 @@ bool Network::replay_or_record(const Shape& s) {
 }
 
 const LayerOutputs& Network::forward_train(const Tensor& x) {
-    const Shape& s = x.shape();
-    check_input(s);
-    backend_->resize(input_, s);
-    if (x.buffer() != input_.buffer()) copy_tensor(x, input_);
+    load_input(&x, nullptr, x.shape());
+    return forward_train_loaded();
+}
+
+const LayerOutputs& Network::forward_train(const float* x, const Shape& s) {
+    load_input(nullptr, x, s);
+    return forward_train_loaded();
+}
+
+const LayerOutputs& Network::forward_train_loaded() {
+    const Shape& s = input_.shape();
     outputs_.resize(layers.size());
     deltas_.resize(layers.size());
     const Tensor* in = &input_;

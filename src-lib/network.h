@@ -23,10 +23,13 @@ public:
 
     // x: [n, channels, height, width]. Returns the output of every layer (index = layer).
     const LayerOutputs& forward(const Tensor& x);
+    // The same from host memory holding shape s (NumPy arrays: no intermediate tensor).
+    const LayerOutputs& forward(const float* x, const Shape& s);
 
     // ---- training ----
     // Forward with training behaviour; zeroes every layer's delta for the following backward().
     const LayerOutputs& forward_train(const Tensor& x);
+    const LayerOutputs& forward_train(const float* x, const Shape& s);
     // dL/d(output) of each layer; the loss fills the heads' deltas between forward_train and backward.
     std::vector<Tensor>& deltas() { return deltas_; }
     const LayerOutputs& outputs() const { return outputs_; }
@@ -83,6 +86,9 @@ private:
     void check_input(const Shape& s) const;  // throws unless s matches the [net] input
     template <class F>
     void run_layer(size_t i, F&& f);          // f(), noting the ops that fell back to the CPU
+    void load_input(const Tensor* x, const float* host, const Shape& s);  // into input_, checked
+    const LayerOutputs& forward_loaded();     // forward() of input_
+    const LayerOutputs& forward_train_loaded();
     void run_forward(const Shape& s);         // the layers of forward(), from input_
     bool replay_or_record(const Shape& s);    // true when the pass ran as a recording
     CfgFile cfg_;  // kept for resize_input

@@ -2,7 +2,7 @@
 video whose middle bytes are overwritten, an unreadable folder, a glob that also matches other files,
 names with spaces and non-ASCII characters, .data files whose lists are missing or empty, a names
 file with too few names. Each gives one line naming the file and what is wrong, then either goes on
-(exit code 3, the skips listed at the end) or stops (exit code 1); no output is left half-written.
+(exit code 4, the skips listed at the end) or stops (exit code 1); no output is left half-written.
 The detector is the bundled demo model (small and fast; no shared files needed)."""
 from __future__ import annotations
 
@@ -124,7 +124,7 @@ def test_spaces_and_non_ascii_names(tmp_path, capsys):
     assert doc["results"][0]["output"] == str(written) and no_temp_files(out)
 
 
-def test_output_that_cannot_be_written_exits_4(photo_dir, tmp_path, capsys):
+def test_output_that_cannot_be_written_is_an_output_error(photo_dir, tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("a file where the output folder should be\n")
     rc, _, err = run(["detect", photo_dir, *MODEL, "--out", blocker / "sub"], capsys)
@@ -253,7 +253,7 @@ def test_help_lists_the_exit_codes(argv, capsys):
         main(argv)
     out = capsys.readouterr().out
     assert e.value.code == 0
-    assert "exit codes:" in out and all(f"  {code} " in out for code in (0, 1, 2, 3, 4, 130))
+    assert "exit codes:" in out and all(f"  {code} " in out for code in (0, 1, 2, 3, 4, 5, 130))
 
 
 def test_training_list_missing_or_empty_names_the_data_file(tmp_path):

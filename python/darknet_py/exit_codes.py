@@ -9,8 +9,9 @@ from __future__ import annotations
 OK = 0
 INPUT_ERROR = 1   # an input cannot be used: missing or unreadable file or folder, bad cfg, .data, list, weights
 USAGE_ERROR = 2   # the command line itself is wrong (argparse's code)
-SKIPPED = 3       # finished, but some inputs (images, videos, frames) could not be read and were skipped
-OUTPUT_ERROR = 4  # an output could not be written (folder not writable, disk full); nothing half-written is left
+SELFTEST_MISMATCH = 3  # `selftest`: some op of the device disagrees with the reference
+SKIPPED = 4       # finished, but some inputs (images, videos, frames) could not be read and were skipped
+OUTPUT_ERROR = 5  # an output could not be written (folder not writable, disk full); nothing half-written is left
 INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as shells report it)
 
 HELP = f"""\
@@ -18,6 +19,7 @@ exit codes:
   {OK}    success
   {INPUT_ERROR}    an input cannot be used (missing or unreadable file or folder, bad cfg, .data, list, weights)
   {USAGE_ERROR}    usage error (unknown option, missing argument)
+  {SELFTEST_MISMATCH}    selftest: the device's results differ from the reference
   {SKIPPED}    finished, but some images, videos or video frames could not be read and were skipped
        (each named on stderr when met, and listed again at the end)
   {OUTPUT_ERROR}    an output could not be written (every output is written to a temporary name and
