@@ -34,11 +34,14 @@ public:
     std::vector<Tensor>& deltas() { return deltas_; }
     const LayerOutputs& outputs() const { return outputs_; }
     // Back-propagates the deltas, accumulating parameter gradients (summed over the batch) until update().
+    // Honours the layers' stopbackward / onlyforward (layers/training_options.h); stopbackward=N
+    // counts the iterations completed as seen / batch, so a training loop keeps `seen` current.
     void backward();
     // Applies Darknet's SGD (or Adam when opt.adam) with learning rate lr, then clears the gradients.
     // `batch` is the number of images whose gradients were accumulated (batch x subdivisions in Darknet).
     // `t` is Adam's step count (Darknet: the iteration, so that a resumed run continues it); t <= 0
-    // counts this network's updates instead.
+    // counts this network's updates instead. It is also the iteration that dont_update and
+    // burnin_update compare with; each layer's rate is lr times its learning_rate option.
     void update(float lr, int batch, int t = 0);
 
     // Indices of the [yolo] layers; empty for a classifier.

@@ -25,6 +25,7 @@ using namespace dn;
 using namespace dn_py;
 
 void bind_ops(py::module_& m);  // _core_ops.cpp
+void bind_test_devices(py::module_& m);  // _core_test_devices.cpp
 
 namespace {
 
@@ -535,5 +536,6 @@ PYBIND11_MODULE(_core, m) {
            py::arg("postproc") = "device",
            "postproc: 'device' (the backend decodes, only candidates come down), 'cpu' (the heads come down, "
            "decoded on the host) or 'compare' (both; DarknetError at the first difference, else the device's).");
+    bind_test_devices(m);
     bind_ops(m);
 }

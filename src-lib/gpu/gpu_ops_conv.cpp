@@ -73,6 +73,10 @@ const Tensor& column_matrix(GpuBackend& be, const Tensor& x, const Shape& ys, co
     return col;
 }
 
+ConvParams conv_params(const Tensor& x, const Tensor& y, const ConvGeom& g) {
+    return ConvParams{nchw(x), nchw(y), g.kh, g.kw, g.stride_y, g.stride_x, g.pad, g.dilation, g.groups};
+}
+
 }  // namespace
 
 // C = alpha op(A) op(B) + beta C on sub-matrices at element offsets: the device's GEMM or ours.
@@ -100,6 +104,7 @@ void GpuBackend::gemm(bool ta, bool tb, int M, int N, int K, float alpha, const 
 }
 
 void GpuBackend::conv2d(const Tensor& x, const Tensor& w, const ConvGeom& g, Tensor& y) {
+    if (dev().conv2d(conv_params(x, y, g), x.memory(), w.memory(), y.memory())) return;  // cuDNN, MPS
     const Shape &xs = x.shape(), &ys = y.shape();
     ConvSlice s = conv_slice(xs, ys, g);
     const int P = s.out_plane, most = run_length(s, g.groups, xs.n);
@@ -133,6 +138,7 @@ void GpuBackend::conv2d_affine_act(const Tensor& x, const Tensor& w, const ConvG
 }
 
 void GpuBackend::conv2d_backward_weights(const Tensor& x, const Tensor& dy, const ConvGeom& g, Tensor& dw) {
+    if (dev().conv2d_backward_weights(conv_params(x, dy, g), x.memory(), dy.memory(), dw.memory())) return;
     // dW_g[cout_g, K] += dY_g[cout_g, run * P] * col^T[run * P, K], summed over the runs of images
     const Shape &xs = x.shape(), &ys = dy.shape();
     ConvSlice s = conv_slice(xs, ys, g);
@@ -156,6 +162,7 @@ void GpuBackend::conv2d_backward_weights(const Tensor& x, const Tensor& dy, cons
 }
 
 void GpuBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, const ConvGeom& g, Tensor& dx) {
+    if (dev().conv2d_backward_data(conv_params(dx, dy, g), dy.memory(), w.memory(), dx.memory())) return;
     // col[K, run * P] = W_g^T[K, cout_g] * dY_g[cout_g, run * P]; dx += col2im(col)
     const Shape &xs = dx.shape(), &ys = dy.shape();
     ConvSlice s = conv_slice(xs, ys, g);

@@ -20,11 +20,11 @@ KNAMESPACE_BEGIN
 typedef struct YoloLossArgs {
     int32_t batch; int32_t lw; int32_t lh; int32_t plane; int32_t anchors_used; int32_t classes;
     int32_t num; int32_t truth_rows; int32_t max_boxes; int32_t netw; int32_t neth;
-    int32_t new_coords; int32_t iou_loss; int32_t objectness_smooth;
+    int32_t new_coords; int32_t iou_loss; int32_t objectness_smooth; int32_t focal_loss;
     float ignore_thresh; float truth_thresh; float iou_thresh; float iou_normalizer; float obj_normalizer;
     float label_smooth_eps; float max_delta;
 } YoloLossArgs;
-KSTATIC_ASSERT(sizeof(YoloLossArgs) == 84, "YoloLossArgs layout");
+KSTATIC_ASSERT(sizeof(YoloLossArgs) == 88, "YoloLossArgs layout");
 
 // Per-image partial sums in the stats buffer, reduced on the host into YoloLossStats.
 #define YOLO_LOSS_STATS 8
@@ -119,13 +119,28 @@ KFN float yolo_class_target(KARGS_PARAM(YoloLossArgs) a, float y) {
     return a.label_smooth_eps != 0.0f ? y * (1.0f - a.label_smooth_eps) + 0.5f * a.label_smooth_eps : y;
 }
 
-// Darknet's delta_yolo_class (no focal loss, no per-class multipliers); returns the probability of
-// the true class (the avg_class statistic).
+// Darknet's focal_loss=1 factor of the class deltas: alpha * grad with alpha = 0.5 and
+// grad = -(1 - pt) (2 pt log(pt) + pt - 1), pt the probability of the true class (gamma = 2 folded
+// into the formula, as Darknet's delta_yolo_class has it).
+KFN float yolo_focal_factor(float pt) {
+    pt += 1e-15f;  // Darknet's guard against log(0)
+    return 0.5f * (-(1.0f - pt) * (2.0f * pt * log(pt) + pt - 1.0f));
+}
+
+// Darknet's delta_yolo_class (no per-class multipliers); returns the probability of the true class
+// (the avg_class statistic). With focal_loss every class delta is scaled by yolo_focal_factor and,
+// as in Darknet, label smoothing does not apply.
 KFN float yolo_delta_class(KGLOBAL const float* out, KGLOBAL float* delta, KARGS_PARAM(YoloLossArgs) a, int n, int loc, int cls) {
     int ci = yolo_index(a, n, loc, 5);
     if (delta[ci + cls * a.plane] != 0.0f) {  // this cell already has a truth: only set the new class
         float r = yolo_class_target(a, 1.0f) - out[ci + cls * a.plane];
         if (isfinite(r)) delta[ci + cls * a.plane] = r;
+        return out[ci + cls * a.plane];
+    }
+    if (a.focal_loss) {
+        float f = yolo_focal_factor(out[ci + cls * a.plane]);
+        for (int c = 0; c < a.classes; ++c)
+            delta[ci + c * a.plane] = ((c == cls ? 1.0f : 0.0f) - out[ci + c * a.plane]) * f;
         return out[ci + cls * a.plane];
     }
     for (int c = 0; c < a.classes; ++c) {
