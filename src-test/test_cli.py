@@ -107,7 +107,7 @@ def test_bad_file_in_a_folder_is_skipped_but_reported(photos, tmp_path, yolov3_t
     shutil.copytree(photos, src)
     (src / "broken.jpg").write_bytes(b"\xff\xd8\xff garbage")
     rc, _, err = run(["detect", src, *model_args(yolov3_tiny), "--out", tmp_path / "out"], capsys)
-    assert rc == 1
+    assert rc == 4  # exit_codes.SKIPPED: the others were done
     assert "broken.jpg" in err and "Traceback" not in err
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["camera.jpg", "coffee.png"]
 

@@ -76,26 +76,32 @@ def test_image_list(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("image, label", [
-    ("/d/images/x.jpg", "/d/labels/x.txt"),
+    ("/d/images/x.jpg", "/d/images/x.txt"),  # current Darknet: a generic images/ keeps its folder
     ("/d/images/train2014/x.JPG", "/d/labels/train2014/x.txt"),
     ("/d/VOC2007/JPEGImages/000005.jpeg", "/d/VOC2007/labels/000005.txt"),
-    ("/images/proj/images/a.b.png", "/images/proj/labels/a.b.txt"),  # the folder nearest the file
+    ("/images/proj/images/a.b.png", "/images/proj/images/a.b.txt"),
+    ("/d/images/val2017/x.png", "/d/labels/val2017/x.txt"),
+    ("/d/images/val2014/images/val2014/x.jpg", "/d/labels/val2014/images/val2014/x.txt"),  # the first only,
+    # as Darknet's find_replace
+    ("C:\\d\\JPEGImages\\x.jpg", "C:\\d\\labels\\x.txt"),
     ("/d/myimages/x.bmp", "/d/myimages/x.txt"),  # a whole folder name only
     ("/d/obj/img_images.jpg", "/d/obj/img_images.txt"),  # AlexeyAB layout: beside the image
-    ("images/x.tiff", "labels/x.txt"),
+    ("images/x.tiff", "images/x.txt"),
     ("x.PNG", "x.txt"),
 ])
 def test_label_path_rule(image, label):
     assert replace_image_to_label(image) == label
 
 
-def test_label_beside_the_image_when_no_labels_folder(tmp_path):
+def test_label_beside_the_image_first_then_the_labels_folder(tmp_path):
     (tmp_path / "images").mkdir()
-    (tmp_path / "images" / "a.txt").write_text("0 .5 .5 .1 .1\n")
-    assert label_path_for(str(tmp_path / "images" / "a.jpg")) == str(tmp_path / "images" / "a.txt")
+    image = str(tmp_path / "images" / "a.jpg")
+    assert label_path_for(image) == str(tmp_path / "images" / "a.txt")  # neither: Darknet's path
     (tmp_path / "labels").mkdir()
-    (tmp_path / "labels" / "a.txt").write_text("0 .5 .5 .1 .1\n")
-    assert label_path_for(str(tmp_path / "images" / "a.jpg")) == str(tmp_path / "labels" / "a.txt")
+    (tmp_path / "labels" / "a.txt").write_text("0 .5 .5 .1 .1\n")  # pjreddie's layout still read
+    assert label_path_for(image) == str(tmp_path / "labels" / "a.txt")
+    (tmp_path / "images" / "a.txt").write_text("0 .5 .5 .1 .1\n")  # where current Darknet looks: wins
+    assert label_path_for(image) == str(tmp_path / "images" / "a.txt")
 
 
 # ---- labels and bad data --------------------------------------------------------------------
@@ -130,7 +136,7 @@ def test_read_labels_missing_file():
 
 def test_bad_data_reported_once_and_loading_goes_on(tmp_path):
     data = Path(synth.generate(tmp_path, images=3, classes=2, size=(64, 64), seed=1, valid_fraction=0))
-    img, lab = tmp_path / "images", tmp_path / "labels"
+    img = lab = tmp_path / "images"  # labels beside the images, as synth writes them
     cv2.imwrite(str(img / "badclass.jpg"), np.full((64, 64, 3), 90, np.uint8))
     (lab / "badclass.txt").write_text("5 .5 .5 .3 .3\n1 .5 .5 .4 .4\n")
     cv2.imwrite(str(img / "outside.jpg"), np.full((64, 64, 3), 90, np.uint8))

@@ -94,6 +94,53 @@ def test_hand_computed_counts_at_conf_thresh():
     assert "mean average precision (mAP@0.50) = 0.388889, or 38.89 %" in text
 
 
+# Darknet counts TP/FP at --thresh in collection order, per image (validate_detector_map): a detection
+# is a FP when one collected before it in the same image, of any confidence, has the same truth.
+#   image 1: truth A = circle (0,0,10,10); collected: e1 .10 (0,0,10,9) IoU .9, then e2 .90 (0,0,10,10) IoU 1
+#   image 2: truth B = circle (20,20,10,10); collected: f1 .80 (20,20,10,8) IoU .8, then f2 .70 (20,20,10,10) IoU 1
+# Above .25: e2, f1, f2.
+#   darknet: e2 FP (e1, below the threshold, took A first), f1 TP, f2 FP (f1 took B)
+#            TP 1, FP 2, FN 1; precision 1/3, recall 1/2, F1 = 2 * 1/6 / (5/6) = 2/5; avg IoU .8 / 3 = 4/15
+#   ranked:  e2 TP (most confident match of A), f1 TP, f2 FP
+#            TP 2, FP 1, FN 0; precision 2/3, recall 1, F1 4/5; avg IoU (1 + .8) / 3 = 3/5
+# The AP is the same in both (rank order): e2 T, f1 T, f2 F, e1 F with 2 truths -> 1.
+COUNT_IMAGES = [([Box(0, .10, 0, 0, 10, 9), Box(0, .90, 0, 0, 10, 10)], [Truth(0, 0, 0, 10, 10)]),
+                ([Box(0, .80, 20, 20, 10, 8), Box(0, .70, 20, 20, 10, 10)], [Truth(0, 20, 20, 10, 10)])]
+
+
+def test_counts_at_thresh_follow_darknets_collection_order():
+    r = evaluate(COUNT_IMAGES, 1, thresh=0.25)
+    assert (r.tp, r.fp, r.fn) == (1, 2, 1) and (r.classes[0].tp, r.classes[0].fp) == (1, 2)
+    assert r.precision == approx(F(1, 3)) and r.recall == approx(F(1, 2)) and r.f1 == approx(F(2, 5))
+    assert r.avg_iou == approx(F(4, 15))
+    assert r.map == 1.0 and r.counts == "darknet"
+    assert "TP = 1, FP = 2, FN = 1, average IoU = 26.67 %" in r.report()
+
+
+def test_ranked_counts_give_each_truth_its_most_confident_match():
+    r = evaluate(COUNT_IMAGES, 1, thresh=0.25, counts="ranked")
+    assert (r.tp, r.fp, r.fn) == (2, 1, 0)
+    assert r.precision == approx(F(2, 3)) and r.recall == 1.0 and r.f1 == approx(F(4, 5))
+    assert r.avg_iou == approx(F(3, 5)) and r.map == 1.0
+    with pytest.raises(ValueError, match="counts"):
+        evaluate(COUNT_IMAGES, 1, counts="strict")
+
+
+def test_detections_come_in_darknets_nms_order():
+    """Darknet's do_nms_sort leaves the array sorted by the last class's probability (taken before
+    that class's suppression), and validate_detector_map collects in that order: the last class's
+    surviving rows are in descending confidence, and every box with such a row comes before the
+    boxes without one that have no probability for that class at all, which we cannot see. So:
+    the rows of the last class are in descending confidence."""
+    from darknet_py.demo import demo_files, demo_network
+
+    net = demo_network("cpu")
+    dets = net.detect(cv2.imread(demo_files()["image"]), 0.005, 0.45)
+    last = [d.confidence for d in dets if d.class_id == net.classes - 1]
+    assert len(last) >= 2, "the sample image should give several low-confidence stars"
+    assert last == sorted(last, reverse=True)
+
+
 def test_coco_mean_over_iou_thresholds():
     r = evaluate([IMG1, IMG2, IMG3], 3, points=0)
     assert r.map_50_95 == approx(MAP_50_95_POINTS0)

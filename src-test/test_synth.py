@@ -12,7 +12,8 @@ import pytest
 
 from darknet_py import synth
 from darknet_py.cli import main
-from darknet_py.data import label_path_for, read_data_file, read_image_list, read_labels, read_names_file
+from darknet_py.data import (label_path_for, read_data_file, read_image_list, read_labels, read_names_file,
+                             replace_image_to_label)
 
 
 def _tree(root: Path) -> dict:
@@ -27,11 +28,12 @@ def dataset(tmp_path_factory):
 
 
 def test_same_seed_same_bytes_whatever_the_threads(tmp_path):
-    a = _tree(Path(synth.generate(tmp_path / "a", 12, 4, (96, 64), seed=3, workers=1)).parent)
-    b = _tree(Path(synth.generate(tmp_path / "b", 12, 4, (96, 64), seed=3, workers=3)).parent)
-    c = _tree(Path(synth.generate(tmp_path / "c", 12, 4, (96, 64), seed=4, workers=1)).parent)
+    # relative paths: the lists and .data file would otherwise differ by the folder's name
+    a = _tree(Path(synth.generate(tmp_path / "a", 12, 4, (96, 64), seed=3, workers=1, relative=True)).parent)
+    b = _tree(Path(synth.generate(tmp_path / "b", 12, 4, (96, 64), seed=3, workers=3, relative=True)).parent)
+    c = _tree(Path(synth.generate(tmp_path / "c", 12, 4, (96, 64), seed=4, workers=1, relative=True)).parent)
     assert a == b
-    assert len([k for k in a if k.startswith("images/")]) == 12
+    assert len([k for k in a if k.startswith("images/") and k.endswith(".jpg")]) == 12
     assert a["shapes.names"] == c["shapes.names"] and a["images/000000.jpg"] != c["images/000000.jpg"]
 
 
@@ -44,10 +46,13 @@ def test_files_and_lists(dataset):
     assert len(train) == 30 and len(valid) == 10 and not set(train) & set(valid)
     assert sorted(train + valid) == sorted(str(p) for p in (root / "images").glob("*.jpg"))
     assert d.backup == str(root / "backup") and os.path.isdir(d.backup)
-    for p in train + valid:  # Darknet's rule finds every label, and none is empty
+    for p in train + valid:  # Darknet's rule finds every label beside its image, and none is empty
         label = label_path_for(p)
-        assert label == str(root / "labels" / (Path(p).stem + ".txt"))
+        assert label == str(root / "images" / (Path(p).stem + ".txt")) == replace_image_to_label(p)
         assert os.path.getsize(label) > 0
+    assert not (root / "labels").exists()
+    assert all(os.path.isabs(p) for p in (root / "train.txt").read_text().split())
+    assert not [p for p in root.rglob("*") if ".tmp" in p.name]  # every file was renamed into place
 
 
 def test_labels_match_the_pixels(dataset):
@@ -58,9 +63,9 @@ def test_labels_match_the_pixels(dataset):
     for i in range(40):
         img, shapes = synth.render(np.random.default_rng([5, i]), 160, 128, 8)
         name = f"{i:06d}"
-        text = (root / "labels" / f"{name}.txt").read_text()
+        text = (root / "images" / f"{name}.txt").read_text()
         assert text == synth.label_text(shapes, 160, 128)
-        boxes = read_labels(str(root / "labels" / f"{name}.txt"), 8)
+        boxes = read_labels(str(root / "images" / f"{name}.txt"), 8)
         assert len(boxes) == len(shapes) >= 1
         x, y, w, h = boxes[:, 1], boxes[:, 2], boxes[:, 3], boxes[:, 4]
         assert (x - w / 2 >= 0).all() and (x + w / 2 <= 1 + 1e-6).all()
@@ -99,10 +104,10 @@ def test_shapes_differ_and_turn():
         assert abs(areas[kind] - area) <= 0.5 * perimeter, (kind, areas[kind], area, perimeter)
 
 
-def test_cli_writes_a_dataset_that_survives_a_move(tmp_path, capsys):
+def test_cli_relative_dataset_survives_a_move(tmp_path, capsys):
     out = tmp_path / "ds"
     assert main(["synth", str(out), "--images", "6", "--classes", "3", "--size", "64x48", "--seed", "2",
-                 "--valid-fraction", "0.5", "--labels-beside-images"]) == 0
+                 "--valid-fraction", "0.5", "--relative", "--labels-folder"]) == 0
     assert "data file:" in capsys.readouterr().out
     moved = tmp_path / "moved"
     shutil.move(str(out), str(moved))
@@ -113,14 +118,32 @@ def test_cli_writes_a_dataset_that_survives_a_move(tmp_path, capsys):
     assert (moved / "images" / "000000.txt").read_text() == (moved / "labels" / "000000.txt").read_text()
 
 
-def test_cli_absolute_paths(tmp_path):
-    assert main(["synth", str(tmp_path), "--images", "2", "--classes", "1", "--size", "48x48", "--absolute"]) == 0
-    text = (tmp_path / "shapes.data").read_text()
-    assert f"train = {tmp_path}" in text
-    assert all(os.path.isabs(p) for p in (tmp_path / "train.txt").read_text().split())
+def test_cli_default_is_what_darknet_reads_from_any_folder(tmp_path, monkeypatch):
+    """Darknet opens the .data file's paths and the lists' paths as written, relative to its working
+    directory, and finds a label by swapping the extension: all must resolve from elsewhere."""
+    assert main(["synth", str(tmp_path / "ds"), "--images", "4", "--classes", "2", "--size", "48x48"]) == 0
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    text = (tmp_path / "ds" / "shapes.data").read_text()
+    values = dict(line.split(" = ") for line in text.splitlines() if " = " in line)
+    for key in ("train", "valid", "names", "backup"):
+        assert os.path.isabs(values[key]) and os.path.exists(values[key]), key
+    for image in Path(values["train"]).read_text().split():
+        assert os.path.isabs(image) and os.path.isfile(image)
+        assert os.path.getsize(replace_image_to_label(image)) > 0
 
 
-@pytest.mark.parametrize("argv", [["--classes", "9"], ["--classes", "0"], ["--size", "16x16"], ["--images", "0"]])
+def test_valid_fraction_one_lists_every_image_for_validation(tmp_path):
+    assert main(["synth", str(tmp_path), "--images", "3", "--classes", "1", "--size", "48x48",
+                 "--valid-fraction", "1"]) == 0
+    assert (tmp_path / "train.txt").read_text() == ""
+    assert len((tmp_path / "valid.txt").read_text().split()) == 3
+    assert f"valid = {tmp_path / 'valid.txt'}" in (tmp_path / "shapes.data").read_text()
+
+
+@pytest.mark.parametrize("argv", [["--classes", "9"], ["--classes", "0"], ["--size", "16x16"], ["--images", "0"],
+                                  ["--valid-fraction", "1.5"]])
 def test_cli_rejects_bad_options(tmp_path, argv, capsys):
     base = {"--images": "2", "--classes": "2"}
     base.update(dict(zip(argv[::2], argv[1::2])))

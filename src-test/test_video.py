@@ -178,7 +178,8 @@ def test_ctrl_c_finalizes_the_video(tmp_path, yolov3_tiny):
                              "--threads", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 30
-        while not (out / "long.mp4").exists():  # the writer opens on the first detected frame
+        # the writer opens on the first detected frame, under a temporary name beside the output
+        while not list(out.glob(".long.mp4.*.tmp.mp4")) if out.exists() else True:
             assert proc.poll() is None, proc.communicate()[1]
             assert time.monotonic() < deadline, "no output video after 30 s"
             time.sleep(0.05)
@@ -190,7 +191,8 @@ def test_ctrl_c_finalizes_the_video(tmp_path, yolov3_tiny):
             proc.kill()
     assert proc.returncode == 130, err
     assert "interrupted" in err and "Traceback" not in err
-    frames, _ = _read_all(out / "long.mp4")
+    frames, _ = _read_all(out / "long.mp4")  # renamed into place, finalized
+    assert not list(out.glob(".*tmp*"))
     doc = json.loads(js.read_text())
     assert doc["interrupted"] is True and doc["complete"] is False
     assert doc["outputs"] == [str(out / "long.mp4")]

@@ -13,6 +13,17 @@ def unit_interval(text: str) -> float:
     return v
 
 
+def fraction(text: str) -> float:
+    """A number in [0, 1]: shares of a whole, where all of it is allowed."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 <= v <= 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {v}")
+    return v
+
+
 def positive_int(text: str) -> int:
     """An integer >= 1: counts, threads, iterations."""
     try:

@@ -76,3 +76,14 @@ def cfg_with_size(cfg: str, width: Optional[int], height: Optional[int]) -> str:
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write("\n".join(out) + "\n")
     return path
+
+
+def names_mismatch(names_path: str, n_names: int, classes: int) -> Optional[str]:
+    """The one-line warning for a names file that does not have one name per class, or None.
+    Darknet stops there (it waits for a key); we go on and label the unnamed classes by number."""
+    if n_names < classes:
+        return (f"{names_path}: {n_names} names for {classes} classes: classes {n_names}..{classes - 1} "
+                f"are shown by number")
+    if n_names > classes:
+        return f"{names_path}: {n_names} names for {classes} classes: the last {n_names - classes} are unused"
+    return None

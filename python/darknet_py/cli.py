@@ -1,7 +1,6 @@
 """The `darknet_py` command: detect, info, cfglayers, map, synth, train, selftest.
 
-Exit codes: 0 success, 1 an error in the inputs (missing or unreadable file, bad cfg, ...; one
-line on stderr, no traceback), 2 a usage error (argparse), 3 a selftest mismatch, 130 interrupted by Ctrl-C.
+Exit codes: see exit_codes.py (listed by `--help`). Errors are one line on stderr, no traceback.
 """
 from __future__ import annotations
 
@@ -12,6 +11,7 @@ import warnings
 from typing import Any, Dict, Optional, Sequence
 
 from .argtypes import positive_int, unit_interval
+from . import exit_codes
 from .devices import add_device_option
 
 DEFAULT_OUT = "detections"
@@ -40,6 +40,12 @@ examples:
   {PROG} detect photos/ --cfg yolov4-tiny --weights yolov4-tiny.weights --out annotated/
   {PROG} detect "shots/*.png" --cfg my.cfg --weights my.weights --names my.names --thresh 0.5
   {PROG} detect clip.mp4 --cfg yolov4-tiny --weights yolov4-tiny.weights --json clip.json
+
+An image or video that cannot be read in a folder or glob (or a damaged stretch of a video) is
+named on stderr and skipped; the others are done, the skips are listed at the end, and the exit
+code is {exit_codes.SKIPPED}. Outputs appear only complete (written under a temporary name, then renamed).
+
+{exit_codes.HELP}
 """
 
 CFGLAYERS_EXAMPLES = f"""\
@@ -65,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="A Darknet-compatible YOLO engine: detect objects in images and videos.",
         epilog=f"examples:\n  {PROG} detect dog.jpg --cfg yolov4-tiny.cfg --weights yolov4-tiny.weights\n"
                f"  {PROG} info\n  {PROG} cfglayers yolov3-tiny.cfg\n\n"
-               f"Run `{PROG} COMMAND --help` for a command's options.")
+               f"Run `{PROG} COMMAND --help` for a command's options.\n\n{exit_codes.HELP}")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
@@ -129,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
 # ---- commands -------------------------------------------------------------------------------
 def _load_network(cfg: str, weights: Optional[str], names: Optional[str], device: Optional[str]):
     """Builds the network, printing the engine's warnings (unused cfg options, ...) as one line each."""
-    from .cfgfiles import resolve_names
+    from .cfgfiles import names_mismatch, resolve_names
     from .network import Network, read_names
 
     with warnings.catch_warnings(record=True) as caught:
@@ -140,9 +146,9 @@ def _load_network(cfg: str, weights: Optional[str], names: Optional[str], device
     names_path = resolve_names(names, net.classes)
     if names_path is not None:
         net.names = read_names(names_path)
-        if len(net.names) != net.classes:
-            print(f"warning: {names_path} has {len(net.names)} names but the network has {net.classes} classes",
-                  file=sys.stderr)
+        warning = names_mismatch(names_path, len(net.names), net.classes)
+        if warning:
+            print(f"warning: {warning}", file=sys.stderr)
     return net, names_path
 
 
@@ -195,11 +201,18 @@ def cmd_detect(args: argparse.Namespace) -> int:
                 doc["interrupted"] = True
             write_json(args.json, doc)
             print(f"detections: {args.json}", file=sys.stderr)
-    if runner.failures:
-        print(f"{PROG}: error: {len(runner.failures)} file(s) could not be read: {', '.join(runner.failures)}",
-              file=sys.stderr)
-        return 1
-    return 0
+    return report_skips(runner.failures)
+
+
+def report_skips(skipped: Sequence[str]) -> int:
+    """Lists the inputs that were skipped (each already reported when met) at the end, one per
+    line, and returns the exit code: SKIPPED when there were any, else OK."""
+    if not skipped:
+        return exit_codes.OK
+    print(f"{PROG}: {len(skipped)} input(s) skipped:", file=sys.stderr)
+    for line in skipped:
+        print(f"  {line}", file=sys.stderr)
+    return exit_codes.SKIPPED
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -269,10 +282,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return int(args.func(args))
     except KeyboardInterrupt:
         print(f"\n{PROG}: interrupted", file=sys.stderr)
-        return 130
+        return exit_codes.INTERRUPTED
+    except exit_codes.OutputError as e:
+        print(f"{PROG}: error: {_error_text(e)}", file=sys.stderr)
+        return exit_codes.OUTPUT_ERROR
     except (OSError, ValueError, RuntimeError) as e:  # DarknetError is a ValueError
         print(f"{PROG}: error: {_error_text(e)}", file=sys.stderr)
-        return 1
+        return exit_codes.INPUT_ERROR
 
 
 if __name__ == "__main__":

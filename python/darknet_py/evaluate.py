@@ -17,6 +17,14 @@ Darknet's rules, as implemented here:
   ground truth (AP 0 by its formulas: recall is always 0) still counts, and lowers mAP.
 - At the confidence threshold (--thresh, strictly above as Darknet does) TP, FP, precision, recall,
   F1 and average IoU; the average IoU is the sum of the TPs' IoUs over TP+FP, as Darknet prints it.
+  Darknet counts these while it collects the detections, image by image, not in rank order: a
+  detection above the threshold is a FP when a detection collected before it in the same image
+  (whatever its confidence, even one below the threshold) has the same best truth. Its collection
+  order is the order of the detection array after do_nms_sort (sorted by the last class's
+  probability, ties by the classes before), then the classes in order; Network.detect returns
+  detections in that order, and `add` takes each image's detections in the order given.
+  counts="ranked" instead gives each truth to its most confident match (the AP's rule), which
+  counts a TP wherever the AP does: Darknet's rule can count fewer TPs.
 
 Boxes are (x, y, w, h) with x, y the top-left corner; detections and truths of one image must use
 the same units (the file-based path uses fractions of the image size, as the labels do; IoU does
@@ -30,14 +38,16 @@ import sys
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from . import exit_codes
 from .argtypes import positive_int, unit_interval
 from .devices import add_device_option
 
 VALID_POINTS = (0, 11, 101)
+COUNTS = ("darknet", "ranked")  # how TP/FP at the confidence threshold are counted (module doc)
 COLLECT_THRESH = 0.005  # Darknet's validate_detector_map collects detections above this
 NMS_THRESH = 0.45
 # COCO's IoU thresholds .50:.05:.95, written as k/100 so that e.g. .80 is the same double as 80/100
@@ -130,7 +140,8 @@ class MapResult:
     truths: int
     images: int
     map_50_95: Optional[float] = None
-    skipped: List[str] = field(default_factory=list)
+    skipped: List[str] = field(default_factory=list)  # "path: what is wrong" per image that could not be read
+    counts: str = "darknet"
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
@@ -201,18 +212,21 @@ class Accumulator:
         self.images += 1
 
     def _ranked(self):
-        """Confidence, class, best truth and its IoU of every detection, best confidence first."""
+        """Confidence, class, best truth and its IoU of every detection, best confidence first, and
+        the rank order itself (indices into the collection order)."""
         def cat(parts: List[np.ndarray], dtype: type) -> np.ndarray:
             return np.concatenate(parts) if parts else np.zeros(0, dtype)
 
         conf = cat(self._conf, np.float64)
         order = np.argsort(-conf, kind="stable")  # ties keep collection order (see module doc)
         return (conf[order], cat(self._cls, np.int64)[order], cat(self._truth, np.int64)[order],
-                cat(self._iou, np.float64)[order])
+                cat(self._iou, np.float64)[order], order)
 
     @staticmethod
     def _tp_flags(truth: np.ndarray, iou: np.ndarray, iou_thresh: float) -> np.ndarray:
-        """TP flags in rank order: matched above the threshold, and the first to claim its truth."""
+        """TP flags in the order given: matched above the threshold, and the first in that order to
+        claim its truth. In rank order these are the AP's flags; in collection order, Darknet's
+        flags for the counts at the confidence threshold."""
         pos = np.flatnonzero((truth >= 0) & (iou > iou_thresh))
         _, first = np.unique(truth[pos], return_index=True)
         tp = np.zeros(truth.size, dtype=bool)
@@ -224,14 +238,23 @@ class Accumulator:
                          for c in range(self.n_classes)])
 
     def result(self, iou_thresh: float = 0.5, points: int = 0, thresh: float = 0.25,
-               coco: bool = True) -> MapResult:
+               coco: bool = True, counts: str = "darknet") -> MapResult:
         if points not in VALID_POINTS:
             raise ValueError(f"points must be one of {VALID_POINTS}, got {points}")
-        conf, cls, truth, iou = self._ranked()
+        if counts not in COUNTS:
+            raise ValueError(f"counts must be one of {', '.join(COUNTS)}, got {counts!r}")
+        conf, cls, truth, iou, order = self._ranked()
         tp = self._tp_flags(truth, iou, iou_thresh)
         aps = self._aps(tp, cls, points)
+        if counts == "darknet":  # first claim in collection order (truth ids are unique across images)
+            collected = np.empty_like(order)
+            collected[order] = np.arange(order.size)  # collection index -> rank
+            tp_count = np.zeros_like(tp)
+            tp_count[collected] = self._tp_flags(truth[collected], iou[collected], iou_thresh)
+        else:
+            tp_count = tp
         above = conf > thresh
-        tp_t, fp_t = tp & above, ~tp & above
+        tp_t, fp_t = tp_count & above, ~tp_count & above
         classes = [ClassResult(c, self.names[c] if c < len(self.names) else str(c), float(aps[c]),
                                int(np.sum(tp_t[cls == c])), int(np.sum(fp_t[cls == c])),
                                int(self.truth_counts[c]), int(np.sum(cls == c)))
@@ -242,21 +265,23 @@ class Accumulator:
         f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
         avg_iou = float(np.sum(iou[tp_t])) / (n_tp + n_fp) if n_tp + n_fp else 0.0
         map_50_95 = None
-        if coco:
+        if coco:  # AP only: rank order
             map_50_95 = float(np.mean([self._aps(self._tp_flags(truth, iou, t), cls, points).mean()
                                        for t in COCO_IOUS]))
         return MapResult(iou_thresh, points, thresh, float(aps.mean()), classes, n_tp, n_fp, self.n_truths - n_tp,
-                         precision, recall, f1, avg_iou, int(conf.size), self.n_truths, self.images, map_50_95)
+                         precision, recall, f1, avg_iou, int(conf.size), self.n_truths, self.images, map_50_95,
+                         counts=counts)
 
 
 def evaluate(images: Iterable[Tuple[Iterable[Any], Iterable[Truth]]], classes: int, iou_thresh: float = 0.5,
              points: int = 0, thresh: float = 0.25, names: Optional[Sequence[str]] = None,
-             coco: bool = True) -> MapResult:
-    """mAP from in-memory data: one (detections, truths) pair per image, in image order."""
+             coco: bool = True, counts: str = "darknet") -> MapResult:
+    """mAP from in-memory data: one (detections, truths) pair per image, in image order, each
+    image's detections in the detector's order (which Darknet's counts depend on: module doc)."""
     acc = Accumulator(classes, names)
     for dets, truths in images:
         acc.add(dets, truths)
-    return acc.result(iou_thresh, points, thresh, coco)
+    return acc.result(iou_thresh, points, thresh, coco, counts)
 
 
 # ---- Darknet's files (parsed by darknet_py.data.darknet_files) ------------------------------------
@@ -290,15 +315,24 @@ def net_letterbox(net: Any) -> bool:
 
 
 # ---- running a network over a dataset ------------------------------------------------------------
-def _prefetched(paths: Sequence[str], ahead: int = 4) -> Iterator[Tuple[str, Optional[np.ndarray]]]:
-    """(path, BGR image or None) in order, decoding the next few in a thread (OpenCV frees the GIL)."""
-    import cv2
+def _read_or_reason(path: str) -> Union[np.ndarray, str]:
+    """The BGR image, or what is wrong with the file (one line naming it)."""
+    from .sources import read_image
 
+    try:
+        return read_image(path)
+    except (OSError, ValueError) as e:
+        return str(e)
+
+
+def _prefetched(paths: Sequence[str], ahead: int = 4) -> Iterator[Tuple[str, Union[np.ndarray, str]]]:
+    """(path, BGR image or why it cannot be read) in order, decoding the next few in a thread
+    (OpenCV frees the GIL)."""
     with ThreadPoolExecutor(1) as pool:
-        futures = [pool.submit(cv2.imread, p, cv2.IMREAD_COLOR) for p in paths[:ahead]]
+        futures = [pool.submit(_read_or_reason, p) for p in paths[:ahead]]
         for i, p in enumerate(paths):
             if i + ahead < len(paths):
-                futures.append(pool.submit(cv2.imread, paths[i + ahead], cv2.IMREAD_COLOR))
+                futures.append(pool.submit(_read_or_reason, paths[i + ahead]))
             yield p, futures[i].result()
             futures[i] = None  # type: ignore[call-overload]  # free the image
 
@@ -314,7 +348,7 @@ def compute_map(data: str, cfg: Optional[str] = None, weights: Optional[str] = N
                 network: Any = None, detections_for: Optional[Callable[[str], Sequence[Any]]] = None,
                 classes: Optional[int] = None, iou_thresh: float = 0.5, points: int = 0, thresh: float = 0.25,
                 letterbox: Optional[bool] = None, device: Optional[str] = None, coco: bool = True,
-                progress: bool = True, verbose: bool = False) -> MapResult:
+                progress: bool = True, verbose: bool = False, counts: str = "darknet") -> MapResult:
     """mAP of a detector on the `valid` list of the .data file `data`.
 
     The detector is, in order of precedence: `detections_for(image_path)` returning boxes
@@ -326,12 +360,15 @@ def compute_map(data: str, cfg: Optional[str] = None, weights: Optional[str] = N
     from .progress import Progress
 
     spec = read_data_file(data)
-    valid = spec.valid or spec.train  # Darknet falls back to the train list too
+    key = "valid" if spec.valid else "train"  # Darknet falls back to the train list too
+    valid = spec.valid or spec.train
     if not valid:
         raise ValueError(f"{data}: no `valid =` (nor `train =`) line names the images to evaluate")
+    if not os.path.isfile(valid):
+        raise FileNotFoundError(f"{spec.where(key)}: the {key} list {valid} does not exist")
     paths = read_image_list(valid)
     if not paths:
-        raise ValueError(f"{valid}: the list of validation images is empty")
+        raise ValueError(f"{valid}: the {key} list named by {spec.where(key)} is empty (one image path per line)")
 
     if detections_for is None:
         if network is None:
@@ -350,7 +387,14 @@ def compute_map(data: str, cfg: Optional[str] = None, weights: Optional[str] = N
                       f"using {n_classes}")
     if spec.names and os.path.isfile(spec.names):
         names = read_names_file(spec.names)
+        from .cfgfiles import names_mismatch
+
+        mismatch = names_mismatch(spec.names, len(names), n_classes)
+        if mismatch:
+            warnings.warn(mismatch)
     else:
+        if spec.names:
+            warnings.warn(f"{spec.where('names')}: the names file {spec.names} does not exist: classes are shown by number")
         names = list(network.names) if network is not None else []
 
     acc = Accumulator(n_classes, names)
@@ -375,9 +419,9 @@ def compute_map(data: str, cfg: Optional[str] = None, weights: Optional[str] = N
         for path, image in source:
             if detections_for is not None:
                 dets = detections_for(path)
-            elif image is None:
-                warn(f"{path}: cannot read the image, skipped (its objects are not counted)")
-                skipped.append(path)
+            elif isinstance(image, str):
+                warn(f"skipped: {image} (its objects are not counted)")
+                skipped.append(image)
                 if bar is not None:
                     bar.update()
                 continue
@@ -389,7 +433,7 @@ def compute_map(data: str, cfg: Optional[str] = None, weights: Optional[str] = N
     finally:
         if bar is not None:
             bar.close()
-    result = acc.result(iou_thresh, points, thresh, coco)
+    result = acc.result(iou_thresh, points, thresh, coco, counts)
     result.skipped = skipped
     if verbose:
         print(result.report())
@@ -397,15 +441,21 @@ def compute_map(data: str, cfg: Optional[str] = None, weights: Optional[str] = N
 
 
 # ---- the `map` command -----------------------------------------------------------------------
-MAP_EXAMPLES = """\
-Runs the network over the `valid` list of the .data file (labels: images/ -> labels/, extension
--> .txt; a missing label file means no objects) and prints Darknet's mAP report: per-class AP with
+MAP_EXAMPLES = f"""\
+Runs the network over the `valid` list of the .data file (labels: the image's path with the
+extension .txt, as Darknet finds them, else in a labels/ folder beside images/; a missing label
+file means no objects) and prints Darknet's mAP report: per-class AP with
 TP and FP at --thresh; precision, recall, F1 and average IoU at --thresh; mAP at --iou-thresh; and
 the mean over IoU 0.50:0.05:0.95.
+
+An image of the list that cannot be read is named on stderr and skipped (its objects are not
+counted); the skips are listed at the end and the exit code is {exit_codes.SKIPPED}.
 
 examples:
   darknet_py map shapes.data shapes.cfg shapes_best.weights
   darknet_py map coco.data yolov4-tiny.cfg yolov4-tiny.weights --points 101 --json map.json
+
+{exit_codes.HELP}
 """
 
 
@@ -423,6 +473,10 @@ def add_parser(sub: Any, formatter: Any) -> argparse.ArgumentParser:
     p.add_argument("--thresh", type=unit_interval, default=0.25,
                    help="confidence threshold for TP/FP, precision, recall, F1, IoU (default: %(default)s)")
     p.add_argument("--letterbox", action="store_true", help="letterbox even if the cfg has no letter_box=1")
+    p.add_argument("--counts", choices=COUNTS, default="darknet",
+                   help="TP/FP at --thresh: `darknet` counts as Darknet does (a detection is a FP when one collected\n"
+                        "before it in the same image, of any confidence, has its truth); `ranked` gives each truth to\n"
+                        "its most confident match, as the AP does (default: %(default)s)")
     p.add_argument("--json", metavar="FILE", help="also write the results to this JSON file")
 
     p.add_argument("--threads", type=positive_int, metavar="N", help="CPU threads (default: all cores)")
@@ -451,15 +505,14 @@ def cmd_map(args: argparse.Namespace) -> int:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = compute_map(args.data, network=net, iou_thresh=args.iou_thresh, points=args.points,
-                             thresh=args.thresh, letterbox=True if args.letterbox else None, verbose=True)
+                             thresh=args.thresh, letterbox=True if args.letterbox else None, verbose=True,
+                             counts=args.counts)
     for w in caught:
         print(f"warning: {w.message}", file=sys.stderr)
     if args.json:
         doc = {"data": args.data, "cfg": cfg, "weights": args.weights, **result.to_dict()}
         write_json(args.json, doc)
         print(f"results: {args.json}", file=sys.stderr)
-    if result.skipped:
-        print(f"darknet_py: error: {len(result.skipped)} image(s) could not be read: {', '.join(result.skipped)}",
-              file=sys.stderr)
-        return 1
-    return 0
+    from .cli import report_skips
+
+    return report_skips(result.skipped)

@@ -9,7 +9,9 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, TextIO
 
 from .draw import draw_detections, draw_fps
+from .exit_codes import OutputError
 from .network import Detection, Network
+from .outputs import write_text
 from .progress import Progress
 from .sources import Source, is_video, output_path, read_image, write_image
 from .video import FrameReader, FrameWriter
@@ -44,15 +46,33 @@ class Runner:
         self.stderr = stderr if stderr is not None else sys.stderr
         self.classes = max(net.classes, len(net.names))
         self.results: List[Dict[str, Any]] = []
-        self.failures: List[str] = []
+        self.failures: List[str] = []  # "path: what is wrong" for each input skipped in whole or part
         self.outputs: List[str] = []
 
+    def _skip(self, message: str, bar: Optional[Progress] = None) -> None:
+        """Reports a skipped input (or part of one) now, in one line, and keeps it for the summary."""
+        self.failures.append(message)
+        if bar is not None:
+            bar.message(f"skipped: {message}")
+        else:
+            print(f"skipped: {message}", file=self.stderr)
+
     def run(self) -> None:
+        for path in self.source.ignored:  # a glob also matched other files: say so, go on
+            self._skip(f"{path}: not an image or video (by its extension)")
         images = [f for f in self.source.files if not is_video(f)]
         if images:
             self.run_images(images)
         for video in self.source.videos:
-            self.run_video(video)
+            if len(self.source.files) == 1:  # the only input: its error is the command's
+                self.run_video(video)
+                continue
+            try:
+                self.run_video(video)
+            except (OSError, ValueError) as e:
+                if isinstance(e, OutputError):
+                    raise  # an output problem will not go away with the next file
+                self._skip(" ".join(str(e).split()))
 
     def _output_for(self, src: str) -> str:
         out = output_path(src, self.source, self.opt.out_dir)
@@ -76,8 +96,7 @@ class Runner:
                     if bar is None:  # the only file: nothing else to do
                         raise
                     # one bad file in a folder should not cost the others; the exit code still says so
-                    self.failures.append(path)
-                    bar.message(f"skipped: {e}")
+                    self._skip(str(e), bar)
                     continue
                 t0 = time.perf_counter()
                 dets = self._detect(image)
@@ -105,7 +124,6 @@ class Runner:
         # preprocessing (Darknet's resize) runs in the decoding thread, beside the forward pass
         with FrameReader(path, prepare=lambda f: self.net.preprocess(f, letterbox)) as reader, \
                 FrameWriter(out, reader.fps) as writer:
-            self.outputs.append(out)  # also when interrupted: the writer finalizes what it got
             bar = Progress(reader.frame_count, "frames", label=f"{os.path.basename(path)} on {self.net.device}",
                            stream=self.stderr)
             fps: Optional[float] = None
@@ -124,20 +142,25 @@ class Runner:
                     draw_fps(frame, fps)
                     writer.write(frame)
                     bar.update()
+            except KeyboardInterrupt:
+                if writer.frames:  # the writer finalizes what it got under the output's name
+                    self.outputs.append(out)
+                raise
             finally:
                 bar.close()
+        if not writer.frames:
+            raise ValueError(f"{path}: no frame of the video could be decoded")
+        self.outputs.append(out)
+        if reader.bad_frames:
+            self._skip(f"{path}: {reader.bad_frames_text()}")
         print(f"annotated video: {out}", file=self.stderr)
 
 
 def write_json(path: str, document: Dict[str, Any]) -> None:
     """Writes the JSON document atomically (a partial file never replaces a good one), with one
     line per entry of "results" so that a video's thousands of frames stay greppable."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     head = {k: v for k, v in document.items() if k != "results"}
     lines = [f" {json.dumps(k)}: {json.dumps(v)}" for k, v in head.items()]
     results = ",\n".join("  " + json.dumps(r) for r in document.get("results", []))
     lines.append(f' "results": [\n{results}\n ]' if results else ' "results": []')
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write("{\n" + ",\n".join(lines) + "\n}\n")
-    os.replace(tmp, path)
+    write_text(path, "{\n" + ",\n".join(lines) + "\n}\n")

@@ -328,7 +328,7 @@ def add_parser(sub, formatter) -> argparse.ArgumentParser:
 
 
 def cmd_selftest(args: argparse.Namespace) -> int:
-    from . import _core
+    from . import _core, exit_codes
     from .devices import default_device, resolve
 
     device = resolve(args.device or default_device())
@@ -337,4 +337,4 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     path = args.json or _core.selftest_results_path(device)
     write_report(report, path)
     print(f"report: {path}")
-    return 0 if report["passed"] else 3
+    return exit_codes.OK if report["passed"] else exit_codes.SELFTEST_MISMATCH

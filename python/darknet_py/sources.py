@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import glob
 import os
-from dataclasses import dataclass
-from typing import List
+from dataclasses import dataclass, field
+from typing import List, Tuple
 
 import cv2
 import numpy as np
+
+from . import outputs
 
 IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp", ".jp2", ".pbm", ".pgm", ".ppm")
 VIDEO_EXTS = (".mov", ".mp4", ".avi", ".mkv")
@@ -29,6 +31,7 @@ class Source:
     kind: str          # "image", "folder", "glob" or "video"
     files: List[str]
     root: str          # outputs keep each file's path relative to this folder
+    ignored: List[str] = field(default_factory=list)  # files a glob matched that are neither images nor videos
 
     @property
     def videos(self) -> List[str]:
@@ -39,26 +42,41 @@ class Source:
         return [f for f in self.files if not is_video(f)]
 
 
+KNOWN = ", ".join(IMAGE_EXTS + VIDEO_EXTS)
+
+
+def _media_or_ignored(paths: List[str]) -> Tuple[List[str], List[str]]:
+    """(images and videos, other files), both sorted; folders are left out of both."""
+    files = sorted(p for p in paths if os.path.isfile(p))
+    return [f for f in files if is_image(f) or is_video(f)], [f for f in files if not (is_image(f) or is_video(f))]
+
+
 def resolve_source(spec: str) -> Source:
-    """Expands SOURCE into files. Raises FileNotFoundError when nothing matches."""
+    """Expands SOURCE into files. Raises FileNotFoundError when nothing matches, PermissionError
+    naming the folder when it cannot be listed. Files of other types that a glob matched are kept
+    in `ignored`, for the caller to report: the pattern asked for them. A folder's other files
+    (Darknet's label .txt files beside the images, notes) are passed over quietly."""
     if os.path.isdir(spec):
-        files = sorted(os.path.join(spec, n) for n in os.listdir(spec)
-                       if (is_image(n) or is_video(n)) and os.path.isfile(os.path.join(spec, n)))
+        try:
+            names = os.listdir(spec)
+        except OSError as e:
+            raise PermissionError(f"{spec}: cannot list the folder ({e.strerror})") from None
+        files, _ = _media_or_ignored([os.path.join(spec, n) for n in names])
         if not files:
-            raise FileNotFoundError(f"no images or videos in folder: {spec} "
-                                    f"(looked for {', '.join(IMAGE_EXTS + VIDEO_EXTS)})")
+            raise FileNotFoundError(f"{spec}: no images or videos in this folder (looked for {KNOWN})")
         return Source(spec, "folder", files, spec)
     if os.path.isfile(spec):
         return Source(spec, "video" if is_video(spec) else "image", [spec], os.path.dirname(spec))
     if glob.has_magic(spec):
-        files = sorted(f for f in glob.glob(spec, recursive=True)
-                       if os.path.isfile(f) and (is_image(f) or is_video(f)))
+        files, ignored = _media_or_ignored(glob.glob(spec, recursive=True))
         if not files:
-            raise FileNotFoundError(f"no images or videos match: {spec}")
+            raise FileNotFoundError(f"{spec}: no images or videos match (looked for {KNOWN})")
         # outputs mirror the matched files' layout below their common folder, so a/x.jpg and
         # b/x.jpg do not overwrite each other
         root = os.path.commonpath([os.path.dirname(os.path.abspath(f)) for f in files])
-        return Source(spec, "glob", files, root)
+        return Source(spec, "glob", files, root, ignored)
+    if os.path.lexists(spec):  # e.g. a broken symbolic link, a socket
+        raise FileNotFoundError(f"{spec}: not a readable file or folder")
     raise FileNotFoundError(f"source not found: {spec}")
 
 
@@ -70,24 +88,36 @@ def output_path(src: str, source: Source, out_dir: str) -> str:
     return os.path.join(out_dir, rel)
 
 
+def jpeg_truncated(data: np.ndarray) -> bool:
+    """Whether JPEG bytes stop before their end-of-image marker. Some OpenCV builds decode such a
+    file into an image whose lower part is grey, with only a libjpeg warning; we refuse it. The
+    marker must follow the last start-of-scan (the entropy-coded data cannot contain it), so an
+    embedded thumbnail's marker or a vendor trailer after the image do not mislead the check."""
+    raw = data.tobytes()
+    if not raw.startswith(b"\xff\xd8"):
+        return False  # not a JPEG, whatever its name: the decoder judges it
+    sos = raw.rfind(b"\xff\xda")
+    return sos < 0 or raw.find(b"\xff\xd9", sos) < 0
+
+
 def read_image(path: str) -> np.ndarray:
     """BGR uint8 image. imdecode(fromfile) instead of imread: works with any path encoding and
-    fails with a message instead of printing OpenCV warnings. Raises ValueError when unreadable."""
+    fails with a message instead of printing OpenCV warnings. Raises ValueError naming the file
+    and what is wrong when it is empty, truncated or not an image, OSError when unreadable."""
     try:
         data = np.fromfile(path, dtype=np.uint8)
     except OSError as e:
-        raise FileNotFoundError(f"cannot read image: {path} ({e.strerror})") from None
-    image = cv2.imdecode(data, cv2.IMREAD_COLOR) if data.size else None
+        raise FileNotFoundError(f"{path}: cannot read the image ({e.strerror})") from None
+    if not data.size:
+        raise ValueError(f"{path}: empty file (0 bytes)")
+    if jpeg_truncated(data):
+        raise ValueError(f"{path}: truncated JPEG (the file ends before the image does)")
+    image = cv2.imdecode(data, cv2.IMREAD_COLOR)
     if image is None:
-        raise ValueError(f"cannot read image: {path} (not an image, or corrupt)")
+        raise ValueError(f"{path}: cannot decode the image (not an image, or corrupt)")
     return image
 
 
 def write_image(path: str, image: np.ndarray) -> None:
-    """Writes `image` in the format its extension names (imencode + tofile, as read_image)."""
-    ext = os.path.splitext(path)[1] or ".jpg"
-    ok, buf = cv2.imencode(ext, image)
-    if not ok:
-        raise ValueError(f"cannot encode image as {ext}: {path}")
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    buf.tofile(path)
+    """Writes `image` atomically in the format its extension names (see outputs.write_image)."""
+    outputs.write_image(path, image, sync=False)

@@ -1,16 +1,19 @@
 """`darknet_py synth`: a synthetic detection dataset of coloured shapes, in Darknet's layout.
 
     DIR/images/000000.jpg ...   JPEG images (OpenCV)
-    DIR/labels/000000.txt ...   YOLO labels `class cx cy w h` (normalised tight boxes)
+    DIR/images/000000.txt ...   YOLO labels `class cx cy w h` (normalised tight boxes), beside the images
     DIR/shapes.names            class names, one per line
     DIR/train.txt, valid.txt    image lists
     DIR/shapes.data             classes, train, valid, names, backup (DIR/backup/)
 
-Paths in shapes.data and the lists are relative to DIR by default, so the folder can be moved or
-copied: darknet_py resolves them against the file's own folder (data/darknet_files.py), and
-Darknet itself reads them when run from DIR. `absolute=True` (--absolute) writes absolute paths
-instead, for Darknet run from anywhere. `labels_beside_images=True` also writes each label next
-to its image, where AlexeyAB's Darknet looks for custom datasets.
+Darknet reads it unchanged: current Darknet (AlexeyAB's replace_image_to_label) finds a label by
+swapping the image's extension for .txt (it swaps images/ for labels/ only in COCO's
+images/train2014/-style folders), so the labels sit beside the images; `labels_folder=True`
+(--labels-folder) also writes DIR/labels/ for pjreddie's Darknet, which swaps images/ for labels/.
+The paths in shapes.data and the lists are absolute, so Darknet finds them from any working
+directory; `relative=True` (--relative) writes them relative to DIR instead, so that the folder
+can be moved (darknet_py resolves them against the file's own folder; Darknet only when run from
+DIR). Every file is written atomically (outputs.py): an interrupted run leaves whole files only.
 
 Each image: a textured background (a smooth colour field, a gradient, lines, blobs, noise), then
 1..6 vivid shapes of random class, size, position, rotation and colour, drawn one over another.
@@ -31,7 +34,9 @@ from typing import List, Optional, Sequence, Tuple
 import cv2
 import numpy as np
 
-from .argtypes import positive_int, unit_interval
+from .argtypes import fraction, positive_int
+from .exit_codes import OutputError
+from .outputs import encode_image, write_bytes, write_text
 
 SHAPES = ("circle", "square", "triangle", "star", "hexagon", "cross", "ring", "diamond")
 DATA_NAME, NAMES_NAME = "shapes.data", "shapes.names"
@@ -226,17 +231,14 @@ def label_text(shapes: Sequence[Shape], width: int, height: int) -> str:
 
 
 # ---- the dataset ----------------------------------------------------------------------------
-def _write(path: str, data) -> None:
-    with open(path, "wb" if isinstance(data, bytes) else "w", **({} if isinstance(data, bytes) else {"encoding": "utf-8", "newline": "\n"})) as f:
-        f.write(data)
-
-
 def generate(directory: str, images: int = 1000, classes: int = 4, size: Tuple[int, int] = (416, 416),
-             seed: int = 0, valid_fraction: float = 0.2, *, absolute: bool = False,
-             labels_beside_images: bool = False, workers: Optional[int] = None, progress: bool = False,
+             seed: int = 0, valid_fraction: float = 0.2, *, relative: bool = False,
+             labels_folder: bool = False, workers: Optional[int] = None, progress: bool = False,
              jpeg_quality: int = 90) -> str:
     """Writes the dataset into `directory` (created if needed; files of the same names are
-    overwritten) and returns the path of its .data file. See the module docstring."""
+    overwritten) and returns the path of its .data file. See the module docstring. valid_fraction
+    is in [0, 1]: 0 lists every image for training (and the .data file's valid = the train list),
+    1 every image for validation (train.txt is then empty)."""
     if images < 1:
         raise ValueError(f"images must be at least 1, got {images}")
     if not 1 <= classes <= len(SHAPES):
@@ -244,25 +246,29 @@ def generate(directory: str, images: int = 1000, classes: int = 4, size: Tuple[i
     width, height = size
     if width < 32 or height < 32:
         raise ValueError(f"image size must be at least 32 x 32, got {width} x {height}")
-    if not 0 <= valid_fraction < 1:
-        raise ValueError(f"valid_fraction must be in [0, 1), got {valid_fraction}")
+    if not 0 <= valid_fraction <= 1:
+        raise ValueError(f"valid_fraction must be in [0, 1], got {valid_fraction}")
 
     root = os.path.abspath(directory)
-    for sub in ("images", "labels", "backup"):
-        os.makedirs(os.path.join(root, sub), exist_ok=True)
+    subs = ("images", "backup") + (("labels",) if labels_folder else ())
+    for sub in subs:
+        try:
+            os.makedirs(os.path.join(root, sub), exist_ok=True)
+        except OSError as e:
+            raise OutputError(f"{os.path.join(root, sub)}: cannot create the folder ({e.strerror})") from None
     digits = max(6, len(str(images - 1)))
     names = [f"{i:0{digits}d}" for i in range(images)]
 
     def one(i: int) -> None:
         img, shapes = render(np.random.default_rng([seed % 2 ** 64, i]), width, height, classes)
-        ok, jpg = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, int(jpeg_quality)])
-        if not ok:
-            raise RuntimeError("OpenCV could not encode a JPEG")
-        _write(os.path.join(root, "images", names[i] + ".jpg"), jpg.tobytes())
+        # the label first: an image is never there without its label (a kill between the two
+        # leaves a label without an image, which no list names yet)
         text = label_text(shapes, width, height)
-        _write(os.path.join(root, "labels", names[i] + ".txt"), text)
-        if labels_beside_images:
-            _write(os.path.join(root, "images", names[i] + ".txt"), text)
+        write_text(os.path.join(root, "images", names[i] + ".txt"), text, sync=False)
+        if labels_folder:
+            write_text(os.path.join(root, "labels", names[i] + ".txt"), text, sync=False)
+        jpg = encode_image(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, int(jpeg_quality)])
+        write_bytes(os.path.join(root, "images", names[i] + ".jpg"), jpg, sync=False)
 
     bar = None
     if progress:
@@ -286,30 +292,37 @@ def generate(directory: str, images: int = 1000, classes: int = 4, size: Tuple[i
             bar.close()
 
     n_valid = int(round(images * valid_fraction))
-    if valid_fraction > 0 and images >= 2:
+    if 0 < valid_fraction < 1 and images >= 2:  # a fraction strictly between gets both lists non-empty
         n_valid = min(max(n_valid, 1), images - 1)
     valid = set(np.random.default_rng([seed % 2 ** 64, 0x5EED]).permutation(images)[:n_valid].tolist())
-    prefix = os.path.join(root, "images") + os.sep if absolute else "images/"
-    path_of = (lambda p: os.path.join(root, p)) if absolute else (lambda p: p)
-    _write(os.path.join(root, "train.txt"), "".join(f"{prefix}{names[i]}.jpg\n" for i in range(images) if i not in valid))
-    _write(os.path.join(root, "valid.txt"), "".join(f"{prefix}{names[i]}.jpg\n" for i in sorted(valid)))
-    _write(os.path.join(root, NAMES_NAME), "".join(f"{SHAPES[c]}\n" for c in range(classes)))
+    # the lists and the .data file last: they name only files that are complete
+    path_of = (lambda p: p) if relative else (lambda p: os.path.join(root, p))
+    def image_path(i: int) -> str:
+        return f"images/{names[i]}.jpg" if relative else os.path.join(root, "images", names[i] + ".jpg")
+
+    write_text(os.path.join(root, "train.txt"), "".join(f"{image_path(i)}\n" for i in range(images) if i not in valid))
+    write_text(os.path.join(root, "valid.txt"), "".join(f"{image_path(i)}\n" for i in sorted(valid)))
+    write_text(os.path.join(root, NAMES_NAME), "".join(f"{SHAPES[c]}\n" for c in range(classes)))
     data_path = os.path.join(root, DATA_NAME)
-    _write(data_path,
-           f"# darknet_py synth: {images} images {width}x{height}, {classes} classes, seed {seed}\n"
-           "# relative paths are relative to this file's folder (darknet_py), or run Darknet from it\n"
-           f"classes = {classes}\n"
-           f"train = {path_of('train.txt')}\n"
-           f"valid = {path_of('valid.txt') if n_valid else path_of('train.txt')}\n"
-           f"names = {path_of(NAMES_NAME)}\n"
-           f"backup = {path_of('backup')}\n")
+    where = ("# relative paths are relative to this file's folder (darknet_py), or run Darknet from it\n"
+             if relative else "# absolute paths: Darknet reads them from any working directory\n")
+    write_text(data_path,
+               f"# darknet_py synth: {images} images {width}x{height}, {classes} classes, seed {seed}\n"
+               f"{where}"
+               f"classes = {classes}\n"
+               f"train = {path_of('train.txt')}\n"
+               f"valid = {path_of('valid.txt') if n_valid else path_of('train.txt')}\n"
+               f"names = {path_of(NAMES_NAME)}\n"
+               f"backup = {path_of('backup')}\n")
     return data_path
 
 
 # ---- command line ---------------------------------------------------------------------------
 SYNTH_EXAMPLES = """\
-Paths in shapes.data and the lists are relative to DIR: darknet_py resolves them against the
-file's folder, so DIR can be moved; Darknet reads them when run from DIR (or use --absolute).
+Labels are written beside the images (DIR/images/000000.txt), where current Darknet looks for
+them; the paths in shapes.data and the lists are absolute, so `darknet detector train
+DIR/shapes.data ...` works from any folder. --relative makes them relative to DIR (DIR can then
+be moved; Darknet must run from DIR); --labels-folder also writes DIR/labels/ (pjreddie's Darknet).
 
 examples:
   darknet_py synth shapes/ --images 1000 --classes 4
@@ -344,8 +357,8 @@ def add_parser(sub, formatter) -> argparse.ArgumentParser:
 
     p = sub.add_parser("synth", help="generate a synthetic dataset of coloured shapes",
                        description="Write a detection dataset of coloured shapes on textured backgrounds in\n"
-                                   "Darknet's layout: DIR/images/*.jpg, DIR/labels/*.txt, shapes.names,\n"
-                                   "train.txt, valid.txt and shapes.data.",
+                                   "Darknet's layout: DIR/images/*.jpg with their labels *.txt beside them,\n"
+                                   "shapes.names, train.txt, valid.txt and shapes.data.",
                        epilog=SYNTH_EXAMPLES, formatter_class=formatter)
     p.add_argument("dir", metavar="DIR", help="output folder (created if needed)")
     p.add_argument("--images", type=positive_int, required=True, metavar="N", help="number of images")
@@ -353,11 +366,12 @@ def add_parser(sub, formatter) -> argparse.ArgumentParser:
                    help=f"number of classes, 1..{len(SHAPES)}: {' '.join(SHAPES)} (in this order)")
     p.add_argument("--size", type=parse_size, default=(416, 416), metavar="WxH", help="image size (default: 416x416)")
     p.add_argument("--seed", type=int, default=0, help="random seed: same seed, same bytes (default: %(default)s)")
-    p.add_argument("--valid-fraction", type=unit_interval, default=0.2, metavar="F",
-                   help="fraction of the images listed in valid.txt (default: %(default)s)")
-    p.add_argument("--absolute", action="store_true", help="write absolute paths in the lists and the .data file")
-    p.add_argument("--labels-beside-images", action="store_true",
-                   help="also write each label next to its image (AlexeyAB Darknet's custom-dataset layout)")
+    p.add_argument("--valid-fraction", type=fraction, default=0.2, metavar="F",
+                   help="fraction of the images listed in valid.txt, 0..1 (default: %(default)s)")
+    p.add_argument("--relative", action="store_true",
+                   help="paths in the lists and the .data file relative to DIR (default: absolute)")
+    p.add_argument("--labels-folder", action="store_true",
+                   help="also write the labels to DIR/labels/ (pjreddie's Darknet looks there)")
     p.add_argument("--workers", type=positive_int, metavar="N", help="threads (default: min(4, cores))")
     p.set_defaults(func=cmd_synth, parser=p)
     return p
@@ -368,7 +382,7 @@ def cmd_synth(args: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     data = generate(args.dir, args.images, args.classes, args.size, args.seed, args.valid_fraction,
-                    absolute=args.absolute, labels_beside_images=args.labels_beside_images,
+                    relative=args.relative, labels_folder=args.labels_folder,
                     workers=args.workers, progress=True)
     seconds = time.perf_counter() - t0
     w, h = args.size

@@ -10,15 +10,19 @@ import math
 import os
 import queue
 import threading
-from typing import Any, Callable, Iterator, Optional, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 import cv2
 import numpy as np
+
+from .exit_codes import OutputError
+from .outputs import TempVideo
 
 # mp4v (MPEG-4 part 2) is what every opencv-python wheel can encode into .mp4/.mov/.mkv; .avi gets
 # MJPG, which OpenCV encodes itself even without FFmpeg (Darknet's demo writes MJPG too).
 _FOURCC = {".mp4": "mp4v", ".mov": "mp4v", ".mkv": "mp4v", ".avi": "MJPG"}
 _END = object()
+MAX_BAD_RUN = 50  # this many undecodable frames in a row end the video (the rest is taken as lost)
 
 
 class _Failure:
@@ -49,15 +53,21 @@ class FrameReader:
     def __init__(self, path: str, prepare: Optional[Callable[[np.ndarray], Any]] = None,
                  queue_size: int = 8) -> None:
         self.path = path
+        try:
+            if os.path.getsize(path) == 0:
+                raise ValueError(f"{path}: empty video file (0 bytes)")
+        except OSError as e:
+            raise FileNotFoundError(f"{path}: cannot read the video ({e.strerror})") from None
         self._cap = cv2.VideoCapture(path)
         if not self._cap.isOpened():
-            raise ValueError(f"cannot open video: {path} (unsupported or corrupt file)")
+            raise ValueError(f"{path}: cannot open the video (unsupported or corrupt file)")
         fps = self._cap.get(cv2.CAP_PROP_FPS)
         # some containers report 0 or nonsense; 25 is what players assume
         self.fps = float(fps) if math.isfinite(fps) and 0 < fps <= 1000 else 25.0
         n = int(self._cap.get(cv2.CAP_PROP_FRAME_COUNT))
         self.frame_count: Optional[int] = n if n > 0 else None  # from the header: an estimate
         self.size = (int(self._cap.get(cv2.CAP_PROP_FRAME_WIDTH)), int(self._cap.get(cv2.CAP_PROP_FRAME_HEIGHT)))
+        self.bad_frames: List[int] = []  # positions of frames that could not be decoded (skipped)
         self._prepare = prepare
         self._queue: "queue.Queue[Any]" = queue.Queue(maxsize=max(1, queue_size))
         self._stop = threading.Event()
@@ -67,19 +77,43 @@ class FrameReader:
     def _decode(self) -> None:
         try:
             index = 0
+            bad_run: List[int] = []
             while not self._stop.is_set():
                 ok, frame = self._cap.read()
                 if not ok:
+                    # a damaged frame fails to decode but the ones after it may not: go on while the
+                    # header says there are more, up to a run of MAX_BAD_RUN failures
+                    if self.frame_count is not None and index < self.frame_count and len(bad_run) < MAX_BAD_RUN:
+                        bad_run.append(index)
+                        index += 1
+                        continue
                     break
+                self.bad_frames += bad_run
+                bad_run = []
                 prepared = self._prepare(frame) if self._prepare is not None else None
                 if not _put(self._queue, (index, frame, prepared), self._stop):
                     break
                 index += 1
+            # frames the header announces that never decoded (the end of the file is damaged)
+            if self.frame_count is not None and not self._stop.is_set():
+                self.bad_frames += list(range(bad_run[0] if bad_run else index, self.frame_count))
         except BaseException as e:  # handed to the consumer, who raises it
             _put(self._queue, _Failure(e), self._stop)
         finally:
             self._cap.release()
             _put(self._queue, _END, self._stop)
+
+    def bad_frames_text(self) -> str:
+        """The skipped frames in one line, e.g. `frame(s) 16-21, 30 (7 of 31) could not be decoded: skipped`."""
+        runs: List[List[int]] = []
+        for i in self.bad_frames:
+            if runs and i == runs[-1][1] + 1:
+                runs[-1][1] = i
+            else:
+                runs.append([i, i])
+        spans = ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in runs)
+        total = f" of {self.frame_count}" if self.frame_count else ""
+        return f"frame(s) {spans} ({len(self.bad_frames)}{total}) could not be decoded: skipped"
 
     def __iter__(self) -> Iterator[Tuple[int, np.ndarray, Any]]:
         while True:
@@ -103,14 +137,18 @@ class FrameReader:
 
 class FrameWriter:
     """Writes BGR frames to a video file from a background thread. The file is opened on the
-    first frame (its size is the frame's: rotated phone videos decode with swapped sides) and
-    finalized by close(), which also runs on errors and Ctrl-C when used as a context manager."""
+    first frame (its size is the frame's: rotated phone videos decode with swapped sides) under a
+    temporary name beside `path` (outputs.TempVideo) and finalized and renamed to `path` by
+    close(). Used as a context manager, an error discards the temporary file (a previous `path`
+    stays as it was); Ctrl-C finalizes the frames written so far and renames them into place, a
+    complete, playable video of the part that was done."""
 
     def __init__(self, path: str, fps: float, queue_size: int = 8) -> None:
         self.path, self.fps = path, fps
         self.size: Optional[Tuple[int, int]] = None
         self.frames = 0
         self._writer: Optional[cv2.VideoWriter] = None
+        self._temp: Optional[TempVideo] = None
         self._queue: "queue.Queue[Any]" = queue.Queue(maxsize=max(1, queue_size))
         self._stop = threading.Event()
         self._error: Optional[BaseException] = None
@@ -118,12 +156,13 @@ class FrameWriter:
 
     def _open(self, frame: np.ndarray) -> None:
         h, w = frame.shape[:2]
-        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-        writer = cv2.VideoWriter(self.path, cv2.VideoWriter_fourcc(*fourcc_for(self.path)), self.fps, (w, h))
+        temp = TempVideo(self.path)
+        writer = cv2.VideoWriter(temp.tmp, cv2.VideoWriter_fourcc(*fourcc_for(self.path)), self.fps, (w, h))
         if not writer.isOpened():
-            raise ValueError(f"cannot write video: {self.path} (codec {fourcc_for(self.path)} unavailable "
-                             f"or folder not writable)")
-        self._writer, self.size = writer, (w, h)
+            temp.discard()
+            raise OutputError(f"{self.path}: cannot write this video (codec {fourcc_for(self.path)} unavailable "
+                              f"for {os.path.splitext(self.path)[1] or 'no extension'})")
+        self._writer, self._temp, self.size = writer, temp, (w, h)
         self._thread = threading.Thread(target=self._encode, name="darknet_py-encode", daemon=True)
         self._thread.start()
 
@@ -149,8 +188,9 @@ class FrameWriter:
         _put(self._queue, frame, self._stop)
         self.frames += 1
 
-    def close(self) -> None:
-        """Writes the queued frames and finalizes the file (idempotent)."""
+    def close(self, keep: bool = True) -> None:
+        """Writes the queued frames and finalizes the file; renames it to `path` when `keep` and no
+        frame failed to encode, else removes it (idempotent)."""
         if self._thread is not None:
             _put(self._queue, _END, self._stop)
             self._thread.join()
@@ -158,6 +198,12 @@ class FrameWriter:
         if self._writer is not None:
             self._writer.release()
             self._writer = None
+        if self._temp is not None:
+            temp, self._temp = self._temp, None
+            if keep and self._error is None:
+                temp.commit()
+            else:
+                temp.discard()
         if self._error is not None:
             error, self._error = self._error, None
             raise error
@@ -165,5 +211,7 @@ class FrameWriter:
     def __enter__(self) -> "FrameWriter":
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        # a video cut short by Ctrl-C is still a complete file of the frames done; one cut by an
+        # error is not what the user asked for
+        self.close(keep=exc_type is None or issubclass(exc_type, KeyboardInterrupt))

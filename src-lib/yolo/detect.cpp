@@ -197,10 +197,15 @@ void nms(std::vector<Detection>& dets, float thresh, NmsKind kind, float beta_nm
                dets.end());
     if (dets.empty()) return;
     int classes = (int)dets[0].prob.size();
+    // Darknet sorts the detection array itself, class after class, so each pass starts from the
+    // previous pass's order and the array ends sorted by the last class, ties by the classes before
+    // (glibc's qsort is a stable merge sort). That final order is the order `detector map` collects
+    // detections in, which decides its TP/FP counts at the threshold, so we return it too.
     std::vector<size_t> order(dets.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
     for (int k = 0; k < classes; ++k) {
-        for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-        // stable: ties keep decode order, so results do not depend on the sort implementation
+        // stable: ties keep the previous order, so results do not depend on the sort implementation;
+        // the keys are this class's probabilities before this pass suppresses any of them
         std::stable_sort(order.begin(), order.end(),
                          [&](size_t a, size_t b) { return dets[a].prob[k] > dets[b].prob[k]; });
         for (size_t i = 0; i < order.size(); ++i) {
@@ -221,6 +226,10 @@ void nms(std::vector<Detection>& dets, float thresh, NmsKind kind, float beta_nm
             }
         }
     }
+    std::vector<Detection> sorted;
+    sorted.reserve(dets.size());
+    for (size_t i : order) sorted.push_back(std::move(dets[i]));
+    dets.swap(sorted);
 }
 
 }  // namespace dn

@@ -50,7 +50,8 @@ std::vector<Detection> get_detections(const Network& net, const Candidates& cand
 void yolo_candidates_images(const Tensor& output, const Tensor& anchors, const YoloDecodeArgs& a, Tensor& candidates,
                             Tensor& counts, int b0, int b1);
 
-// Darknet's do_nms_sort (default) or diounms_sort (greedy/diou/corners), in place.
+// Darknet's do_nms_sort (default) or diounms_sort (greedy/diou/corners), in place; `dets` ends in
+// Darknet's order after them (sorted by the last class's probability, ties by the classes before).
 void nms(std::vector<Detection>& dets, float thresh, NmsKind kind, float beta_nms);
 
 }  // namespace dn

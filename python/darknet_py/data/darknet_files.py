@@ -13,8 +13,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-# Darknet's replace_image_to_label: these folder names hold images, `labels` beside them holds
-# the .txt files (COCO's images/, VOC's JPEGImages/).
+# pjreddie Darknet's layout: these folder names hold images, `labels` beside them holds the .txt
+# files (COCO's images/, VOC's JPEGImages/). See labels_folder_path.
 _IMAGE_DIRS = ("images", "JPEGImages")
 
 
@@ -127,34 +127,48 @@ def read_names_file(path: str) -> List[str]:
 
 
 # ---- label path rule ------------------------------------------------------------------------
-def replace_image_to_label(image_path: str) -> str:
-    """Darknet's label path for an image: the nearest folder named `images` or `JPEGImages` becomes
-    `labels`, and the extension (.jpg .JPG .jpeg .png .bmp .ppm .tiff ..., any) becomes `.txt`.
+# AlexeyAB Darknet's replace_image_to_label (src/utils.c): only these folders are swapped, COCO's
+# and VOC's; a generic images/ folder is not (that line is commented out there).
+_DARKNET_FOLDER_SWAPS = tuple((a.replace("/", sep), b.replace("/", sep)) for sep in ("/", "\\") for a, b in (
+    ("/images/train2017/", "/labels/train2017/"), ("/images/val2017/", "/labels/val2017/"),
+    ("/JPEGImages/", "/labels/"), ("/images/train2014/", "/labels/train2014/"),
+    ("/images/val2014/", "/labels/val2014/")))
 
-    Darknet (pjreddie) replaces the first occurrence of the text "images" anywhere in the path;
-    AlexeyAB's fork only the COCO/VOC folders (`/images/train2014/`, `/JPEGImages/`, ...). We
-    replace a whole folder name and the one nearest the file, so `/data/myimages/x.jpg` and
-    `/images/proj/images/x.jpg` do what one means. A path with neither keeps its folder
-    (the label beside the image, as AlexeyAB's fork expects for custom datasets).
-    """
+
+def replace_image_to_label(image_path: str) -> str:
+    """Darknet's label path for an image (AlexeyAB's replace_image_to_label, current releases): the
+    COCO and VOC image folders (`/images/train2017/`, `/images/val2014/`, `/JPEGImages/`, ...) become
+    their `labels` folders, and the extension becomes `.txt`; any other path keeps its folder, so
+    the label sits beside the image. Darknet swaps only the extensions it knows (.jpg .png .bmp
+    .ppm .tiff ..., and warns otherwise); any extension -> .txt is what it means, and what a .webp
+    or .jp2 needs."""
+    out = image_path
+    for a, b in _DARKNET_FOLDER_SWAPS:
+        out = out.replace(a, b, 1)  # Darknet's find_replace: the first occurrence
+    return os.path.splitext(out.strip(" \t"))[0] + ".txt"
+
+
+def labels_folder_path(image_path: str) -> str:
+    """pjreddie Darknet's layout (and older darknet_py synth datasets): the folder named `images` or
+    `JPEGImages` nearest the file becomes `labels`; the path itself when there is none."""
     head, name = os.path.split(image_path)
     parts = head.replace("\\", "/").split("/") if head else []
     for i in range(len(parts) - 1, -1, -1):
         if parts[i] in _IMAGE_DIRS:
             parts[i] = "labels"
             break
-    # Darknet replaces only the extensions it knows (and warns otherwise); any extension -> .txt is
-    # what it means, and what a .gif or .jp2 needs.
     name = os.path.splitext(name)[0] + ".txt"
     sep = "\\" if "\\" in head and "/" not in head else "/"
     return sep.join(parts + [name]) if parts else name
 
 
 def label_path_for(image_path: str) -> str:
-    """The label file to read for `image_path`: Darknet's rule (replace_image_to_label); when that
-    file does not exist but a .txt beside the image does, that one (AlexeyAB's layout)."""
+    """The label file to read for `image_path`: the one current Darknet reads (replace_image_to_label);
+    when that file does not exist but one in the labels/ folder beside images/ does, that one
+    (pjreddie's layout, which datasets made for it still have). Else Darknet's path, whose absence
+    means an image without objects."""
     rule = replace_image_to_label(image_path)
     if os.path.exists(rule):
         return rule
-    beside = os.path.splitext(image_path)[0] + ".txt"
-    return beside if os.path.exists(beside) else rule
+    legacy = labels_folder_path(image_path)
+    return legacy if os.path.exists(legacy) else rule

@@ -309,9 +309,12 @@ class BatchLoader:
                                 f"classes={opts['classes']}")
         opts.update(options or {})
         list_path = d.require(list_key)
+        if not os.path.isfile(list_path):
+            raise DataFileError(f"{d.where(list_key)}: the {list_key} list {list_path} does not exist")
         paths = read_image_list(list_path)
         if not paths:
-            raise DataFileError(f"{list_path}: the image list is empty")
+            raise DataFileError(f"{list_path}: the {list_key} list named by {d.where(list_key)} is empty "
+                                "(one image path per line)")
         return cls(paths, batch_size, classes, opts, **kwargs)
 
     # ---- the public interface ---------------------------------------------------------------
