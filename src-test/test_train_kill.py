@@ -33,8 +33,8 @@ BATCH = 4
 # of its three points, so a delay up to 0.07 s lands before the write, in it, before the sync or
 # before the rename; the chart is drawn, then saved like the weights.
 PLAN = {
-    "iteration": (6, "iteration=0", "begin", 60, 0.03),
-    "save": (6, "save=0.02", "write", 11, 0.07),
+    "iteration": (6, "iteration=0", "begin", 40, 0.03),
+    "save": (6, "save=0.02", "write", 5, 0.07),
     "map": (5, "map=0.02", "begin", 3, 0.1),
     "chart": (5, "chart=0.02,save=0.01", "draw", 2, 0.06),
 }
@@ -59,7 +59,7 @@ def _reader(stream, lines: "queue.Queue"):
 
 def _start(job, pauses, weights, max_batches=100000):
     cmd = [sys.executable, "-m", "darknet_py", "train", job["data"], job["cfg"], "--out", str(job["backup"]),
-           "--max-batches", str(max_batches), "--map", "--map-every", "20", "--save-every", "10", "--seed", "1",
+           "--max-batches", str(max_batches), "--map", "--map-every", "20", "--save-every", "30", "--seed", "1",
            "--workers", "0", "--threads", "1"]
     if weights:
         cmd += ["--weights", weights]
@@ -79,12 +79,12 @@ def _seen(job, path):
 def _check_backup(job, where):
     """Every file loads; returns the hidden temporaries left and the iteration of _last.weights."""
     temporaries, last_iteration = [], None
+    net = darknet_py.Network(job["cfg"])
     for name in sorted(os.listdir(job["backup"])):
         path = str(job["backup"] / name)
         if name.startswith(".") and name.endswith(".tmp"):
             temporaries.append(name)
         elif name.endswith(".weights"):
-            net = darknet_py.Network(job["cfg"])
             seen = net.load_weights(path)["seen"]  # raises on a short or damaged file
             assert seen % BATCH == 0, f"{where}: {name} holds seen = {seen}, not a whole iteration"
             if name == "tiny_last.weights":
@@ -101,7 +101,7 @@ def test_sigkill_at_random_moments_leaves_loadable_files_and_resumes(job):
     rng = random.Random(seed)
     targets = [kind for kind, (n, *_) in PLAN.items() for _ in range(n - 1)]
     rng.shuffle(targets)
-    # first inside the first _last.weights save, so that (nearly) every later run has one to resume from
+    # first inside the second _last.weights save (iteration 200): every later run has one to resume from
     targets = ["save"] + targets + ["iteration", "map", "chart"]
     assert len(targets) >= 20
     last = str(job["backup"] / "tiny_last.weights")
@@ -111,8 +111,8 @@ def test_sigkill_at_random_moments_leaves_loadable_files_and_resumes(job):
     for k, kind in enumerate(targets):
         where = f"kill {k + 1}/{len(targets)} in phase {kind!r} (DARKNET_PY_KILL_SEED={seed})"
         _, pauses, counted, occurrences, max_delay = PLAN[kind]
-        occurrence = rng.randint(1, occurrences)
-        first_last = k == 0  # the first kill: inside the first save of _last.weights
+        first_last = k == 0
+        occurrence = 2 if first_last else rng.randint(1, occurrences)
         proc, lines = _start(job, pauses, last if os.path.exists(last) else None)
         seen_kind, first_iteration, tail = 0, None, []
         deadline = time.monotonic() + RUN_TIMEOUT
@@ -127,13 +127,13 @@ def test_sigkill_at_random_moments_leaves_loadable_files_and_resumes(job):
                 tail = (tail + [line])[-20:]
                 if not line.startswith(PREFIX):
                     continue
-                _, got, detail = (line[len(PREFIX):].strip().split(" ", 1) + [""])[:3]
+                got, detail = (line[len(PREFIX):].strip().split(" ", 1) + [""])[:2]
                 if got == "iteration" and first_iteration is None and detail.startswith("begin "):
                     first_iteration = int(detail.split()[1])
                 if got == kind and detail.startswith(counted) and (kind != "save" or ".weights" in detail) \
                         and (not first_last or "_last." in detail):
                     seen_kind += 1
-                    if seen_kind == occurrence or first_last:
+                    if seen_kind == occurrence:
                         time.sleep(rng.uniform(0, max_delay))
                         break
         finally:
@@ -144,13 +144,12 @@ def test_sigkill_at_random_moments_leaves_loadable_files_and_resumes(job):
         if first_iteration is not None:  # the run got to train: it resumed where _last.weights said
             assert first_iteration == expected_start + 1, \
                 f"{where}: resumed at iteration {first_iteration - 1}, but _last.weights holds {expected_start}"
-            resumed_checks += 1
+            resumed_checks += expected_start > 0
         temporaries, last_iteration = _check_backup(job, where)
         assert len(temporaries) <= 1, f"{where}: temporaries of earlier runs were not removed: {temporaries}"
         expected_start = last_iteration or 0
 
     assert all(landed.values()) and resumed_checks >= 10, (landed, resumed_checks)
-    assert expected_start > 0, "no kill happened after a _last.weights save: the resume was never tested"
 
     # a last run to the end: the stale temporary goes, every file loads, the final weights are whole
     end = expected_start + 2
