@@ -1,4 +1,5 @@
-"""Peak resident memory of a yolov4-tiny forward and of a training iteration. The engine allocates in C++, which tracemalloc
+"""Peak resident memory of a yolov4-tiny forward and of a training iteration, and resident memory that
+stays flat over 10,000 detect calls and a 100,000-frame video. The engine allocates in C++, which tracemalloc
 does not see, so a fresh process reports its high-water mark (VmHWM, or ru_maxrss) before and
 after the forward pass."""
 from __future__ import annotations
@@ -85,3 +86,38 @@ def test_peak_memory_yolov4_tiny_train_iteration(benchmark, threads):
     benchmark.extra_info.update(result)
     report(f"yolov4-tiny 416 training iteration (batch 16) peak RSS: {result['train_mb']:.0f} MB "
            f"(+{result['train_mb'] - result['loaded_mb']:.0f} MB over the loaded network)")
+
+
+# ---- long runs stay flat (issue #10): the long versions of src-test/test_memory_flat.py ---------
+_PROBE = Path(__file__).resolve().parents[1] / "src-test" / "memory_probe.py"
+FLAT_BOUND_MB = 2.0
+
+
+def _probe(*args: str) -> dict:
+    out = subprocess.run([sys.executable, str(_PROBE), *args], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="VmRSS is read from /proc (Linux only)")
+def test_rss_flat_over_10000_detect_calls(benchmark):
+    result = {}
+    benchmark.pedantic(lambda: result.update(_probe("detect", "--calls", "10000", "--warmup", "200",
+                                                    "--model", "demo")), rounds=1, iterations=1)
+    benchmark.extra_info.update(result)
+    report(f"10,000 detect calls (demo model, {result['detections_per_call']} detections each, "
+           f"{result['ms_per_call']:.1f} ms a call): RSS {result['rss_after_warmup_mb']:.1f} MB after warm-up, "
+           f"{result['rss_after_mb']:.1f} MB after, growth {result['growth_mb'] * 1024:.0f} kB")
+    assert result["growth_mb"] < FLAT_BOUND_MB, result
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="VmRSS is read from /proc (Linux only)")
+def test_rss_flat_over_100000_video_frames(benchmark):
+    result = {}
+    benchmark.pedantic(lambda: result.update(_probe("video", "--frames", "100000", "--model", "tiny")),
+                       rounds=1, iterations=1)
+    benchmark.extra_info.update(result)
+    report(f"100,000-frame video (64x48 MJPG) through `darknet_py detect --out`: RSS "
+           f"{result['rss_after_warmup_mb']:.1f} MB after the first tenth, peak {result['rss_peak_mb']:.1f} MB, "
+           f"growth {result['growth_mb'] * 1024:.0f} kB, {result['frames_per_second']:.0f} frames/s")
+    assert result["frames_written"] == 100000
+    assert result["growth_mb"] < FLAT_BOUND_MB, result

@@ -16,6 +16,7 @@ from typing import List, Optional, Tuple
 import numpy as np
 
 from .checkpoint import save_image_atomic
+from .phase_hook import phase
 
 WIDTH, HEIGHT = 1000, 700
 LEFT, RIGHT, TOP, BOTTOM = 70, 70, 40, 80  # margins around the plot area
@@ -117,6 +118,7 @@ class Chart:
 
     def save(self, status: str = "") -> str:
         self._saved = time.monotonic()
+        phase("chart", "draw")
         return save_image_atomic(self.path, self.draw(status))
 
     def maybe_save(self) -> Optional[str]:

@@ -177,7 +177,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
     cfg = resolve_cfg(args.cfg)
     net, names_path = _load_network(cfg, args.weights, args.names, args.device)
     options = DetectOptions(args.thresh, args.nms, args.letterbox, args.out)
-    runner = Runner(net, source, options)
+    runner = Runner(net, source, options, keep_results=bool(args.json))  # else a long video's results pile up
     interrupted = complete = False
     try:
         runner.run()

@@ -28,6 +28,7 @@ anything non-finite is written: the previous `_last.weights` stays as it was.
 from __future__ import annotations
 
 import argparse
+import glob
 import math
 import os
 import random
@@ -42,11 +43,13 @@ import numpy as np
 from .argtypes import positive_int
 from .devices import add_device_option
 from .chart import Chart
-from .checkpoint import save_weights_atomic
+from .checkpoint import remove_stale_temporaries, save_weights_atomic
 from .lr_policy import LrSchedule
+from .phase_hook import phase
 
 LAST_EVERY = 100  # Darknet saves <cfg>_last.weights every 100 iterations
 MULTISCALE_EVERY = 10  # random=1 picks a new network size every 10 iterations
+CHART_NAME = "chart.png"
 
 
 class StopTraining(Exception):
@@ -234,6 +237,8 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
     base = os.path.splitext(os.path.basename(cfg))[0]
     backup = os.path.abspath(out_dir or spec.backup or "backup")
     os.makedirs(backup, exist_ok=True)
+    # a run killed inside a save leaves its hidden temporary file; its complete files are intact
+    remove_stale_temporaries(backup, [glob.escape(base) + "_*.weights", CHART_NAME])
     if seed is None:
         seed = random.SystemRandom().randrange(2 ** 31)
     if threads:
@@ -311,7 +316,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
 
     result = TrainResult(iteration=start, start_iteration=start, max_batches=total, seed=seed, backup_dir=backup,
                          net=raw)
-    ch = Chart(os.path.join(backup, "chart.png"), total, title=f"{base}  batch {batch}") if chart else None
+    ch = Chart(os.path.join(backup, CHART_NAME), total, title=f"{base}  batch {batch}") if chart else None
     if ch is not None:
         result.chart = ch.save()
     if save_every is None:
@@ -363,6 +368,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
                 if verbose:
                     say(f"Resizing to {w} x {h}")
             count += 1
+            phase("iteration", f"begin {iteration + 1}")
 
             t0 = time.perf_counter()
             load_seconds = 0.0
@@ -386,6 +392,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
                     ". Lower learning_rate or raise burn_in in the cfg, or check the labels.",
                     iteration + 1, path_last if last_saved_at is not None else None)
             iteration += 1
+            phase("iteration", f"update {iteration}")
             rate = schedule.rate(iteration, lr_rng)
             raw.update(rate, batch, iteration)  # Adam's step is the iteration, as Darknet, so resuming continues it
             raw.seen = iteration * batch
@@ -413,7 +420,9 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
 
                 _copy_params(raw, eval_net)
                 con.close()
+                phase("map", f"begin {iteration}")
                 r = compute_map(data, network=eval_net, iou_thresh=0.5, progress=tty and not quiet, coco=False)
+                phase("map", f"end {iteration}")
                 iter_map, last_map = iteration, r.map
                 result.maps.append((iteration, r.map))
                 if ch is not None:
