@@ -63,6 +63,10 @@ public:
     // Wall-clock milliseconds each layer took in the last forward pass (for profiling).
     const std::vector<double>& layer_ms() const { return layer_ms_; }
 
+    // The cfg the layers were built from (at the current input size): sections[i + 1] built layers[i].
+    // Exporters read layer options from it (darknet_py.export_onnx).
+    const CfgFile& cfg() const { return cfg_; }
+
     std::string cfg_path;
     NetOptions options;
     std::vector<std::unique_ptr<Layer>> layers;

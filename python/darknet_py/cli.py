@@ -1,4 +1,4 @@
-"""The `darknet_py` command: detect, info, cfglayers, map, synth.
+"""The `darknet_py` command: detect, info, cfglayers, map, synth, train, export.
 
 Exit codes: 0 success, 1 an error in the inputs (missing or unreadable file, bad cfg, ...; one
 line on stderr, no traceback), 2 a usage error (argparse), 130 interrupted by Ctrl-C.
@@ -116,6 +116,10 @@ def build_parser() -> argparse.ArgumentParser:
     from .train import add_parser as add_train_parser
 
     add_train_parser(sub, _Formatter)
+
+    from .export_cli import add_parser as add_export_parser
+
+    add_export_parser(sub, _Formatter)
     return parser
 
 
