@@ -46,7 +46,7 @@ class ExportSummary:
 
 def layer_specs(net: Any) -> List[LayerSpec]:
     """The exporter's view of every layer of a _core.Net: the engine's description, the cfg options of
-    the section that built it and a copy of its parameters."""
+    the section that built it and its parameters (views of the engine's memory on the CPU: read only)."""
     sections = net.cfg_sections()[1:]  # sections[0] is [net]
     specs = []
     for info, sec in zip(net.layers(), sections):
@@ -54,7 +54,7 @@ def layer_specs(net: Any) -> List[LayerSpec]:
         specs.append(LayerSpec(index=i, type=info["type"], section=sec["type"], line=info["line"],
                                input=tuple(info["input"]), output=tuple(info["output"]),
                                sources=list(info["sources"]), options=dict(sec["options"]),
-                               params={k: np.array(v, dtype=np.float32) for k, v in net.params(i).items()},
+                               params={k: np.asarray(v, dtype=np.float32) for k, v in net.params(i).items()},
                                cfg_path=net.cfg_path))
     return specs
 
@@ -143,14 +143,14 @@ def export_onnx(network: Any, path: str, size: Optional[Tuple[int, int]] = None,
         if size is not None:
             net.resize_input(*old)
     path = os.fspath(path)
-    if summary.parameters * 4 > EXTERNAL_DATA_BYTES:
+    # serialized once (large models take seconds); the checker reads the file back, with shape inference
+    external = summary.parameters * 4 > EXTERNAL_DATA_BYTES
+    if external:
         onnx.save_model(model, path, save_as_external_data=True, all_tensors_to_one_file=True,
                         location=os.path.basename(path) + ".data")
-        onnx.checker.check_model(path)
-        summary.bytes = os.path.getsize(path) + os.path.getsize(path + ".data")
     else:
-        onnx.checker.check_model(model)
         onnx.save_model(model, path)
-        summary.bytes = os.path.getsize(path)
+    onnx.checker.check_model(path, full_check=True)
+    summary.bytes = os.path.getsize(path) + (os.path.getsize(path + ".data") if external else 0)
     summary.path = path
     return summary

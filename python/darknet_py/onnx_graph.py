@@ -31,8 +31,9 @@ class Graph:
 
     def __init__(self) -> None:
         self.onnx = require_onnx()
+        # built in place: copying hundreds of MB of weights between protobuf messages costs seconds
+        self.proto = self.onnx.ModelProto()
         self.nodes: List[Any] = []
-        self.initializers: List[Any] = []
         self._used: Dict[str, int] = {}
 
     def name(self, hint: str) -> str:
@@ -45,14 +46,15 @@ class Graph:
               dtype: Optional[type] = None) -> str:
         """An initializer holding `value` (float32 unless it is an integer array or dtype says otherwise)."""
         arr = np.asarray(value)
-        if dtype is not None:
-            arr = arr.astype(dtype)
-        elif arr.dtype.kind in "iu":
-            arr = arr.astype(np.int64)
-        else:
-            arr = arr.astype(np.float32)
+        if dtype is None:
+            dtype = np.int64 if arr.dtype.kind in "iu" else np.float32
+        arr = np.asarray(arr, dtype=dtype)  # no copy when it already is (weights run to hundreds of MB)
         name = self.name(hint)
-        self.initializers.append(self.onnx.numpy_helper.from_array(np.ascontiguousarray(arr), name))
+        t = self.proto.graph.initializer.add()
+        t.name = name
+        t.data_type = self.onnx.TensorProto.INT64 if arr.dtype == np.int64 else self.onnx.TensorProto.FLOAT
+        t.dims.extend(arr.shape)
+        t.raw_data = np.ascontiguousarray(arr).astype("<" + arr.dtype.str[1:], copy=False).tobytes()  # little-endian
         return name
 
     def ints(self, values: Sequence[int], hint: str = "ints") -> str:
@@ -85,9 +87,15 @@ class Graph:
               metadata: Optional[Dict[str, str]] = None) -> Any:
         """The ModelProto, at OPSET, with the lowest IR version that opset needs (older runtimes read it)."""
         helper = self.onnx.helper
-        graph = helper.make_graph(self.nodes, graph_name, list(inputs), list(outputs), self.initializers)
+        model = self.proto
+        graph = model.graph
+        graph.name = graph_name
+        graph.node.extend(self.nodes)
+        graph.input.extend(inputs)
+        graph.output.extend(outputs)
         opset = [helper.make_opsetid("", OPSET)]
-        model = helper.make_model(graph, opset_imports=opset, producer_name="darknet_py")
+        model.opset_import.extend(opset)
+        model.producer_name = "darknet_py"
         model.ir_version = helper.find_min_ir_version_for(opset)
         if metadata:
             helper.set_model_props(model, metadata)

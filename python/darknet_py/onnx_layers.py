@@ -107,8 +107,7 @@ def export_conv(ctx: Context, l: LayerSpec, x: str) -> str:
     span = dilation * (size - 1) + 1
     x, (eh, ew) = _pad_or_crop(ctx, l, x, (h, w), (_end_pad(h, out_h, sy, span, pad), _end_pad(w, out_w, sx, span, pad)))
     scale, shift = _fold_batchnorm(l.params, filters)
-    weights = l.params["weights"].reshape(filters, c_in // groups, size, size).astype(np.float32)
-    weights = weights * scale[:, None, None, None]
+    weights = l.params["weights"].reshape(filters, c_in // groups, size, size) * scale[:, None, None, None]
     y = g.node("Conv", [x, g.const(weights, f"{l.hint}_weights"), g.const(shift, f"{l.hint}_bias")], l.hint,
                kernel_shape=[size, size], strides=[sy, sx], pads=[pad, pad, eh, ew],
                dilations=[dilation, dilation], group=groups)
@@ -120,7 +119,7 @@ def export_connected(ctx: Context, l: LayerSpec, x: str) -> str:
     outputs = l.output[0]
     inputs = int(np.prod(l.input))
     scale, shift = _fold_batchnorm(l.params, outputs)
-    weights = l.params["weights"].reshape(outputs, inputs).astype(np.float32) * scale[:, None]
+    weights = l.params["weights"].reshape(outputs, inputs) * scale[:, None]
     flat = g.node("Flatten", [x], f"{l.hint}_flat", axis=1)
     y = g.node("Gemm", [flat, g.const(weights, f"{l.hint}_weights"), g.const(shift, f"{l.hint}_bias")], l.hint,
                transB=1)
