@@ -60,8 +60,10 @@ def layer_specs(net: Any) -> List[LayerSpec]:
 
 
 def build_model(net: Any, batch: Optional[int] = 1, postprocess: bool = False, thresh: float = 0.25,
-                nms: float = 0.45, on_layer: Optional[Callable[[int], None]] = None) -> Tuple[Any, ExportSummary]:
-    """The ONNX ModelProto of a _core.Net at its current input size. batch=None: a dynamic batch."""
+                nms: float = 0.45, on_layer: Optional[Callable[[int], None]] = None,
+                every_layer: bool = False) -> Tuple[Any, ExportSummary]:
+    """The ONNX ModelProto of a _core.Net at its current input size. batch=None: a dynamic batch.
+    every_layer: also output each layer's tensor as layer_<i> (to find where a graph and the engine part)."""
     onnx = require_onnx()
     helper = onnx.helper
     g = Graph()
@@ -99,6 +101,11 @@ def build_model(net: Any, batch: Optional[int] = 1, postprocess: bool = False, t
             shape = [batch_dim, *specs[i].output]
             value_infos.append(helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, shape))
             outputs.append((name, shape))
+    if every_layer:
+        for l in specs:
+            name = f"layer_{l.index}"
+            g.node("Identity", [ctx.tensors[l.index]], out=name)
+            value_infos.append(helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, [batch_dim, *l.output]))
     input_shape = [batch_dim, c, h, w]
     inputs = [helper.make_tensor_value_info("input", onnx.TensorProto.FLOAT, input_shape)]
     metadata = {"darknet_py.cfg": os.path.basename(net.cfg_path), "darknet_py.input": "RGB, 0..1, NCHW",

@@ -72,7 +72,7 @@ def add_postprocess(g: Graph, heads: Sequence[Tuple[str, dict, Tuple[int, int, i
     if kinds and nms > 0:
         warnings.warn(f"the cfg asks for {', '.join(kinds)}; ONNX's NonMaxSuppression suppresses by plain IoU "
                       f"(Darknet's default NMS), so a few overlapping boxes may differ from darknet_py detect",
-                      stacklevel=3)
+                      stacklevel=5)  # the caller of Network.export_onnx
     boxes, scores = [], []
     for k, (head, info, shape) in enumerate(heads):
         b, s, obj = _decode_head(g, head, info, shape, net_wh, f"pp{k}")
