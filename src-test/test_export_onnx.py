@@ -460,6 +460,13 @@ def test_demo_model_postprocess_equals_detect(tmp_path):
     assert len(ours) >= 3  # the sample has several shapes: the comparison is not empty
     [rows] = _onnx_detections(detections, blob, [(image.shape[1], image.shape[0])])
     _assert_same_detections(rows, ours)
+    # nms=0 turns NMS off, as in detect: every (box, class) above the threshold stays
+    no_nms = tmp_path / "no_nms.onnx"
+    net.export_onnx(no_nms, postprocess=True, nms=0)
+    all_ours = net.detect(image, nms=0, postproc="cpu")
+    assert len(all_ours) > len(ours)
+    [rows] = _onnx_detections(no_nms, blob, [(image.shape[1], image.shape[0])])
+    _assert_same_detections(rows, all_ours)
 
 
 def test_yolov3_tiny_real_weights_on_photos(yolov3_tiny, tmp_path):
