@@ -71,6 +71,10 @@ public:
     // pass was a replayed recording).
     const std::vector<double>& layer_ms() const { return layer_ms_; }
 
+    // The cfg the layers were built from (at the current input size): sections[i + 1] built layers[i].
+    // Exporters read layer options from it (darknet_py.export_onnx).
+    const CfgFile& cfg() const { return cfg_; }
+
     // Recorded forwards (CUDA graphs): from the second forward of a shape on, on a device that can
     // record, the pass is recorded once and replayed (batch-1 latency is launch-bound). Off with
     // record_forwards = false or DARKNET_PY_GRAPHS=0. Whether the last forward was a replay:

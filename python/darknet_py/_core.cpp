@@ -322,6 +322,19 @@ PYBIND11_MODULE(_core, m) {
             d["cls_normalizer"] = s.cls_normalizer; d["label_smooth_eps"] = s.label_smooth_eps;
             return d;
         })
+        .def("cfg_sections", [](const Network& n) {
+            py::list out;
+            for (const Section& s : n.cfg().sections) {
+                py::dict options;
+                for (const auto& kv : s.options) options[lenient_str(kv.first)] = lenient_str(kv.second.value);
+                py::dict d;
+                d["type"] = s.type;
+                d["line"] = s.line;
+                d["options"] = options;
+                out.append(d);
+            }
+            return out;
+        }, "The parsed cfg as [{type, line, options: {key: value text}}]; sections[i + 1] built layer i.")
         .def_property_readonly("yolo_layers", &Network::yolo_layers)
         .def("layer_table", &Network::layer_table)
         .def("total_bflops", &Network::total_bflops)

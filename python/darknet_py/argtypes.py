@@ -33,3 +33,17 @@ def positive_int(text: str) -> int:
     if v < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
     return v
+
+
+def size_wxh(text: str) -> tuple:
+    """An image size as WIDTHxHEIGHT (or one number for a square), each at least 1: (width, height)."""
+    parts = text.lower().replace("*", "x").split("x")
+    try:
+        w, h = (int(parts[0]), int(parts[0])) if len(parts) == 1 else (int(parts[0]), int(parts[1]))
+        if len(parts) > 2:
+            raise ValueError
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected WIDTHxHEIGHT (e.g. 416x416), got {text!r}") from None
+    if w < 1 or h < 1:
+        raise argparse.ArgumentTypeError(f"width and height must be at least 1, got {text!r}")
+    return (w, h)

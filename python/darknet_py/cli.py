@@ -1,4 +1,4 @@
-"""The `darknet_py` command: detect, info, cfglayers, map, synth, train, selftest.
+"""The `darknet_py` command: detect, info, cfglayers, map, synth, train, selftest, export.
 
 Exit codes: see exit_codes.py (listed by `--help`). Errors are one line on stderr, no traceback.
 """
@@ -129,6 +129,10 @@ def build_parser() -> argparse.ArgumentParser:
     from .selftest import add_parser as add_selftest_parser
 
     add_selftest_parser(sub, _Formatter)
+
+    from .export_cli import add_parser as add_export_parser
+
+    add_export_parser(sub, _Formatter)
     return parser
 
 

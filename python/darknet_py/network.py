@@ -4,13 +4,16 @@ from __future__ import annotations
 import os
 import warnings
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple, Union
 
 import cv2
 import numpy as np
 
 from . import _core
 from .devices import default_device, resolve
+
+if TYPE_CHECKING:
+    from .export_onnx import ExportSummary
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -179,6 +182,19 @@ class Network:
                                float(thresh), float(nms), bool(letterbox), postproc)
         return [[Detection(c, self.class_name(c), float(p), x, y, w, h) for (c, p, x, y, w, h) in per_image]
                 for per_image in raw]
+
+    # ---- export ---------------------------------------------------------------------------------
+    def export_onnx(self, path: PathLike, size: Optional[Tuple[int, int]] = None, batch: int = 1,
+                    dynamic_batch: bool = False, postprocess: bool = False, thresh: float = 0.25,
+                    nms: float = 0.45) -> "ExportSummary":
+        """Writes the network as an ONNX model (needs `pip install "darknet_py[onnx]"`). Its outputs are
+        what forward returns (yolo_<layer> per head, or `output`), batchnorm folded into the convolutions;
+        with postprocess=True, detections after decoding and NMS: boxes (x1, y1, x2, y2 relative to the
+        input), scores, classes, batch_index. size=(width, height) exports at another input size;
+        dynamic_batch=True leaves the batch open. See darknet_py.export_onnx."""
+        from .export_onnx import export_onnx
+
+        return export_onnx(self, path, size, batch, dynamic_batch, postprocess, thresh, nms)
 
     def class_name(self, class_id: int) -> str:
         return self.names[class_id] if class_id < len(self.names) else str(class_id)
