@@ -1,0 +1,35 @@
+# One copy of the CPU kernels (cmake/cpu_isa.cmake) as one object whose weak functions and vtables
+# carry the copy's suffix, so the linker cannot merge them with another copy's or the baseline's.
+# In: CXX, NM, OBJCOPY, SUFFIX, OUT, OBJECTS (|-separated: a ;-list would not survive the command line).
+string(REPLACE "|" ";" OBJECTS "${OBJECTS}")
+set(combined ${OUT}.combined.o)
+execute_process(COMMAND ${CXX} -r -nostdlib -o ${combined} ${OBJECTS} RESULT_VARIABLE rc)
+if(rc)
+  message(FATAL_ERROR "partial link (${CXX} -r) of the ${SUFFIX} CPU kernels failed")
+endif()
+execute_process(COMMAND ${NM} --defined-only -g ${combined} OUTPUT_VARIABLE symbols RESULT_VARIABLE rc)
+if(rc)
+  message(FATAL_ERROR "${NM} failed on the ${SUFFIX} CPU kernels")
+endif()
+# nm lines: "<address> <type> <name>"; W = weak function (inline, template instance), V = weak
+# object, of which only vtables (_ZTV) hold pointers to code. Other weak objects (static locals of
+# inline functions, guard variables) stay shared: renaming them would split a singleton.
+string(REPLACE "\n" ";" lines "${symbols}")
+set(renames "")
+foreach(line IN LISTS lines)
+  set(name "")
+  if(line MATCHES "^[0-9a-fA-F]* W (.+)$")
+    set(name ${CMAKE_MATCH_1})
+  elseif(line MATCHES "^[0-9a-fA-F]* V (_ZTV.+)$")
+    set(name ${CMAKE_MATCH_1})
+  endif()
+  if(name)
+    string(APPEND renames "${name} ${name}.${SUFFIX}\n")
+  endif()
+endforeach()
+file(WRITE ${OUT}.renames "${renames}")
+execute_process(COMMAND ${OBJCOPY} --redefine-syms=${OUT}.renames ${combined} ${OUT} RESULT_VARIABLE rc)
+if(rc)
+  message(FATAL_ERROR "${OBJCOPY} --redefine-syms failed on the ${SUFFIX} CPU kernels")
+endif()
+file(REMOVE ${combined})
