@@ -10,8 +10,8 @@
 # Copies of inline functions and templates that the sources instantiate (std::vector<float>::resize,
 # header helpers...) are weak symbols that the linker would merge across copies, keeping one: an
 # AVX-512 one could then serve the baseline code and fault on a CPU without AVX-512. So each copy is
-# partially linked into one object and its weak functions and vtables are renamed with the copy's
-# suffix (cmake/isolate_isa_copy.cmake); src-test/test_isa_dispatch.py checks the result.
+# partially linked into one object and its weak functions, vtables and COMDAT groups are renamed
+# with the copy's suffix (cmake/isolate_isa_copy.cmake); src-test/test_isa_dispatch.py checks the result.
 
 set(DARKNET_CPU_ISA_SOURCES
   src-lib/cpu/cpu_backend.cpp
@@ -40,7 +40,7 @@ function(darknet_cpu_isa_copies target)
   elseif(CMAKE_SYSTEM_PROCESSOR MATCHES "^(aarch64|arm64|ARM64)$")
     set(isas neon)
   elseif(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$" AND NOT APPLE AND NOT MSVC
-         AND CMAKE_NM AND CMAKE_OBJCOPY)
+         AND CMAKE_NM AND CMAKE_OBJCOPY AND CMAKE_READELF)
     set(isas avx512 avx2 generic)
     set(flags_avx512 -mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx2 -mfma)
     set(flags_avx2 -mavx2 -mfma)
@@ -61,7 +61,8 @@ function(darknet_cpu_isa_copies target)
     if(MSVC)
       target_compile_options(${lib} PRIVATE /O2)
     else()
-      target_compile_options(${lib} PRIVATE -O3 -Wall -Wno-unused-parameter ${flags_${isa}})
+      # -Wno-psabi: vec arguments change ABI with the flags, harmless as each copy calls only itself
+      target_compile_options(${lib} PRIVATE -O3 -Wall -Wno-unused-parameter -Wno-psabi ${flags_${isa}})
     endif()
     if(APPLE AND ACCELERATE)
       target_compile_definitions(${lib} PRIVATE DARKNET_PY_ACCELERATE ACCELERATE_NEW_LAPACK)
@@ -70,7 +71,7 @@ function(darknet_cpu_isa_copies target)
       set(obj ${CMAKE_CURRENT_BINARY_DIR}/darknet_cpu_${isa}_isolated${CMAKE_CXX_OUTPUT_EXTENSION})
       add_custom_command(
         OUTPUT ${obj}
-        COMMAND ${CMAKE_COMMAND} -DCXX=${CMAKE_CXX_COMPILER} -DNM=${CMAKE_NM} -DOBJCOPY=${CMAKE_OBJCOPY}
+        COMMAND ${CMAKE_COMMAND} -DCXX=${CMAKE_CXX_COMPILER} -DNM=${CMAKE_NM} -DREADELF=${CMAKE_READELF} -DOBJCOPY=${CMAKE_OBJCOPY}
                 -DSUFFIX=${isa} -DOUT=${obj} "-DOBJECTS=$<JOIN:$<TARGET_OBJECTS:${lib}>,|>"
                 -P ${CMAKE_CURRENT_SOURCE_DIR}/cmake/isolate_isa_copy.cmake
         DEPENDS ${lib} $<TARGET_OBJECTS:${lib}> ${CMAKE_CURRENT_SOURCE_DIR}/cmake/isolate_isa_copy.cmake

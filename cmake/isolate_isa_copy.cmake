@@ -1,31 +1,50 @@
 # One copy of the CPU kernels (cmake/cpu_isa.cmake) as one object whose weak functions and vtables
 # carry the copy's suffix, so the linker cannot merge them with another copy's or the baseline's.
-# In: CXX, NM, OBJCOPY, SUFFIX, OUT, OBJECTS (|-separated: a ;-list would not survive the command line).
+# In: CXX, NM, READELF, OBJCOPY, SUFFIX, OUT, OBJECTS (|-separated: a ;-list would not survive the command line).
 string(REPLACE "|" ";" OBJECTS "${OBJECTS}")
 set(combined ${OUT}.combined.o)
 execute_process(COMMAND ${CXX} -r -nostdlib -o ${combined} ${OBJECTS} RESULT_VARIABLE rc)
 if(rc)
   message(FATAL_ERROR "partial link (${CXX} -r) of the ${SUFFIX} CPU kernels failed")
 endif()
-execute_process(COMMAND ${NM} --defined-only -g ${combined} OUTPUT_VARIABLE symbols RESULT_VARIABLE rc)
-if(rc)
-  message(FATAL_ERROR "${NM} failed on the ${SUFFIX} CPU kernels")
+execute_process(COMMAND ${NM} --defined-only ${combined} OUTPUT_VARIABLE symbols RESULT_VARIABLE rc)
+execute_process(COMMAND ${READELF} -gW ${combined} OUTPUT_VARIABLE groups RESULT_VARIABLE rc2)
+if(rc OR rc2)
+  message(FATAL_ERROR "${NM} or ${READELF} failed on the ${SUFFIX} CPU kernels")
 endif()
-# nm lines: "<address> <type> <name>"; W = weak function (inline, template instance), V = weak
-# object, of which only vtables (_ZTV) hold pointers to code. Other weak objects (static locals of
-# inline functions, guard variables) stay shared: renaming them would split a singleton.
+# nm lines: "<address> <type> <name>". Renamed: W = weak function (inline, template instance) and
+# vtables (_ZTV, weak objects that point to code). Other weak objects (V, u: static locals of inline
+# functions, guard variables, typeinfo) stay shared: renaming them would split a singleton.
+# The linker also merges COMDAT groups by signature name, even where the signature is a local
+# symbol (GCC's C5/D5 groups of constructors and destructors) and then drops the other copies'
+# members, so every group signature is renamed too unless it names shared data.
 string(REPLACE "\n" ";" lines "${symbols}")
 set(renames "")
+set(renamed "")
+set(shared "")
 foreach(line IN LISTS lines)
-  set(name "")
-  if(line MATCHES "^[0-9a-fA-F]* W (.+)$")
-    set(name ${CMAKE_MATCH_1})
-  elseif(line MATCHES "^[0-9a-fA-F]* V (_ZTV.+)$")
-    set(name ${CMAKE_MATCH_1})
+  if(line MATCHES "^[0-9a-fA-F]* ([A-Za-z]) (.+)$")
+    set(type ${CMAKE_MATCH_1})
+    set(name ${CMAKE_MATCH_2})
+    if(type STREQUAL "W" OR (type STREQUAL "V" AND name MATCHES "^_ZTV"))
+      list(APPEND renamed ${name})
+    elseif(type MATCHES "^[Vu]$")
+      list(APPEND shared ${name})
+    endif()
   endif()
-  if(name)
-    string(APPEND renames "${name} ${name}.${SUFFIX}\n")
+endforeach()
+string(REPLACE "\n" ";" lines "${groups}")
+foreach(line IN LISTS lines)
+  if(line MATCHES "^COMDAT group section \\[ *[0-9]+\\] `[^']*' \\[(.+)\\] contains")
+    set(sig ${CMAKE_MATCH_1})
+    if(NOT sig IN_LIST shared AND NOT sig MATCHES "^(_ZTS|_ZTI|_ZGV|DW\\.ref\\.)")
+      list(APPEND renamed ${sig})
+    endif()
   endif()
+endforeach()
+list(REMOVE_DUPLICATES renamed)
+foreach(name IN LISTS renamed)
+  string(APPEND renames "${name} ${name}.${SUFFIX}\n")
 endforeach()
 file(WRITE ${OUT}.renames "${renames}")
 execute_process(COMMAND ${OBJCOPY} --redefine-syms=${OUT}.renames ${combined} ${OUT} RESULT_VARIABLE rc)
