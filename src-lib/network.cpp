@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 
 #include "devices.h"
 
@@ -65,6 +66,7 @@ void Network::set_backend(std::unique_ptr<Backend> backend) {
     outputs_.clear();
     deltas_.clear();
     input_ = Tensor();
+    recording_.reset();
 }
 
 void Network::resize_input(int width, int height) {
@@ -121,8 +123,16 @@ const LayerOutputs& Network::forward(const Tensor& x) {
     outputs_.resize(layers.size());
     layer_ms_.assign(layers.size(), 0.0);
     deltas_.clear();  // a plain forward invalidates the training state of forward_train
-    Tensor input = backend_->adopt(x);
-    const Tensor* in = &input;
+    // The input goes to one place that stays put, so that a recorded pass finds it there.
+    backend_->resize(input_, s);
+    if (x.buffer() != input_.buffer()) copy_tensor(x, input_);
+    last_replayed_ = replay_or_record(s);
+    if (!last_replayed_) run_forward(s);
+    return outputs_;
+}
+
+void Network::run_forward(const Shape& s) {
+    const Tensor* in = &input_;
     for (size_t i = 0; i < layers.size(); ++i) {
         auto t0 = std::chrono::steady_clock::now();
         Layer& l = *layers[i];
@@ -131,13 +141,48 @@ const LayerOutputs& Network::forward(const Tensor& x) {
         in = &outputs_[i];
         layer_ms_[i] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     }
-    return outputs_;
+}
+
+// The first forward of a shape runs normally (it allocates the outputs and temporaries a recording
+// must find in place); the second is recorded and replayed; later ones replay. A recording is
+// dropped when a buffer it uses is freed (a new shape, training, moved parameters: Recording::valid).
+bool Network::replay_or_record(const Shape& s) {
+    static const bool disabled = [] {
+        const char* env = std::getenv("DARKNET_PY_GRAPHS");
+        return env && std::string(env) == "0";
+    }();
+    Device* dev = backend_->device().get();
+    if (!record_forwards || disabled || !dev) return false;
+    if (recording_ && recording_shape_ == s && recording_->valid()) {
+        recording_->replay();
+        return true;
+    }
+    if (recording_shape_ != s || recording_) {  // a new shape, or an invalidated recording: start over
+        recording_.reset();
+        recording_shape_ = s;
+        eager_runs_ = 0;
+    }
+    if (++eager_runs_ != 2) return false;  // only one attempt per shape: a failed one is not retried
+    for (const auto& ops : fallback_ops_)
+        if (!ops.empty()) return false;  // a CPU fallback needs the host in the middle of the pass
+    if (!dev->begin_capture()) return false;
+    run_forward(s);
+    std::string why;
+    recording_ = dev->end_capture(&why);
+    if (!recording_) {
+        std::fprintf(stderr, "darknet_py: forwards of %s are not recorded on %s: %s\n", s.str().c_str(),
+                     dev->info().id.c_str(), why.c_str());
+        return false;  // nothing of the recorded pass ran: the caller runs it normally
+    }
+    recording_->replay();
+    return true;
 }
 
 const LayerOutputs& Network::forward_train(const Tensor& x) {
     const Shape& s = x.shape();
     check_input(s);
-    input_ = backend_->adopt(x);
+    backend_->resize(input_, s);
+    if (x.buffer() != input_.buffer()) copy_tensor(x, input_);
     outputs_.resize(layers.size());
     deltas_.resize(layers.size());
     const Tensor* in = &input_;

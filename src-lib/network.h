@@ -8,6 +8,7 @@
 
 #include "backend.h"
 #include "cfg.h"
+#include "gpu/device.h"
 #include "layers/layer.h"
 #include "layers/yolo.h"
 #include "net_options.h"
@@ -60,8 +61,15 @@ public:
     // `darknet_py info --coverage`); empty lists on the CPU backends.
     const std::vector<std::set<std::string>>& fallback_ops() const { return fallback_ops_; }
 
-    // Wall-clock milliseconds each layer took in the last forward pass (for profiling).
+    // Wall-clock milliseconds each layer took in the last forward pass (for profiling; zeros when the
+    // pass was a replayed recording).
     const std::vector<double>& layer_ms() const { return layer_ms_; }
+
+    // Recorded forwards (CUDA graphs): from the second forward of a shape on, on a device that can
+    // record, the pass is recorded once and replayed (batch-1 latency is launch-bound). Off with
+    // record_forwards = false or DARKNET_PY_GRAPHS=0. Whether the last forward was a replay:
+    bool record_forwards = true;
+    bool last_forward_replayed() const { return last_replayed_; }
 
     std::string cfg_path;
     NetOptions options;
@@ -75,12 +83,18 @@ private:
     void check_input(const Shape& s) const;  // throws unless s matches the [net] input
     template <class F>
     void run_layer(size_t i, F&& f);          // f(), noting the ops that fell back to the CPU
+    void run_forward(const Shape& s);         // the layers of forward(), from input_
+    bool replay_or_record(const Shape& s);    // true when the pass ran as a recording
     CfgFile cfg_;  // kept for resize_input
     std::unique_ptr<Backend> backend_;
     LayerOutputs outputs_;
     std::vector<double> layer_ms_;
     std::vector<std::set<std::string>> fallback_ops_;
-    Tensor input_;                        // the last forward_train input, for backward of layer 0
+    Tensor input_;  // the last input (backward of layer 0 reads it; a recorded forward reads it from here)
+    std::unique_ptr<Recording> recording_;  // the recorded forward of recording_shape_, if any
+    Shape recording_shape_;
+    int eager_runs_ = 0;                    // forwards of recording_shape_ so far, not recorded
+    bool last_replayed_ = false;
     std::vector<Tensor> deltas_;
     std::vector<std::vector<Tensor>> momentum_, adam_v_;  // optimizer state per layer and trainable
     int updates_ = 0;

@@ -25,7 +25,7 @@ from test_train import small_cfg
 
 REL_TOL = 1e-4  # forward outputs, as max|gpu - cpu| / max|cpu| per layer
 # Where a machine has a real OpenCL GPU (never in CI), the compiled-runtime tests run on it too.
-COMPILED = ["pocl"] + (["opencl_gpu"] if gpu_devices.GPU else [])
+COMPILED = ["pocl", "cuda"] + (["opencl_gpu"] if gpu_devices.GPU else [])
 
 
 def rel_err(got: np.ndarray, want: np.ndarray) -> float:

@@ -20,8 +20,8 @@ import gpu_devices
 from darknet_py import _core
 
 # cpu, and the GPU backend on two OpenCL CPU runtimes (gpu_devices.py): Oclgrind (with its race and
-# bounds checker) and pocl. Append "metal", "cuda", ... here.
-BACKENDS = ["cpu", "oclgrind", "pocl"] + (["opencl_gpu"] if gpu_devices.GPU else [])
+# bounds checker) and pocl; cuda where there is an NVIDIA GPU (else its cases skip: "no CUDA device").
+BACKENDS = ["cpu", "oclgrind", "pocl", "cuda"] + (["opencl_gpu"] if gpu_devices.GPU else [])
 ORACLE = "reference"
 
 # Every activation name of src-lib/activation.cpp (test_activation_list_is_complete keeps it so).

@@ -4,9 +4,11 @@
     net = darknet_py.Network("yolov4-tiny.cfg", "yolov4-tiny.weights", "coco.names")
     detections = net.detect(cv2.imread("dog.jpg"))
 """
+from .cuda_runtime import configure_environment as _configure_cuda
 from .opencl_runtime import configure_environment as _configure_opencl
 
 _configure_opencl()  # before the engine first looks for OpenCL devices
+_configure_cuda()  # and for cuBLAS
 
 from ._core import DarknetError  # noqa: E402
 from .network import Detection, Network, read_names  # noqa: E402

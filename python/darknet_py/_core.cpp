@@ -145,6 +145,7 @@ PYBIND11_MODULE(_core, m) {
             d["memory_bytes"] = r.info.memory_bytes;
             d["compute_units"] = r.info.compute_units;
             d["is_gpu"] = r.info.is_gpu;
+            d["details"] = r.info.details;
             d["why"] = r.why;
             out.append(d);
         }
@@ -203,7 +204,11 @@ PYBIND11_MODULE(_core, m) {
 #endif
         d["backends"] = backend_names();
         d["metal"] = false;
+#ifdef DARKNET_PY_HAS_CUDA
+        d["cuda"] = true;
+#else
         d["cuda"] = false;
+#endif
         return d;
     });
 
@@ -253,6 +258,25 @@ PYBIND11_MODULE(_core, m) {
             d["down"] = dev ? dev->bytes_downloaded.load() : 0;
             return d;
         }, "Host->device ('up') and device->host ('down') bytes since the device was opened (0 on the CPU).")
+        .def("memory_stats", [](const Network& n) {
+            auto dev = n.backend().device();
+            DeviceMemoryStats s = dev ? dev->memory_stats() : DeviceMemoryStats{};
+            py::dict d;
+            d["in_use"] = s.in_use;
+            d["reserved"] = s.reserved;
+            d["peak_in_use"] = s.peak_in_use;
+            d["peak_reserved"] = s.peak_reserved;
+            return d;
+        }, "The device's pooled memory in bytes (in_use, reserved, peak_in_use, peak_reserved; zeros where the "
+           "device does not pool: the CPU, OpenCL).")
+        .def("synchronize", [](Network& n) {
+            py::gil_scoped_release nogil;
+            if (auto dev = n.backend().device()) dev->synchronize();
+        }, "Waits until the device has finished the queued work (for timing).")
+        .def_readwrite("record_forwards", &Network::record_forwards,
+                       "Record fixed-shape forwards once and replay them (CUDA graphs); on by default.")
+        .def_property_readonly("last_forward_replayed", &Network::last_forward_replayed,
+                               "Whether the last forward ran as a replayed recording.")
         .def("fallback_ops", [](const Network& n) {
             py::list out;
             for (size_t i = 0; i < n.layers.size(); ++i) {

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,21 @@ struct DeviceInfo {
     uint64_t memory_bytes = 0;
     int compute_units = 0;
     bool is_gpu = true;    // false for CPU runtimes and simulators (never chosen by device="auto")
+    std::string details;   // anything else worth printing (CUDA: compute capability, cuBLAS version)
+};
+
+// Device memory figures (bytes) of a device that pools its allocations; zeros where it does not.
+struct DeviceMemoryStats {
+    uint64_t in_use = 0, reserved = 0, peak_in_use = 0, peak_reserved = 0;
+};
+
+// Work recorded once and replayed (a CUDA graph): the same kernels on the same buffers, whose
+// contents may change between replays. It becomes invalid when a buffer it uses is freed.
+class Recording {
+public:
+    virtual ~Recording() = default;
+    virtual bool valid() const = 0;
+    virtual void replay() = 0;
 };
 
 class Device {
@@ -72,6 +88,15 @@ public:
                       DeviceMemory* C, size_t c_offset, int ldc) {
         return false;
     }
+
+    // ---- optional: recording (CUDA graphs); false / null = not offered ----
+    // Between begin_capture and end_capture, work is recorded instead of run. end_capture returns
+    // null (with *why) when the recording failed, e.g. an op needed the host in the middle (a CPU
+    // fallback): then nothing of that work ran, and the caller runs it again normally.
+    virtual bool begin_capture() { return false; }
+    virtual std::unique_ptr<Recording> end_capture(std::string* why) { return nullptr; }
+
+    virtual DeviceMemoryStats memory_stats() const { return {}; }
 
     // Host <-> device traffic since the device was opened (tests assert it per iteration).
     std::atomic<uint64_t> bytes_uploaded{0}, bytes_downloaded{0};
