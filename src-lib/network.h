@@ -23,19 +23,25 @@ public:
 
     // x: [n, channels, height, width]. Returns the output of every layer (index = layer).
     const LayerOutputs& forward(const Tensor& x);
+    // The same from host memory holding shape s (NumPy arrays: no intermediate tensor).
+    const LayerOutputs& forward(const float* x, const Shape& s);
 
     // ---- training ----
     // Forward with training behaviour; zeroes every layer's delta for the following backward().
     const LayerOutputs& forward_train(const Tensor& x);
+    const LayerOutputs& forward_train(const float* x, const Shape& s);
     // dL/d(output) of each layer; the loss fills the heads' deltas between forward_train and backward.
     std::vector<Tensor>& deltas() { return deltas_; }
     const LayerOutputs& outputs() const { return outputs_; }
     // Back-propagates the deltas, accumulating parameter gradients (summed over the batch) until update().
+    // Honours the layers' stopbackward / onlyforward (layers/training_options.h); stopbackward=N
+    // counts the iterations completed as seen / batch, so a training loop keeps `seen` current.
     void backward();
     // Applies Darknet's SGD (or Adam when opt.adam) with learning rate lr, then clears the gradients.
     // `batch` is the number of images whose gradients were accumulated (batch x subdivisions in Darknet).
     // `t` is Adam's step count (Darknet: the iteration, so that a resumed run continues it); t <= 0
-    // counts this network's updates instead.
+    // counts this network's updates instead. It is also the iteration that dont_update and
+    // burnin_update compare with; each layer's rate is lr times its learning_rate option.
     void update(float lr, int batch, int t = 0);
 
     // Indices of the [yolo] layers; empty for a classifier.
@@ -83,6 +89,9 @@ private:
     void check_input(const Shape& s) const;  // throws unless s matches the [net] input
     template <class F>
     void run_layer(size_t i, F&& f);          // f(), noting the ops that fell back to the CPU
+    void load_input(const Tensor* x, const float* host, const Shape& s);  // into input_, checked
+    const LayerOutputs& forward_loaded();     // forward() of input_
+    const LayerOutputs& forward_train_loaded();
     void run_forward(const Shape& s);         // the layers of forward(), from input_
     bool replay_or_record(const Shape& s);    // true when the pass ran as a recording
     CfgFile cfg_;  // kept for resize_input

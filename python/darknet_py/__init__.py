@@ -15,8 +15,16 @@ from .network import Detection, Network, read_names  # noqa: E402
 from .evaluate import compute_map  # noqa: E402
 from .train import StopTraining, TrainingDiverged, TrainResult, train  # noqa: E402
 
+
+def metal_source() -> str:
+    """The Metal Shading Language text a Mac compiles for the GPU kernels (prelude + kernel text)."""
+    from ._core import kernel_source
+
+    return kernel_source("metal")
+
+
 map = compute_map  # darknet_py.map(data, cfg, weights, ...): Darknet's `detector map`
 
 __version__ = "0.1.0"
 __all__ = ["DarknetError", "Detection", "Network", "StopTraining", "TrainResult", "TrainingDiverged", "compute_map",
-           "read_names", "train", "__version__"]
+           "metal_source", "read_names", "train", "__version__"]

@@ -13,9 +13,11 @@
 #include "bindings.h"
 #include "cpu/cpu_isa.h"
 #include "devices.h"
+#include "gpu/kernel_source.h"
 #include "cpu/thread_pool.h"
 #include "image.h"
 #include "network.h"
+#include "selftest_results.h"
 #include "weights.h"
 #include "yolo/detect.h"
 #include "yolo/loss.h"
@@ -24,6 +26,7 @@ using namespace dn;
 using namespace dn_py;
 
 void bind_ops(py::module_& m);  // _core_ops.cpp
+void bind_test_devices(py::module_& m);  // _core_test_devices.cpp
 
 namespace {
 
@@ -160,6 +163,17 @@ PYBIND11_MODULE(_core, m) {
         }
         return py::make_tuple(resolved, log);
     }, "The device 'auto' stands for, and one line per device skipped (and why).");
+    m.def("kernel_source", [](const std::string& device) { return kernel_source(device); }, py::arg("device"),
+          "The GPU kernel text exactly as `device` ('opencl', 'metal') compiles it: its macro prelude, then the "
+          "kernels.");
+    m.def("selftest_results_path", &selftest_results_path, py::arg("device"),
+          "Where `darknet_py selftest --device DEVICE` writes its JSON results (selftest_results.h).");
+    m.def("selftest_fast_paths", [](const std::string& device) {
+        std::string why;
+        auto paths = selftest_fast_paths(device, &why);
+        return py::make_tuple(paths, why);
+    }, py::arg("device"), "The fast paths the devices read back from that file (name -> passed), and why it "
+                          "is empty when it is.");
     m.def("set_threads", [](int n) { ThreadPool::instance().set_threads(n); }, "Set the CPU thread count.");
     m.def("get_threads", [] { return ThreadPool::instance().threads(); });
     m.def("cpu_isa", [] {
@@ -390,11 +404,10 @@ PYBIND11_MODULE(_core, m) {
         })
         .def("forward", [](Network& n, const FloatArray& x, std::vector<int> which) {
             if (x.ndim() != 4) throw DarknetError("forward expects an NxCxHxW float32 array, got " + std::to_string(x.ndim()) + " dimensions");
-            Tensor t = to_tensor(x);
             const LayerOutputs* outs;
             {
                 py::gil_scoped_release nogil;
-                outs = &n.forward(t);
+                outs = &n.forward(x.data(), shape4(x));  // straight from the array to the input
             }
             py::list result;
             for (int i : which) {
@@ -406,11 +419,10 @@ PYBIND11_MODULE(_core, m) {
         }, py::arg("x"), py::arg("layers"), "Runs the network; returns the outputs of the given layers.")
         .def("forward_train", [](Network& n, const FloatArray& x, std::vector<int> which) {
             if (x.ndim() != 4) throw DarknetError("forward_train expects an NxCxHxW float32 array");
-            Tensor t = to_tensor(x);
             const LayerOutputs* outs;
             {
                 py::gil_scoped_release nogil;
-                outs = &n.forward_train(t);
+                outs = &n.forward_train(x.data(), shape4(x));
             }
             py::list result;
             for (int i : which) result.append(to_numpy(outs->at(i < 0 ? i + (int)outs->size() : i)));
@@ -492,7 +504,6 @@ PYBIND11_MODULE(_core, m) {
             if (n.yolo_layers().empty()) throw DarknetError(n.cfg_path + ": this network has no [yolo] layer, so it cannot detect");
             if (postproc != "device" && postproc != "cpu" && postproc != "compare")
                 throw DarknetError("postproc must be 'device', 'cpu' or 'compare', got '" + postproc + "'");
-            Tensor t = to_tensor(x);
             // per image, one row per (box, class above thresh): class, confidence, left, top, width, height in pixels
             auto rows = [&](std::vector<std::vector<Detection>>& all) {
                 std::vector<std::vector<DetectionRow>> r(sizes.size());
@@ -506,7 +517,7 @@ PYBIND11_MODULE(_core, m) {
             std::vector<std::vector<DetectionRow>> result;
             {
                 py::gil_scoped_release nogil;
-                LayerOutputs outs = n.forward(t);
+                LayerOutputs outs = n.forward(x.data(), shape4(x));
                 std::vector<std::vector<Detection>> dev(sizes.size()), host(sizes.size());
                 if (postproc != "cpu") {  // decode, threshold and compaction on the backend
                     Candidates c = yolo_candidates(n, outs, thresh);
@@ -532,5 +543,6 @@ PYBIND11_MODULE(_core, m) {
            py::arg("postproc") = "device",
            "postproc: 'device' (the backend decodes, only candidates come down), 'cpu' (the heads come down, "
            "decoded on the host) or 'compare' (both; DarknetError at the first difference, else the device's).");
+    bind_test_devices(m);
     bind_ops(m);
 }

@@ -17,6 +17,11 @@ using dn::Tensor;
 
 using FloatArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
 
+// The 4-D shape of an NxCxHxW array.
+inline Shape shape4(const FloatArray& a) {
+    return Shape{(int)a.shape(0), (int)a.shape(1), (int)a.shape(2), (int)a.shape(3)};
+}
+
 inline Tensor to_tensor(const FloatArray& a) {
     if (a.ndim() < 1 || a.ndim() > 4) throw dn::DarknetError("expected an array of 1 to 4 dimensions, got " + std::to_string(a.ndim()));
     int d[4] = {1, 1, 1, 1};

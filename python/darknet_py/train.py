@@ -298,7 +298,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
 
     # ---- data
     loader = BatchLoader.from_files(data, cfg, batch_size=mini, seed=seed, workers=workers,
-                                    start=start * subdivisions,
+                                    start=start * subdivisions, iteration_images=batch,
                                     on_problem=lambda kind, path, message: warn(message))
     train_images = len(loader.paths)
     aug = loader.options

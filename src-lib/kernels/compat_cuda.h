@@ -9,6 +9,7 @@
 #define KBUF(T, name, index) T* name
 #define KCBUF(T, name, index) const T* name
 #define KARGS(T, name, index) const T name
+#define KARGS_PARAM(T) T
 #define KTHREAD_IDS
 #define KGID ((uint)(blockIdx.x * blockDim.x + threadIdx.x))
 #define KLID ((uint)threadIdx.x)
