@@ -218,7 +218,7 @@ def test_info(capsys):
     rc, out, _ = run(["info"], capsys)
     assert rc == 0
     fields = dict(line.split(":", 1) for line in out.splitlines())
-    for key in ("version", "compiler", "compiled SIMD", "native build", "BLAS", "CPU", "CPU features",
+    for key in ("version", "compiler", "CPU kernels", "native build", "BLAS", "CPU", "CPU features",
                 "threads", "backends"):
         assert key in fields, key
     assert int(fields["threads"]) == _core.get_threads()

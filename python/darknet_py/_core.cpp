@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -10,7 +11,7 @@
 
 #include "backend.h"
 #include "bindings.h"
-#include "cpu/gemm.h"
+#include "cpu/cpu_isa.h"
 #include "devices.h"
 #include "gpu/kernel_source.h"
 #include "cpu/thread_pool.h"
@@ -175,6 +176,25 @@ PYBIND11_MODULE(_core, m) {
                           "is empty when it is.");
     m.def("set_threads", [](int n) { ThreadPool::instance().set_threads(n); }, "Set the CPU thread count.");
     m.def("get_threads", [] { return ThreadPool::instance().threads(); });
+    m.def("cpu_isa", [] {
+        py::dict d;
+        d["built"] = cpu_isa_built();
+        d["runnable"] = cpu_isa_runnable();
+        const char* env = std::getenv("DARKNET_PY_ISA");
+        d["forced"] = env && *env ? py::cast(std::string(env)) : py::none();
+        try {
+            const CpuIsaKernels& k = cpu_isa();
+            d["active"] = std::string(k.name);
+            d["sgemm_kernel"] = std::string(k.sgemm_kernel);
+            d["error"] = py::none();
+        } catch (const DarknetError& e) {
+            d["active"] = py::none();
+            d["sgemm_kernel"] = py::none();
+            d["error"] = std::string(e.what());
+        }
+        return d;
+    }, "The CPU kernel copy in use (chosen once: DARKNET_PY_ISA, else the widest this CPU runs), those built in, "
+       "those this CPU runs, and the error when DARKNET_PY_ISA asks for one that cannot run.");
     m.def("build_info", [] {
         py::dict d;
 #if defined(__clang__)
@@ -187,22 +207,9 @@ PYBIND11_MODULE(_core, m) {
 #if defined(__APPLE__) && defined(DARKNET_PY_ACCELERATE)
         d["blas"] = std::string("Apple Accelerate (cblas_sgemm)");
 #else
-        d["blas"] = std::string("built-in packed SGEMM, ") + cpu_sgemm_kernel();
+        d["blas"] = std::string("built-in packed SGEMM");
 #endif
-        std::vector<std::string> simd;
-#ifdef __AVX512F__
-        simd.push_back("avx512f");
-#endif
-#ifdef __AVX2__
-        simd.push_back("avx2");
-#endif
-#ifdef __FMA__
-        simd.push_back("fma");
-#endif
-#ifdef __ARM_NEON
-        simd.push_back("neon");
-#endif
-        d["compiled_simd"] = simd;
+        d["cpu_isas"] = cpu_isa_built();
         d["native_build"] =
 #ifdef DARKNET_PY_NATIVE
             true;

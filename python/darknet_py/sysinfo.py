@@ -68,7 +68,7 @@ def info() -> Dict[str, object]:
         "python": f"{platform.python_version()} ({sys.executable})",
         "platform": f"{platform.system()} {platform.release()} {platform.machine()}",
         "compiler": build.get("compiler", "unknown"),
-        "compiled SIMD": ", ".join(build.get("compiled_simd", [])) or "none",
+        "CPU kernels": cpu_kernels(),
         "native build": "yes (-march=native)" if build.get("native_build") else "no (portable)",
         "BLAS": build.get("blas", "unknown"),
         "CPU": model,
@@ -82,6 +82,19 @@ def info() -> Dict[str, object]:
         "NumPy": np.__version__,
         "shipped cfgs": f"{shipped_dir()} ({', '.join(shipped_files('.cfg')) or 'none'})",
     }
+
+
+def cpu_kernels() -> str:
+    """The copy of the CPU kernels in use and why, e.g. "avx2 (6x16 tile, ...; chosen for this CPU from:
+    avx512, avx2, generic)"; the error instead when $DARKNET_PY_ISA asks for one that cannot run."""
+    from . import _core
+
+    isa = _core.cpu_isa()
+    built = ", ".join(isa["built"])
+    if isa["error"]:
+        return f"none: {isa['error']}"
+    why = f"forced by $DARKNET_PY_ISA={isa['forced']}" if isa["forced"] else "chosen for this CPU"
+    return f"{isa['active']} ({isa['sgemm_kernel']}; {why} from: {built})"
 
 
 def _describe(d: Dict[str, object]) -> str:

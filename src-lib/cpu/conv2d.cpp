@@ -8,6 +8,7 @@
 #include "winograd.h"
 
 namespace dn {
+inline namespace DARKNET_ISA {  // isa.h: one copy per instruction set
 
 namespace {
 
@@ -167,4 +168,5 @@ void cpu_conv2d(const Tensor& x, const Tensor& w, const ConvGeom& g, const float
     }
 }
 
+}  // namespace DARKNET_ISA
 }  // namespace dn

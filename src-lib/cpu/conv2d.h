@@ -4,11 +4,13 @@
 // image: no im2col buffer, and for 1x1 stride-1 layers B is the image itself.
 // Kept apart from cpu_backend.cpp so the fast paths do not touch the other ops.
 #pragma once
+#include "isa.h"
 #include <vector>
 
 #include "../backend.h"
 
 namespace dn {
+inline namespace DARKNET_ISA {  // isa.h: one copy per instruction set
 
 // Reusable buffers of one backend, grown as needed.
 struct ConvWorkspace {
@@ -23,4 +25,5 @@ void cpu_conv2d(const Tensor& x, const Tensor& w, const ConvGeom& g, const float
 // for tests and profiles.
 const char* cpu_conv2d_path(const Shape& x, const Shape& w, const ConvGeom& g, const Shape& y);
 
+}  // namespace DARKNET_ISA
 }  // namespace dn

@@ -18,6 +18,7 @@
 #include "training_ops.h"
 
 namespace dn {
+inline namespace DARKNET_ISA {  // isa.h: one copy per instruction set
 
 namespace {
 
@@ -414,6 +415,8 @@ private:
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+// make_cpu_backend (backend.h) is cpu_isa.cpp's: it picks the copy whose new_cpu_backend to call
+std::unique_ptr<Backend> new_cpu_backend() { return std::make_unique<CpuBackend>(); }
 
+}  // namespace DARKNET_ISA
 }  // namespace dn

@@ -12,6 +12,7 @@
 #endif
 
 namespace dn {
+inline namespace DARKNET_ISA {  // isa.h: one copy per instruction set
 
 void pack_a(bool ta, const float* A, long lda, int M, int K, float* out) {
     using simd::MR;
@@ -89,4 +90,5 @@ void cpu_sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* 
     gemm_driver(1, M, N, K, apack.data(), 0, pack_b, C, 0, ldc, e);
 }
 
+}  // namespace DARKNET_ISA
 }  // namespace dn

@@ -2,6 +2,7 @@
 // packed once up front (pack_a) and B is packed per job by a caller-supplied function, so the
 // convolution can pack its B panels straight from the image (implicit GEMM: no im2col buffer).
 #pragma once
+#include "isa.h"
 #include <algorithm>
 #include <vector>
 
@@ -9,6 +10,7 @@
 #include "thread_pool.h"
 
 namespace dn {
+inline namespace DARKNET_ISA {  // isa.h: one copy per instruction set
 
 // Bytes-aware block sizes: a kc x MR panel of A (12 KB with AVX-512) stays in L1 while it meets
 // every B panel of the job's block, which (kc x NB_PANELS*NR, 576 KB) stays in L2.
@@ -80,4 +82,5 @@ void gemm_driver(int batches, int M, int N, int K, const float* A, long lda, Pac
     });
 }
 
+}  // namespace DARKNET_ISA
 }  // namespace dn

@@ -2,10 +2,12 @@
 // GEMM) and Winograd. Operands are packed: A as MR-row panels (k-major: a[k*MR + r]), B as
 // NR-column panels (b[k*NR + j]), both zero-padded, so the inner loop has no edge cases.
 #pragma once
+#include "isa.h"
 #include "../activation.h"
 #include "simd.h"
 
 namespace dn {
+inline namespace DARKNET_ISA {  // isa.h: one copy per instruction set
 
 // What happens when a tile of C is written. Over K blocks: the first writes alpha*acc + beta*C
 // (C is not read when beta = 0, as in BLAS), later ones add alpha*acc; the last one then applies
@@ -75,4 +77,5 @@ inline void tile(int kc, const float* __restrict a, long lda, const float* __res
 }
 
 }  // namespace simd
+}  // namespace DARKNET_ISA
 }  // namespace dn

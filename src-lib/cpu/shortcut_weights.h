@@ -2,6 +2,7 @@
 // group for the CPU forward and backward: one group for per_feature, one per channel for
 // per_channel weights.
 #pragma once
+#include "isa.h"
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
@@ -9,7 +10,9 @@
 
 #include "../backend.h"
 
-namespace dn::cpu {
+namespace dn {
+inline namespace DARKNET_ISA {  // isa.h: one copy per instruction set
+namespace cpu {
 
 // w[g * nin + k] = normalised weight of input k in group g (1 without weights); sums[g] = the
 // group's denominator (eps 0.0001 plus the relu'd or exp'd weights).
@@ -35,4 +38,6 @@ inline void normalize_shortcut_weights(const float* weights, ShortcutWeights wt,
     }
 }
 
-}  // namespace dn::cpu
+}  // namespace cpu
+}  // namespace DARKNET_ISA
+}  // namespace dn

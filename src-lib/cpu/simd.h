@@ -2,6 +2,7 @@
 // source compiles to AVX-512, AVX2/FMA or NEON (the build uses -march=native / -mcpu=native).
 // Also the vectorised activations that the GEMM epilogue applies to a register tile.
 #pragma once
+#include "isa.h"
 #include <cstring>
 
 #include "../activation.h"
@@ -11,6 +12,7 @@
 #endif
 
 namespace dn {
+inline namespace DARKNET_ISA {  // isa.h: one copy per instruction set
 namespace simd {
 
 // VW floats per vector register. MR x NR is the GEMM register tile: MR rows of C (broadcast from
@@ -144,4 +146,5 @@ inline vec activate(vec x, Activation a) {
 }
 
 }  // namespace simd
+}  // namespace DARKNET_ISA
 }  // namespace dn

@@ -14,7 +14,9 @@
 #include "simd.h"
 #include "thread_pool.h"
 
-namespace dn::cpu {
+namespace dn {
+inline namespace DARKNET_ISA {  // isa.h: one copy per instruction set
+namespace cpu {
 
 namespace {
 
@@ -650,4 +652,6 @@ void adam_update(float* w, float* grad, float* m, float* v, size_t n, float lr, 
     });
 }
 
-}  // namespace dn::cpu
+}  // namespace cpu
+}  // namespace DARKNET_ISA
+}  // namespace dn

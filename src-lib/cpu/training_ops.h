@@ -1,11 +1,14 @@
 // The CPU backend's training ops (backward passes and optimizer steps), as free functions that
 // CpuBackend forwards to. Same meaning as the Backend methods of the same name (backend.h).
 #pragma once
+#include "isa.h"
 #include <vector>
 
 #include "../backend.h"
 
-namespace dn::cpu {
+namespace dn {
+inline namespace DARKNET_ISA {  // isa.h: one copy per instruction set
+namespace cpu {
 
 void conv2d_backward_weights(const Tensor& x, const Tensor& dy, const ConvGeom& g, Tensor& dw, std::vector<float>& ws);
 void conv2d_backward_data(const Tensor& dy, const Tensor& w, const ConvGeom& g, Tensor& dx, std::vector<float>& ws);
@@ -32,4 +35,6 @@ void sgd_update(float* w, float* grad, float* m, size_t n, float lr, float momen
 void adam_update(float* w, float* grad, float* m, float* v, size_t n, float lr, float b1, float b2, float eps,
                  float decay, int batch, int t);
 
-}  // namespace dn::cpu
+}  // namespace cpu
+}  // namespace DARKNET_ISA
+}  // namespace dn

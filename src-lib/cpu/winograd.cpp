@@ -8,6 +8,7 @@
 #include "thread_pool.h"
 
 namespace dn {
+inline namespace DARKNET_ISA {  // isa.h: one copy per instruction set
 
 namespace {
 
@@ -384,4 +385,5 @@ void winograd_conv3x3(int m, const Tensor& x, const Tensor& w, const ConvGeom& g
     else run<2>(x, w, g, e, y, padded, u);
 }
 
+}  // namespace DARKNET_ISA
 }  // namespace dn

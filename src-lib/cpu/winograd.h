@@ -4,12 +4,14 @@
 // GEMMs over the channels, run with the shared register tile; the folded batch norm and the
 // activation are applied in the output transform, so the layer still writes its output once.
 #pragma once
+#include "isa.h"
 #include <vector>
 
 #include "../backend.h"
 #include "microkernel.h"
 
 namespace dn {
+inline namespace DARKNET_ISA {  // isa.h: one copy per instruction set
 
 // The output tile size m (4 or 2) cpu_conv2d should use for this layer, 0 for none (not 3x3
 // stride 1, or too small to pay for the transforms). DARKNET_PY_CONV_PATH=gemm|winograd-f2|
@@ -20,4 +22,5 @@ int winograd_tile(const Shape& x, const ConvGeom& g, const Shape& y);
 void winograd_conv3x3(int m, const Tensor& x, const Tensor& w, const ConvGeom& g, const Epilogue& e, Tensor& y,
                       std::vector<float>& padded, std::vector<float>& u);
 
+}  // namespace DARKNET_ISA
 }  // namespace dn

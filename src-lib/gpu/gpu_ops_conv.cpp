@@ -7,7 +7,7 @@
 
 #include "../kernels/args_forward.h"
 #include "../kernels/args_training.h"
-#include "../cpu/gemm.h"
+#include "../cpu/cpu_isa.h"
 #include "gpu_backend.h"
 
 namespace dn {
@@ -90,7 +90,7 @@ static void gemm_at(GpuBackend& be, bool ta, bool tb, int M, int N, int K, float
         return be.fallback("gemm", [&](Backend& cpu, HostStage& h) {
             const Tensor &hA = h.in(A), &hB = h.in(B);
             Tensor& hC = h.inout(C);
-            cpu_sgemm(ta, tb, M, N, K, alpha, hA.data() + a_off, lda, hB.data() + b_off, ldb, beta, hC.data() + c_off, ldc);
+            cpu_isa().sgemm(ta, tb, M, N, K, alpha, hA.data() + a_off, lda, hB.data() + b_off, ldb, beta, hC.data() + c_off, ldc);
         });
     int tiles_n = (N + 15) / 16;
     GemmArgs a{M, N, K, lda, ldb, ldc, ta ? 1 : 0, tb ? 1 : 0, (int32_t)a_off, (int32_t)b_off, (int32_t)c_off,
