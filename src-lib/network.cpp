@@ -65,6 +65,7 @@ void Network::set_backend(std::unique_ptr<Backend> backend) {
     outputs_.clear();
     deltas_.clear();
     input_ = Tensor();
+    drop_training_state("set_backend() moved the network");
 }
 
 void Network::resize_input(int width, int height) {
@@ -96,6 +97,19 @@ void Network::resize_input(int width, int height) {
     warnings = old_warnings;  // the rebuild repeats the cfg's warnings
     outputs_.clear();
     deltas_.clear();
+    input_ = Tensor();
+    drop_training_state("resize_input() rebuilt the layers");
+}
+
+void Network::drop_training_state(const char* by) {
+    train_batch_ = 0;
+    dropped_by_ = by;
+}
+
+void Network::require_training_state(const std::string& what) const {
+    if (train_batch_ > 0 && deltas_.size() == layers.size() && outputs_.size() == layers.size()) return;
+    throw DarknetError(what + " needs the training state of a forward_train(): call forward_train(x) first (" +
+                       dropped_by_ + ")");
 }
 
 template <class F>
@@ -110,6 +124,9 @@ void Network::run_layer(size_t i, F&& f) {
 }
 
 void Network::check_input(const Shape& s) const {
+    if (s.n < 1) throw DarknetError("input batch is " + std::to_string(s.n) + ": give at least one image (Nx" +
+                                    std::to_string(options.channels) + "x" + std::to_string(options.height) + "x" +
+                                    std::to_string(options.width) + " with N >= 1)");
     if (s.c != options.channels || s.h != options.height || s.w != options.width)
         throw DarknetError("input is " + s.str() + " but the network expects Nx" + std::to_string(options.channels) +
                            "x" + std::to_string(options.height) + "x" + std::to_string(options.width));
@@ -120,7 +137,10 @@ const LayerOutputs& Network::forward(const Tensor& x) {
     check_input(s);
     outputs_.resize(layers.size());
     layer_ms_.assign(layers.size(), 0.0);
-    deltas_.clear();  // a plain forward invalidates the training state of forward_train
+    // A plain forward overwrites the outputs that forward_train's deltas and backward() refer to.
+    deltas_.clear();
+    input_ = Tensor();
+    drop_training_state("forward() or detect() since replaced its outputs");
     Tensor input = backend_->adopt(x);
     const Tensor* in = &input;
     for (size_t i = 0; i < layers.size(); ++i) {
@@ -137,6 +157,7 @@ const LayerOutputs& Network::forward(const Tensor& x) {
 const LayerOutputs& Network::forward_train(const Tensor& x) {
     const Shape& s = x.shape();
     check_input(s);
+    drop_training_state("the last forward_train() failed");  // until every layer has run
     input_ = backend_->adopt(x);
     outputs_.resize(layers.size());
     deltas_.resize(layers.size());
@@ -150,11 +171,12 @@ const LayerOutputs& Network::forward_train(const Tensor& x) {
         run_layer(i, [&] { l.forward_train(*backend_, *in, outputs_[i], outputs_); });
         in = &outputs_[i];
     }
+    train_batch_ = s.n;
     return outputs_;
 }
 
 void Network::backward() {
-    if (deltas_.size() != layers.size()) throw DarknetError("backward() needs a forward_train() first");
+    require_training_state("backward()");
     for (int i = (int)layers.size() - 1; i >= 0; --i) {
         const Tensor& x = i == 0 ? input_ : outputs_[i - 1];
         Tensor* dx = i == 0 ? nullptr : &deltas_[i - 1];
