@@ -25,7 +25,9 @@ build)
 run)
     SEED=${2:?seed}; CHUNKS=${3:?chunks}; COUNT=${4:?count per chunk}
     mkdir -p "$ASAN_DIR/logs"
-    LIBASAN=$(${CXX:-c++} -print-file-name=libasan.so)
+    # libstdc++ is preloaded too: python itself does not link it, and ASan's __cxa_throw interceptor
+    # must find the real one at start-up (else the first C++ exception aborts with a CHECK failure).
+    LIBASAN="$(${CXX:-c++} -print-file-name=libasan.so) $(${CXX:-c++} -print-file-name=libstdc++.so)"
     for ((i = 0; i < CHUNKS; ++i)); do
         s=$((SEED + i))
         # detect_leaks=0: CPython's own allocations at exit are not ours to report.

@@ -61,8 +61,7 @@ void bind_ops(py::module_& m) {
                           int dilation, int groups, int out_h, int out_w) {
             Shape xs = nchw("Ops.conv2d", "x", x), ws = nchw("Ops.conv2d", "w", w);
             ConvGeom g{ws.h, ws.w, stride_y, stride_x, pad, dilation, groups};
-            Shape ys = conv_output("Ops.conv2d", xs, ws, g);
-            check_shape("Ops.conv2d", "(out_h, out_w)", Shape{ys.n, ys.c, out_h, out_w}, ys);
+            Shape ys = conv_output("Ops.conv2d", xs, ws, g, out_h, out_w);
             Tensor tx = o.in(x), tw = o.in(w), y = o.out(ys);
             o.be->conv2d(tx, tw, g, y);
             return to_numpy(y);
@@ -76,8 +75,7 @@ void bind_ops(py::module_& m) {
             const char* op = "Ops.conv2d_affine_act";
             Shape xs = nchw(op, "x", x), ws = nchw(op, "w", w);
             ConvGeom g{ws.h, ws.w, stride_y, stride_x, pad, dilation, groups};
-            Shape ys = conv_output(op, xs, ws, g);
-            check_shape(op, "(out_h, out_w)", Shape{ys.n, ys.c, out_h, out_w}, ys);
+            Shape ys = conv_output(op, xs, ws, g, out_h, out_w);
             check_size(op, "shift", shift.size(), ws.n);
             FloatArray scale_a = scale.is_none() ? FloatArray() : scale.cast<FloatArray>();
             if (!scale.is_none()) check_size(op, "scale", scale_a.size(), ws.n);
@@ -191,9 +189,9 @@ void bind_ops(py::module_& m) {
         .def("conv2d_backward_weights", [](Ops& o, const FloatArray& x, const FloatArray& dy, const FloatArray& dw,
                                            int stride_y, int stride_x, int pad, int dilation, int groups) {
             const char* op = "Ops.conv2d_backward_weights";
-            Shape xs = nchw(op, "x", x), ws = nchw(op, "dw", dw);
-            Shape ys = conv_output(op, xs, ws, ConvGeom{ws.h, ws.w, stride_y, stride_x, pad, dilation, groups});
-            check_shape(op, "dy", nchw(op, "dy", dy), ys);
+            Shape xs = nchw(op, "x", x), ws = nchw(op, "dw", dw), ys = nchw(op, "dy", dy);
+            check_shape(op, "dy", ys, conv_output(op, xs, ws, ConvGeom{ws.h, ws.w, stride_y, stride_x, pad, dilation, groups},
+                                                  ys.h, ys.w, "dy's HxW"));
             Tensor tx = o.in(x), tdy = o.in(dy), tdw = o.in(dw);
             o.be->conv2d_backward_weights(tx, tdy, ConvGeom{tdw.shape().h, tdw.shape().w, stride_y, stride_x, pad, dilation, groups}, tdw);
             return to_numpy(tdw);
@@ -201,9 +199,9 @@ void bind_ops(py::module_& m) {
         .def("conv2d_backward_data", [](Ops& o, const FloatArray& dy, const FloatArray& w, const FloatArray& dx,
                                         int stride_y, int stride_x, int pad, int dilation, int groups) {
             const char* op = "Ops.conv2d_backward_data";
-            Shape xs = nchw(op, "dx", dx), ws = nchw(op, "w", w);
-            Shape ys = conv_output(op, xs, ws, ConvGeom{ws.h, ws.w, stride_y, stride_x, pad, dilation, groups});
-            check_shape(op, "dy", nchw(op, "dy", dy), ys);
+            Shape xs = nchw(op, "dx", dx), ws = nchw(op, "w", w), ys = nchw(op, "dy", dy);
+            check_shape(op, "dy", ys, conv_output(op, xs, ws, ConvGeom{ws.h, ws.w, stride_y, stride_x, pad, dilation, groups},
+                                                  ys.h, ys.w, "dy's HxW"));
             Tensor tdy = o.in(dy), tw = o.in(w), tdx = o.in(dx);
             o.be->conv2d_backward_data(tdy, tw, ConvGeom{tw.shape().h, tw.shape().w, stride_y, stride_x, pad, dilation, groups}, tdx);
             return to_numpy(tdx);

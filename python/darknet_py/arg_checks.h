@@ -76,12 +76,15 @@ inline Shape shape_arg(const std::string& call, const std::string& arg, const st
     return result_shape(call, arg, v[0], v[1], v[2], v[3]);
 }
 
-// Darknet's convolution output size; checks the geometry against x and w (w: [out_c, in_c/groups, kh, kw]).
-inline Shape conv_output(const std::string& call, const Shape& x, const Shape& w, const dn::ConvGeom& g) {
+// The convolution output (x.n, w.n, oh, ow) after checking the geometry against x and w (w: [out_c,
+// in_c/groups, kh, kw]). Two output sizes are valid: backend.h's rule, which counts the dilated kernel
+// extent, and Darknet's layer rule, which ignores dilation (taps outside the input then read zeros).
+inline Shape conv_output(const std::string& call, const Shape& x, const Shape& w, const dn::ConvGeom& g, int64_t oh,
+                         int64_t ow, const std::string& out_arg = "(out_h, out_w)") {
     check_min(call, "stride_y", g.stride_y, 1);
     check_min(call, "stride_x", g.stride_x, 1);
-    check_min(call, "dilation", g.dilation, 1);
-    check_min(call, "pad", g.pad, 0);
+    check_range(call, "dilation", g.dilation, 1, 1 << 20);
+    check_range(call, "pad", g.pad, 0, 1 << 20);
     check_min(call, "groups", g.groups, 1);
     if (x.c % g.groups || w.n % g.groups)
         bad_arg(call, "groups", "a divisor of x's channels (" + std::to_string(x.c) + ") and w's filters (" +
@@ -89,9 +92,19 @@ inline Shape conv_output(const std::string& call, const Shape& x, const Shape& w
     if (w.c != x.c / g.groups)
         bad_arg(call, "w", "of shape Fx" + std::to_string(x.c / g.groups) + "xKHxKW (x's channels / groups)",
                 w.str());
-    int64_t oh = ((int64_t)x.h + 2 * (int64_t)g.pad - (int64_t)g.dilation * (w.h - 1) - 1) / g.stride_y + 1;
-    int64_t ow = ((int64_t)x.w + 2 * (int64_t)g.pad - (int64_t)g.dilation * (w.w - 1) - 1) / g.stride_x + 1;
-    return result_shape(call, "the output (from x, w, stride, pad, dilation)", x.n, w.n, oh, ow);
+    auto rule = [&](int64_t in, int64_t k, int64_t stride, bool dilated) {
+        int64_t extent = dilated ? (int64_t)g.dilation * (k - 1) + 1 : k;
+        int64_t span = in + 2 * (int64_t)g.pad - extent;
+        return span < 0 ? 0 : span / stride + 1;
+    };
+    int64_t h1 = rule(x.h, w.h, g.stride_y, true), w1 = rule(x.w, w.w, g.stride_x, true);
+    int64_t h2 = rule(x.h, w.h, g.stride_y, false), w2 = rule(x.w, w.w, g.stride_x, false);
+    if (!((oh == h1 && ow == w1) || (oh == h2 && ow == w2)))
+        bad_arg(call, out_arg,
+                std::to_string(h1) + "x" + std::to_string(w1) + " (backend.h's rule) or " + std::to_string(h2) + "x" +
+                    std::to_string(w2) + " (Darknet's layer rule, dilation ignored) for x " + x.str() + " and w " +
+                    w.str(), std::to_string(oh) + "x" + std::to_string(ow));
+    return result_shape(call, "the output", x.n, w.n, oh, ow);
 }
 
 // Pooling output size, as backend.h defines it: (in + padding - size) / stride + 1.
@@ -116,14 +129,14 @@ inline void check_channels(const std::string& call, const std::string& arg, int 
 }
 
 // The output shape of Ops.pool / the dy of Ops.pool_backward for `kind`; `given` supplies the channel
-// count that max_depth leaves open (its output keeps h and w and takes any 1..x.c channels).
+// count that max_depth leaves open (its output keeps h and w and takes any channel count: a channel with
+// no input channel k % out_c == c holds -FLT_MAX).
 inline Shape pool_shape(const std::string& call, const std::string& kind, const Shape& x, const dn::PoolGeom& g,
                         const Shape& given) {
     if (kind == "max" || kind == "local_avg") return pool_output(call, x, g);
     if (kind == "global_avg") return Shape{x.n, x.c, 1, 1};
     if (kind == "max_depth") {
-        check_range(call, "the output's channels", given.c, 1, x.c);
-        return Shape{x.n, given.c, x.h, x.w};
+        return result_shape(call, "the output", x.n, given.c, x.h, x.w);
     }
     throw dn::DarknetError(call + ": kind must be 'max', 'local_avg', 'global_avg' or 'max_depth', got '" + kind + "'");
 }
