@@ -2,6 +2,11 @@
 
     python benchmarks/compare.py [--threads N] [--models yolov4-tiny,yolov3-tiny] [--rounds 15]
                                  [--scaling] [--out benchmarks/RESULTS.md | --no-write]
+    python benchmarks/compare.py --device metal [--models ...] [--rounds 15]
+
+With --device, our engine on that GPU device against our CPU backend instead (compare_device.py:
+latency, throughput, training, video frames/s and the issue's targets); it says so and exits 2 when
+the device is not available.
 
 Per model: both engines load the same cfg and the same seeded random weights (written by our
 engine in Darknet's format, read by cv2.dnn.readNetFromDarknet), get the same input blob and the
@@ -125,7 +130,12 @@ def main(argv=None) -> int:
     p.add_argument("--scaling", action="store_true", help="also time our engine on 1 thread")
     p.add_argument("--out", default=str(Path(__file__).resolve().parent / "RESULTS.md"))
     p.add_argument("--no-write", action="store_true", help="print only")
+    p.add_argument("--device", help="compare our engine on this GPU device (e.g. metal) with our CPU instead")
     a = p.parse_args(argv)
+    if a.device:
+        from compare_device import run
+
+        return run(a.device, a.models, a.rounds)
     models = [bc.find_model(m.strip()) for m in a.models.split(",") if m.strip()]
 
     peak = bc.fma_peak(a.threads)

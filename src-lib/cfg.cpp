@@ -7,6 +7,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "darknet_options.h"
+
 namespace dn {
 
 namespace {
@@ -212,7 +214,7 @@ void warn_unused_options(const CfgFile& cfg, Warnings& w) {
         for (auto& kv : s.options)
             if (!kv.second.used)
                 w.add(s.file + ":" + std::to_string(kv.second.line) + ": [" + s.type + "] option '" + kv.first +
-                      "' is not used by this layer; ignored (Darknet ignores it too)");
+                      "' is not used: " + explain_unused_option(s.type, kv.first));
         for (auto& r : s.repeated)
             w.add(s.file + ":" + std::to_string(r.second) + ": [" + s.type + "] option '" + r.first +
                   "' repeats line " + std::to_string(s.options.at(r.first).line) +

@@ -52,7 +52,8 @@ struct CfgFile {
 CfgFile parse_cfg_text(const std::string& text, const std::string& path);
 CfgFile parse_cfg_file(const std::string& path);
 
-// Options present in the file that no layer read: Darknet ignores them too, so they are warnings.
+// Options present in the file that no layer read, as warnings saying why (darknet_options.h): not
+// supported here, no effect, belongs in another section, or unknown to Darknet (with "did you mean").
 void warn_unused_options(const CfgFile& cfg, Warnings& w);
 
 }  // namespace dn

@@ -5,7 +5,14 @@
 
 #include "errors.h"
 #include "gpu/gpu_backend.h"
+#include "gpu/kernel_source.h"
 #include "opencl_device.h"
+#ifdef DARKNET_PY_HAS_CUDA
+#include "cuda_device.h"
+#endif
+#ifdef DARKNET_PY_METAL
+#include "metal_device.h"
+#endif
 
 namespace dn {
 
@@ -29,10 +36,41 @@ std::shared_ptr<Device> opencl_device(int index) {
     static std::map<int, std::weak_ptr<Device>> opened;
     std::lock_guard<std::mutex> lock(mutex);
     if (auto d = opened[index].lock()) return d;
-    auto d = open_opencl_device(index, kGpuPrelude_opencl, kGpuKernelText);
+    size_t prelude_lines = 0;
+    std::string source = kernel_source("opencl", &prelude_lines);
+    auto d = open_opencl_device(index, source, prelude_lines);
     opened[index] = d;
     return d;
 }
+
+// An opened CUDA device is shared likewise (one stream, one pool, the kernels loaded once).
+std::shared_ptr<Device> cuda_device(int index) {
+#ifdef DARKNET_PY_HAS_CUDA
+    static std::mutex mutex;
+    static std::map<int, std::weak_ptr<Device>> opened;
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto d = opened[index].lock()) return d;
+    auto d = open_cuda_device(index);
+    opened[index] = d;
+    return d;
+#else
+    throw DarknetError("device 'cuda:" + std::to_string(index) +
+                       "' is not built into this module (it was built without a CUDA toolkit; darknet_py info says more)");
+#endif
+}
+
+#ifdef DARKNET_PY_METAL
+// The Metal device, shared like OpenCL's: the MSL (its prelude, then the kernel text) compiles once.
+std::shared_ptr<Device> metal_device() {
+    static std::mutex mutex;
+    static std::weak_ptr<Device> opened;
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto d = opened.lock()) return d;
+    auto d = open_metal_device(kernel_source("metal"));
+    opened = d;
+    return d;
+}
+#endif
 
 // Allocates, runs one kernel and reads it back: a device that fails this is not used by "auto".
 bool works(Backend& be, std::string* why) {
@@ -51,14 +89,30 @@ bool works(Backend& be, std::string* why) {
 
 }  // namespace
 
+// In the order "auto" tries them: CUDA, Metal, then OpenCL.
 std::vector<DeviceReport> list_devices() {
     std::vector<DeviceReport> out;
+#ifdef DARKNET_PY_HAS_CUDA
+    std::string why_cuda;
+    auto cuda = list_cuda_devices(&why_cuda);
+    for (auto& info : cuda) out.push_back(DeviceReport{"cuda", true, info, ""});
+    if (cuda.empty()) out.push_back(DeviceReport{"cuda", false, {}, why_cuda});
+#else
+    out.push_back(DeviceReport{"cuda", false, {}, "not built into this module (no CUDA toolkit was found at build time)"});
+#endif
     std::string why;
+    // listed before OpenCL: "auto" tries devices in this order (on a Mac, Metal before Apple's OpenCL)
+#ifdef DARKNET_PY_METAL
+    DeviceInfo metal;
+    std::string metal_why;
+    if (probe_system_metal(&metal, &metal_why)) out.push_back(DeviceReport{"metal", true, metal, ""});
+    else out.push_back(DeviceReport{"metal", false, {}, metal_why});
+#else
+    out.push_back(DeviceReport{"metal", false, {}, "not built into this module (it is built on macOS with Metal)"});
+#endif
     auto cl = list_opencl_devices(&why);
     for (auto& info : cl) out.push_back(DeviceReport{"opencl", true, info, ""});
     if (cl.empty()) out.push_back(DeviceReport{"opencl", false, {}, why});
-    out.push_back(DeviceReport{"cuda", false, {}, "not built into this module (no CUDA device support yet)"});
-    out.push_back(DeviceReport{"metal", false, {}, "not built into this module (no Metal device support yet)"});
     return out;
 }
 
@@ -95,7 +149,11 @@ std::unique_ptr<Backend> make_backend(const std::string& requested) {
     if (name == "cpu") return make_cpu_backend();
     int index = 0;
     if (parse_indexed(name, "opencl", &index)) return std::make_unique<GpuBackend>(opencl_device(index));
-    if (parse_indexed(name, "cuda", &index) || name == "metal")
+    if (parse_indexed(name, "cuda", &index)) return std::make_unique<GpuBackend>(cuda_device(index));
+#ifdef DARKNET_PY_METAL
+    if (name == "metal") return std::make_unique<GpuBackend>(metal_device());
+#endif
+    if (name == "metal")
         throw DarknetError("device '" + name + "' is not built into this module (darknet_py info lists what is)");
     throw DarknetError("unknown device '" + name + "' (cpu, reference, opencl, opencl:N, cuda, cuda:N, metal, auto)");
 }

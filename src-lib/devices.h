@@ -32,8 +32,4 @@ std::string resolve_device(const std::string& name, std::vector<std::string>* lo
 // unusable name, saying which names exist.
 std::unique_ptr<Backend> make_backend(const std::string& name);
 
-// The GPU kernel text and each device's macro prelude (generated from src-lib/kernels by CMake).
-extern const char* const kGpuKernelText;
-extern const char* const kGpuPrelude_opencl;
-
 }  // namespace dn

@@ -51,12 +51,13 @@ NetOptions parse_net_options(const Section& s) {
     o.mixup = s.get_int("mixup", 0, 0, 1) != 0;
     o.letter_box = s.get_int("letter_box", 0, 0, 1) != 0;
     o.flip = s.get_int("flip", 1, 0, 1) != 0;
-    o.blur = s.get_int("blur", 0);
+    o.blur = s.get_int("blur", 0, 0, 1 << 16);
+    o.gaussian_noise = s.get_int("gaussian_noise", 0, 0, 1 << 16);
     o.label_smooth_eps = s.get_float("label_smooth_eps", 0.0f);
     // Read so they do not warn as unused: Darknet options we accept but do not act on at inference.
     for (const char* k : {"max_chart_loss", "track", "time_steps", "augment_speed", "sequential_subdivisions",
                           "try_fix_nan", "dynamic_minibatch", "contrastive", "unsupervised", "resize_step",
-                          "mosaic_bound", "adversarial_lr", "attention", "gaussian_noise", "loss_scale",
+                          "mosaic_bound", "adversarial_lr", "attention", "loss_scale",
                           "init_sequential_subdivisions", "inputs"})
         s.get_string(k, "");
     return o;

@@ -28,7 +28,7 @@ struct NetOptions {
     float angle = 0, saturation = 1, exposure = 1, hue = 0, aspect = 1;
     int min_crop = 0, max_crop = 0;
     bool mosaic = false, cutmix = false, mixup = false, letter_box = false, flip = true;
-    int blur = 0;
+    int blur = 0, gaussian_noise = 0;  // applied by the Python loader (data/augment.py)
     float label_smooth_eps = 0.0f;
 };
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 
 #include "devices.h"
 
@@ -33,6 +34,7 @@ void Network::build(const CfgFile& cfg) {
         s.check_size("", "the output", {(double)input.c, (double)input.h, (double)input.w});
     }
     if (layers.empty()) throw DarknetError(cfg.path + ": the cfg has no layers after [net]");
+    resolve_layer_training(layers);
     warn_unused_options(cfg, warnings);
     allocate_params();
 }
@@ -65,6 +67,7 @@ void Network::set_backend(std::unique_ptr<Backend> backend) {
     outputs_.clear();
     deltas_.clear();
     input_ = Tensor();
+    recording_.reset();
     drop_training_state("set_backend() moved the network");
 }
 
@@ -98,6 +101,7 @@ void Network::resize_input(int width, int height) {
     outputs_.clear();
     deltas_.clear();
     input_ = Tensor();
+    recording_.reset();  // it refers to the old layers' buffers, even if a later resize comes back to its size
     drop_training_state("resize_input() rebuilt the layers");
 }
 
@@ -132,17 +136,42 @@ void Network::check_input(const Shape& s) const {
                            "x" + std::to_string(options.height) + "x" + std::to_string(options.width));
 }
 
-const LayerOutputs& Network::forward(const Tensor& x) {
-    const Shape& s = x.shape();
+// The input goes to one place that stays put (input_): backward of layer 0 and a recorded forward
+// read it there.
+void Network::load_input(const Tensor* x, const float* host, const Shape& s) {
     check_input(s);
+    // The input and then the outputs are replaced: forward_train's state (which backward() and the loss
+    // read) is gone; forward_train_loaded restores it once every layer has run.
+    drop_training_state("forward() or detect() since replaced its input and outputs");
+    backend_->resize(input_, s);
+    if (host)
+        copy_from_host(host, input_);
+    else if (x->buffer() != input_.buffer())
+        copy_tensor(*x, input_);
+}
+
+const LayerOutputs& Network::forward(const Tensor& x) {
+    load_input(&x, nullptr, x.shape());
+    return forward_loaded();
+}
+
+const LayerOutputs& Network::forward(const float* x, const Shape& s) {
+    load_input(nullptr, x, s);
+    return forward_loaded();
+}
+
+const LayerOutputs& Network::forward_loaded() {
+    const Shape& s = input_.shape();
     outputs_.resize(layers.size());
     layer_ms_.assign(layers.size(), 0.0);
-    // A plain forward overwrites the outputs that forward_train's deltas and backward() refer to.
-    deltas_.clear();
-    input_ = Tensor();
-    drop_training_state("forward() or detect() since replaced its outputs");
-    Tensor input = backend_->adopt(x);
-    const Tensor* in = &input;
+    deltas_.clear();  // a plain forward invalidates the training state of forward_train
+    last_replayed_ = replay_or_record(s);
+    if (!last_replayed_) run_forward(s);
+    return outputs_;
+}
+
+void Network::run_forward(const Shape& s) {
+    const Tensor* in = &input_;
     for (size_t i = 0; i < layers.size(); ++i) {
         auto t0 = std::chrono::steady_clock::now();
         Layer& l = *layers[i];
@@ -151,14 +180,56 @@ const LayerOutputs& Network::forward(const Tensor& x) {
         in = &outputs_[i];
         layer_ms_[i] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     }
-    return outputs_;
+}
+
+// The first forward of a shape runs normally (it allocates the outputs and temporaries a recording
+// must find in place); the second is recorded and replayed; later ones replay. A recording is
+// dropped when a buffer it uses is freed (a new shape, training, moved parameters: Recording::valid).
+bool Network::replay_or_record(const Shape& s) {
+    static const bool disabled = [] {
+        const char* env = std::getenv("DARKNET_PY_GRAPHS");
+        return env && std::string(env) == "0";
+    }();
+    Device* dev = backend_->device().get();
+    if (!record_forwards || disabled || !dev) return false;
+    if (recording_ && recording_shape_ == s && recording_->valid()) {
+        recording_->replay();
+        return true;
+    }
+    if (recording_shape_ != s || recording_) {  // a new shape, or an invalidated recording: start over
+        recording_.reset();
+        recording_shape_ = s;
+        eager_runs_ = 0;
+    }
+    if (++eager_runs_ != 2) return false;  // only one attempt per shape: a failed one is not retried
+    for (const auto& ops : fallback_ops_)
+        if (!ops.empty()) return false;  // a CPU fallback needs the host in the middle of the pass
+    if (!dev->begin_capture()) return false;
+    run_forward(s);
+    std::string why;
+    recording_ = dev->end_capture(&why);
+    if (!recording_) {
+        std::fprintf(stderr, "darknet_py: forwards of %s are not recorded on %s: %s\n", s.str().c_str(),
+                     dev->info().id.c_str(), why.c_str());
+        return false;  // nothing of the recorded pass ran: the caller runs it normally
+    }
+    recording_->replay();
+    return true;
 }
 
 const LayerOutputs& Network::forward_train(const Tensor& x) {
-    const Shape& s = x.shape();
-    check_input(s);
+    load_input(&x, nullptr, x.shape());
+    return forward_train_loaded();
+}
+
+const LayerOutputs& Network::forward_train(const float* x, const Shape& s) {
+    load_input(nullptr, x, s);
+    return forward_train_loaded();
+}
+
+const LayerOutputs& Network::forward_train_loaded() {
+    const Shape& s = input_.shape();
     drop_training_state("the last forward_train() failed");  // until every layer has run
-    input_ = backend_->adopt(x);
     outputs_.resize(layers.size());
     deltas_.resize(layers.size());
     const Tensor* in = &input_;
@@ -177,15 +248,29 @@ const LayerOutputs& Network::forward_train(const Tensor& x) {
 
 void Network::backward() {
     require_training_state("backward()");
+    // Darknet's get_current_iteration: the iterations completed (the train loop keeps `seen`)
+    long long iteration = options.batch > 0 ? (long long)(seen / (uint64_t)options.batch) : 0;
     for (int i = (int)layers.size() - 1; i >= 0; --i) {
+        const LayerTraining& t = layers[i]->training;
+        if (t.stopbackward == 1 || t.stopbackward > iteration) break;
+        if (t.onlyforward) continue;
         const Tensor& x = i == 0 ? input_ : outputs_[i - 1];
         Tensor* dx = i == 0 ? nullptr : &deltas_[i - 1];
         run_layer(i, [&] { layers[i]->backward(*backend_, x, outputs_[i], deltas_[i], dx, outputs_, deltas_); });
     }
 }
 
+// Darknet's batchnorm parameters: a normalised layer's scales and (its beta) biases.
+static bool is_batchnorm_param(const Layer& l, const Param& p) {
+    if (p.name != "scales" && p.name != "biases") return false;
+    for (const Param& q : l.params)
+        if (q.name == "rolling_mean") return true;
+    return false;
+}
+
 void Network::update(float lr, int batch, int t) {
     int step = t > 0 ? t : ++updates_;
+    int iteration = step;  // the iteration being completed, 1-based (Darknet's iteration_num)
     momentum_.resize(layers.size());
     adam_v_.resize(layers.size());
     // Optimizer state (Darknet's *_updates, Adam's second moment) lives beside each parameter.
@@ -195,21 +280,31 @@ void Network::update(float lr, int batch, int t) {
         backend_->fill(t, 0.0f);
     };
     for (size_t i = 0; i < layers.size(); ++i) {
-        auto& params = layers[i]->params;
+        Layer& l = *layers[i];
+        auto& params = l.params;
         momentum_[i].resize(params.size());
         adam_v_[i].resize(params.size());
+        bool updates = layer_updates_at(l.training, iteration, options.burn_in);
+        float layer_lr = lr * l.training.learning_rate_scale;
         for (size_t k = 0; k < params.size(); ++k) {
             Param& p = params[k];
             if (!p.has_grad) continue;
+            // A layer that does not update drops its gradient (Darknet would keep accumulating it
+            // into the momentum buffer and apply the sum at the first update: one huge step).
+            if (!updates || (l.training.train_only_bn && !is_batchnorm_param(l, p))) {
+                backend_->fill(p.grad, 0.0f);
+                continue;
+            }
             Tensor& m = momentum_[i][k];
             state(m, p.shape);
             float decay = p.decay ? options.decay : 0.0f;
             if (options.adam) {
                 Tensor& v = adam_v_[i][k];
                 state(v, p.shape);
-                backend_->adam_update(p.value, p.grad, m, v, lr, options.B1, options.B2, options.eps, decay, batch, step);
+                backend_->adam_update(p.value, p.grad, m, v, layer_lr, options.B1, options.B2, options.eps, decay, batch,
+                                      step);
             } else {
-                backend_->sgd_update(p.value, p.grad, m, lr, options.momentum, decay, batch);
+                backend_->sgd_update(p.value, p.grad, m, layer_lr, options.momentum, decay, batch);
             }
         }
     }

@@ -8,6 +8,7 @@
 
 #include "backend.h"
 #include "cfg.h"
+#include "gpu/device.h"
 #include "layers/layer.h"
 #include "layers/yolo.h"
 #include "net_options.h"
@@ -22,10 +23,13 @@ public:
 
     // x: [n, channels, height, width]. Returns the output of every layer (index = layer).
     const LayerOutputs& forward(const Tensor& x);
+    // The same from host memory holding shape s (NumPy arrays: no intermediate tensor).
+    const LayerOutputs& forward(const float* x, const Shape& s);
 
     // ---- training ----
     // Forward with training behaviour; zeroes every layer's delta for the following backward().
     const LayerOutputs& forward_train(const Tensor& x);
+    const LayerOutputs& forward_train(const float* x, const Shape& s);
     // The batch size of the last forward_train while its training state (outputs, deltas, input) is
     // intact; 0 once forward(), resize_input() or set_backend() replaced it, or forward_train failed.
     int train_batch() const { return train_batch_; }
@@ -36,11 +40,14 @@ public:
     std::vector<Tensor>& deltas() { return deltas_; }
     const LayerOutputs& outputs() const { return outputs_; }
     // Back-propagates the deltas, accumulating parameter gradients (summed over the batch) until update().
+    // Honours the layers' stopbackward / onlyforward (layers/training_options.h); stopbackward=N
+    // counts the iterations completed as seen / batch, so a training loop keeps `seen` current.
     void backward();
     // Applies Darknet's SGD (or Adam when opt.adam) with learning rate lr, then clears the gradients.
     // `batch` is the number of images whose gradients were accumulated (batch x subdivisions in Darknet).
     // `t` is Adam's step count (Darknet: the iteration, so that a resumed run continues it); t <= 0
-    // counts this network's updates instead.
+    // counts this network's updates instead. It is also the iteration that dont_update and
+    // burnin_update compare with; each layer's rate is lr times its learning_rate option.
     void update(float lr, int batch, int t = 0);
 
     // Indices of the [yolo] layers; empty for a classifier.
@@ -66,8 +73,15 @@ public:
     // `darknet_py info --coverage`); empty lists on the CPU backends.
     const std::vector<std::set<std::string>>& fallback_ops() const { return fallback_ops_; }
 
-    // Wall-clock milliseconds each layer took in the last forward pass (for profiling).
+    // Wall-clock milliseconds each layer took in the last forward pass (for profiling; zeros when the
+    // pass was a replayed recording).
     const std::vector<double>& layer_ms() const { return layer_ms_; }
+
+    // Recorded forwards (CUDA graphs): from the second forward of a shape on, on a device that can
+    // record, the pass is recorded once and replayed (batch-1 latency is launch-bound). Off with
+    // record_forwards = false or DARKNET_PY_GRAPHS=0. Whether the last forward was a replay:
+    bool record_forwards = true;
+    bool last_forward_replayed() const { return last_replayed_; }
 
     std::string cfg_path;
     NetOptions options;
@@ -81,12 +95,21 @@ private:
     void check_input(const Shape& s) const;  // throws unless s matches the [net] input
     template <class F>
     void run_layer(size_t i, F&& f);          // f(), noting the ops that fell back to the CPU
+    void load_input(const Tensor* x, const float* host, const Shape& s);  // into input_, checked
+    const LayerOutputs& forward_loaded();     // forward() of input_
+    const LayerOutputs& forward_train_loaded();
+    void run_forward(const Shape& s);         // the layers of forward(), from input_
+    bool replay_or_record(const Shape& s);    // true when the pass ran as a recording
     CfgFile cfg_;  // kept for resize_input
     std::unique_ptr<Backend> backend_;
     LayerOutputs outputs_;
     std::vector<double> layer_ms_;
     std::vector<std::set<std::string>> fallback_ops_;
-    Tensor input_;                        // the last forward_train input, for backward of layer 0
+    Tensor input_;  // the last input (backward of layer 0 reads it; a recorded forward reads it from here)
+    std::unique_ptr<Recording> recording_;  // the recorded forward of recording_shape_, if any
+    Shape recording_shape_;
+    int eager_runs_ = 0;                    // forwards of recording_shape_ so far, not recorded
+    bool last_replayed_ = false;
     std::vector<Tensor> deltas_;
     // Why the training state is gone (for require_training_state's message); train_batch_ = 0 then.
     void drop_training_state(const char* by);

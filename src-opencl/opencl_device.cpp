@@ -285,7 +285,7 @@ std::vector<DeviceInfo> list_opencl_devices(std::string* why_none) {
     return out;
 }
 
-std::shared_ptr<Device> open_opencl_device(int index, const std::string& prelude, const std::string& kernel_source) {
+std::shared_ptr<Device> open_opencl_device(int index, const std::string& source, size_t prelude_lines) {
     std::string why;
     const ClApi* cl = cl_api(&why);
     if (!cl) throw DarknetError("OpenCL is not available: " + why);
@@ -295,12 +295,7 @@ std::shared_ptr<Device> open_opencl_device(int index, const std::string& prelude
         throw DarknetError("no OpenCL device opencl:" + std::to_string(index) + " (found opencl:0 to opencl:" +
                            std::to_string(found.size() - 1) + ")");
     auto device = std::make_shared<OpenCLDevice>(*cl, found[index]);
-    // No `#line 1` between the two: some compilers (Oclgrind's) ignore it in diagnostics, so the
-    // error message says how many lines to subtract instead.
-    std::string source = prelude;
-    if (!source.empty() && source.back() != '\n') source += '\n';
-    size_t prelude_lines = (size_t)std::count(source.begin(), source.end(), '\n');
-    device->open(source + kernel_source, prelude_lines);
+    device->open(source, prelude_lines);
     return device;
 }
 

@@ -14,9 +14,10 @@ namespace dn {
 // and where it looked, no platforms, ...). Never throws.
 std::vector<DeviceInfo> list_opencl_devices(std::string* why_none);
 
-// Opens device `index` of that list and compiles `prelude` (kernels/compat_opencl.h's text) followed
-// by `kernel_source` (the embedded kernel text) for OpenCL C 1.2. Throws DarknetError when the
-// device does not exist or cannot be opened, and with the build log on a compile error.
-std::shared_ptr<Device> open_opencl_device(int index, const std::string& prelude, const std::string& kernel_source);
+// Opens device `index` of that list and compiles `source` (gpu/kernel_source.h: the prelude of
+// kernels/compat_opencl.h, `prelude_lines` long, then the kernel text) for OpenCL C 1.2. Throws
+// DarknetError when the device does not exist or cannot be opened, and with the build log on a
+// compile error.
+std::shared_ptr<Device> open_opencl_device(int index, const std::string& source, size_t prelude_lines);
 
 }  // namespace dn

@@ -25,7 +25,7 @@ from test_train import small_cfg
 
 REL_TOL = 1e-4  # forward outputs, as max|gpu - cpu| / max|cpu| per layer
 # Where a machine has a real OpenCL GPU (never in CI), the compiled-runtime tests run on it too.
-COMPILED = ["pocl"] + (["opencl_gpu"] if gpu_devices.GPU else [])
+COMPILED = ["pocl", "cuda"] + (["opencl_gpu"] if gpu_devices.GPU else [])
 
 
 def rel_err(got: np.ndarray, want: np.ndarray) -> float:
@@ -183,6 +183,8 @@ YOLO_LOSS_OPTIONS = {
     "new_coords": "new_coords=1\nscale_x_y=1.05\niou_loss=ciou\niou_normalizer=0.05\niou_thresh=0.2\nlabel_smooth_eps=0.1",
     # predictions above truth_thresh get deltas in the per-prediction pass; smooth objectness; max boxes
     "truth_thresh": "iou_loss=giou\nobjectness_smooth=1\nignore_thresh=0.2\ntruth_thresh=0.3\niou_thresh=0.2\nmax=6",
+    # focal_loss scales the class deltas (delta_yolo_class); a cell with two truths keeps the plain branch
+    "focal": "focal_loss=1\niou_thresh=0.2\ntruth_thresh=0.3\nlabel_smooth_eps=0.1",
 }
 
 

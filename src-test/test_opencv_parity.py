@@ -89,7 +89,7 @@ def _build_pair(shared_cfg_dir, tmp_path, name, width, height, keep, x):
     cv_cfg = write_cfg(tmp_path / "opencv.cfg",
                        rewrite_cfg(text, net=net_opts, per_section={"yolo": dict(thresh=0, nms_threshold=0)}))
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # unused-option warnings (stopbackward, ...)
+        warnings.simplefilter("ignore")  # unused-option warnings
         net = darknet_py.Network(ours_cfg)
     randomize_params(net, seed=sum(map(ord, name)))
     calibrate_heads(net, x)

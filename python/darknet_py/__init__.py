@@ -4,17 +4,27 @@
     net = darknet_py.Network("yolov4-tiny.cfg", "yolov4-tiny.weights", "coco.names")
     detections = net.detect(cv2.imread("dog.jpg"))
 """
+from .cuda_runtime import configure_environment as _configure_cuda
 from .opencl_runtime import configure_environment as _configure_opencl
 
 _configure_opencl()  # before the engine first looks for OpenCL devices
+_configure_cuda()  # and for cuBLAS
 
 from ._core import DarknetError  # noqa: E402
 from .network import Detection, Network, read_names  # noqa: E402
 from .evaluate import compute_map  # noqa: E402
 from .train import StopTraining, TrainingDiverged, TrainResult, train  # noqa: E402
 
+
+def metal_source() -> str:
+    """The Metal Shading Language text a Mac compiles for the GPU kernels (prelude + kernel text)."""
+    from ._core import kernel_source
+
+    return kernel_source("metal")
+
+
 map = compute_map  # darknet_py.map(data, cfg, weights, ...): Darknet's `detector map`
 
 __version__ = "0.1.0"
 __all__ = ["DarknetError", "Detection", "Network", "StopTraining", "TrainResult", "TrainingDiverged", "compute_map",
-           "read_names", "train", "__version__"]
+           "metal_source", "read_names", "train", "__version__"]

@@ -13,9 +13,11 @@
 #include "bindings.h"
 #include "cpu/gemm.h"
 #include "devices.h"
+#include "gpu/kernel_source.h"
 #include "cpu/thread_pool.h"
 #include "image.h"
 #include "network.h"
+#include "selftest_results.h"
 #include "weights.h"
 #include "yolo/detect.h"
 #include "yolo/loss.h"
@@ -24,6 +26,7 @@ using namespace dn;
 using namespace dn_py;
 
 void bind_ops(py::module_& m);  // _core_ops.cpp
+void bind_test_devices(py::module_& m);  // _core_test_devices.cpp
 
 namespace {
 
@@ -188,6 +191,7 @@ PYBIND11_MODULE(_core, m) {
             d["memory_bytes"] = r.info.memory_bytes;
             d["compute_units"] = r.info.compute_units;
             d["is_gpu"] = r.info.is_gpu;
+            d["details"] = r.info.details;
             d["why"] = r.why;
             out.append(d);
         }
@@ -202,6 +206,17 @@ PYBIND11_MODULE(_core, m) {
         }
         return py::make_tuple(resolved, log);
     }, "The device 'auto' stands for, and one line per device skipped (and why).");
+    m.def("kernel_source", [](const std::string& device) { return kernel_source(device); }, py::arg("device"),
+          "The GPU kernel text exactly as `device` ('opencl', 'metal') compiles it: its macro prelude, then the "
+          "kernels.");
+    m.def("selftest_results_path", &selftest_results_path, py::arg("device"),
+          "Where `darknet_py selftest --device DEVICE` writes its JSON results (selftest_results.h).");
+    m.def("selftest_fast_paths", [](const std::string& device) {
+        std::string why;
+        auto paths = selftest_fast_paths(device, &why);
+        return py::make_tuple(paths, why);
+    }, py::arg("device"), "The fast paths the devices read back from that file (name -> passed), and why it "
+                          "is empty when it is.");
     m.def("set_threads", [](int n) {
         check_range("set_threads", "n", n, 1, 1024);
         ThreadPool::instance().set_threads(n);
@@ -243,7 +258,11 @@ PYBIND11_MODULE(_core, m) {
 #endif
         d["backends"] = backend_names();
         d["metal"] = false;
+#ifdef DARKNET_PY_HAS_CUDA
+        d["cuda"] = true;
+#else
         d["cuda"] = false;
+#endif
         return d;
     });
 
@@ -295,6 +314,25 @@ PYBIND11_MODULE(_core, m) {
             d["down"] = dev ? dev->bytes_downloaded.load() : 0;
             return d;
         }, "Host->device ('up') and device->host ('down') bytes since the device was opened (0 on the CPU).")
+        .def("memory_stats", [](const Network& n) {
+            auto dev = n.backend().device();
+            DeviceMemoryStats s = dev ? dev->memory_stats() : DeviceMemoryStats{};
+            py::dict d;
+            d["in_use"] = s.in_use;
+            d["reserved"] = s.reserved;
+            d["peak_in_use"] = s.peak_in_use;
+            d["peak_reserved"] = s.peak_reserved;
+            return d;
+        }, "The device's pooled memory in bytes (in_use, reserved, peak_in_use, peak_reserved; zeros where the "
+           "device does not pool: the CPU, OpenCL).")
+        .def("synchronize", [](Network& n) {
+            py::gil_scoped_release nogil;
+            if (auto dev = n.backend().device()) dev->synchronize();
+        }, "Waits until the device has finished the queued work (for timing).")
+        .def_readwrite("record_forwards", &Network::record_forwards,
+                       "Record fixed-shape forwards once and replay them (CUDA graphs); on by default.")
+        .def_property_readonly("last_forward_replayed", &Network::last_forward_replayed,
+                               "Whether the last forward ran as a replayed recording.")
         .def("fallback_ops", [](const Network& n) {
             py::list out;
             for (size_t i = 0; i < n.layers.size(); ++i) {
@@ -406,24 +444,22 @@ PYBIND11_MODULE(_core, m) {
             save_weights(n, path);
         })
         .def("forward", [](Network& n, const FloatArray& x, std::vector<int> which) {
-            check_ndim("forward", "x", x, 4);
+            Shape xs = nchw("forward", "x", x, 0);  // the batch and CxHxW are the network's to check
             for (int i : which) layer_arg(n, i, "forward");  // before the work, not after
-            Tensor t = to_tensor(x);
             const LayerOutputs* outs;
             {
                 py::gil_scoped_release nogil;
-                outs = &n.forward(t);
+                outs = &n.forward(x.data(), xs);  // straight from the array to the input
             }
             return layer_outputs(n, *outs, which, "forward");
         }, py::arg("x"), py::arg("layers"), "Runs the network; returns the outputs of the given layers.")
         .def("forward_train", [](Network& n, const FloatArray& x, std::vector<int> which) {
-            check_ndim("forward_train", "x", x, 4);
+            Shape xs = nchw("forward_train", "x", x, 0);
             for (int i : which) layer_arg(n, i, "forward_train");
-            Tensor t = to_tensor(x);
             const LayerOutputs* outs;
             {
                 py::gil_scoped_release nogil;
-                outs = &n.forward_train(t);
+                outs = &n.forward_train(x.data(), xs);
             }
             return layer_outputs(n, *outs, which, "forward_train");
         }, py::arg("x"), py::arg("layers"), "Training-mode forward; zeroes the deltas.")
@@ -501,7 +537,6 @@ PYBIND11_MODULE(_core, m) {
             if (n.yolo_layers().empty()) throw DarknetError(n.cfg_path + ": this network has no [yolo] layer, so it cannot detect");
             if (postproc != "device" && postproc != "cpu" && postproc != "compare")
                 throw DarknetError("postproc must be 'device', 'cpu' or 'compare', got '" + postproc + "'");
-            Tensor t = to_tensor(x);
             // per image, one row per (box, class above thresh): class, confidence, left, top, width, height in pixels
             auto rows = [&](std::vector<std::vector<Detection>>& all) {
                 std::vector<std::vector<DetectionRow>> r(sizes.size());
@@ -515,7 +550,7 @@ PYBIND11_MODULE(_core, m) {
             std::vector<std::vector<DetectionRow>> result;
             {
                 py::gil_scoped_release nogil;
-                LayerOutputs outs = n.forward(t);
+                LayerOutputs outs = n.forward(x.data(), nchw("detect", "x", x, 0));
                 std::vector<std::vector<Detection>> dev(sizes.size()), host(sizes.size());
                 if (postproc != "cpu") {  // decode, threshold and compaction on the backend
                     Candidates c = yolo_candidates(n, outs, thresh);
@@ -541,5 +576,6 @@ PYBIND11_MODULE(_core, m) {
            py::arg("postproc") = "device",
            "postproc: 'device' (the backend decodes, only candidates come down), 'cpu' (the heads come down, "
            "decoded on the host) or 'compare' (both; DarknetError at the first difference, else the device's).");
+    bind_test_devices(m);
     bind_ops(m);
 }

@@ -21,6 +21,7 @@ namespace {
 struct Ops {
     std::unique_ptr<Backend> be;
     explicit Ops(const std::string& name) : be(make_backend(name)) {}
+    explicit Ops(std::unique_ptr<Backend> b) : be(std::move(b)) {}
     Tensor in(const FloatArray& a) { return be->adopt(to_tensor(a)); }  // an argument, in the backend's memory
     Tensor out(Shape s) {                                                 // a zeroed result
         Tensor t = be->alloc(s);
@@ -34,6 +35,8 @@ struct Ops {
 void bind_ops(py::module_& m) {
     py::class_<Ops>(m, "Ops", "One backend's ops, callable on NumPy arrays (for the op parity tests).")
         .def(py::init<const std::string&>())
+        .def(py::init([](std::shared_ptr<Device> d) { return std::make_unique<Ops>(std::make_unique<GpuBackend>(d)); }),
+             "GpuBackend on a device object (the test devices of _core_test_devices.cpp)")
         .def("limit_group_size", [](Ops& o, int n) {
             auto* gpu = dynamic_cast<GpuBackend*>(o.be.get());
             if (!gpu) throw DarknetError(std::string(o.be->name()) + " has no kernels to limit");

@@ -36,8 +36,9 @@ inline void check_ndim(const std::string& call, const std::string& arg, const Fl
 inline Shape nchw(const std::string& call, const std::string& arg, const FloatArray& a, int min_dim = 1) {
     check_ndim(call, arg, a, 4);
     for (int i = 0; i < 4; ++i)
-        if (a.shape(i) < min_dim)
-            bad_arg(call, arg, "an NxCxHxW array with every dimension >= " + std::to_string(min_dim), dims_str(a));
+        if (a.shape(i) < min_dim || a.shape(i) > (py::ssize_t)(1 << 30))  // Shape holds ints
+            bad_arg(call, arg, "an NxCxHxW array with every dimension in " + std::to_string(min_dim) + "..2^30",
+                    dims_str(a));
     return Shape{(int)a.shape(0), (int)a.shape(1), (int)a.shape(2), (int)a.shape(3)};
 }
 

@@ -1,7 +1,7 @@
-"""The `darknet_py` command: detect, info, cfglayers, map, synth.
+"""The `darknet_py` command: detect, info, cfglayers, map, synth, train, selftest.
 
 Exit codes: 0 success, 1 an error in the inputs (missing or unreadable file, bad cfg, ...; one
-line on stderr, no traceback), 2 a usage error (argparse), 130 interrupted by Ctrl-C.
+line on stderr, no traceback), 2 a usage error (argparse), 3 a selftest mismatch, 130 interrupted by Ctrl-C.
 """
 from __future__ import annotations
 
@@ -53,6 +53,7 @@ examples:
   {PROG} info
   {PROG} info --json
   {PROG} info --coverage yolov4-tiny.cfg --device opencl
+  {PROG} info --metal-source > kernels.metal
 """
 
 
@@ -92,6 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--coverage", metavar="CFG",
                    help="run CFG once (forward and a training step, small input) on --device and show, per layer,\n"
                         "which ops ran on the device and which fell back to the CPU")
+    p.add_argument("--metal-source", action="store_true",
+                   help="print the Metal Shading Language text of the GPU kernels, as a Mac compiles it")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     add_device_option(p)
     p.set_defaults(func=cmd_info, parser=p)
@@ -116,6 +119,10 @@ def build_parser() -> argparse.ArgumentParser:
     from .train import add_parser as add_train_parser
 
     add_train_parser(sub, _Formatter)
+
+    from .selftest import add_parser as add_selftest_parser
+
+    add_selftest_parser(sub, _Formatter)
     return parser
 
 
@@ -200,6 +207,11 @@ def cmd_info(args: argparse.Namespace) -> int:
 
     from .sysinfo import format_info, info
 
+    if args.metal_source:
+        from . import metal_source
+
+        sys.stdout.write(metal_source())
+        return 0
     if args.coverage:
         from .coverage import format_coverage, layer_coverage
         from .devices import default_device, resolve

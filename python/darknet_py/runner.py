@@ -66,7 +66,7 @@ class Runner:
     # ---- images ------------------------------------------------------------------------------
     def run_images(self, files: List[str]) -> None:
         single = self.source.kind == "image"
-        bar = None if single else Progress(len(files), "images", stream=self.stderr)
+        bar = None if single else Progress(len(files), "images", label=f"on {self.net.device}", stream=self.stderr)
         try:
             for path in files:
                 out = self._output_for(path)
@@ -106,7 +106,8 @@ class Runner:
         with FrameReader(path, prepare=lambda f: self.net.preprocess(f, letterbox)) as reader, \
                 FrameWriter(out, reader.fps) as writer:
             self.outputs.append(out)  # also when interrupted: the writer finalizes what it got
-            bar = Progress(reader.frame_count, "frames", label=os.path.basename(path), stream=self.stderr)
+            bar = Progress(reader.frame_count, "frames", label=f"{os.path.basename(path)} on {self.net.device}",
+                           stream=self.stderr)
             fps: Optional[float] = None
             last = time.perf_counter()
             try:

@@ -61,7 +61,8 @@ def info() -> Dict[str, object]:
     backends["opencl"] = (f"{sum(d['kind'] == 'opencl' for d in gpus)} device(s)" if any(d["kind"] == "opencl" for d in gpus)
                           else "none found")
     backends["metal"] = "available" if build.get("metal") else "not built"
-    backends["cuda"] = "available" if build.get("cuda") else "not built"
+    n_cuda = sum(d["kind"] == "cuda" for d in gpus)
+    backends["cuda"] = (f"{n_cuda} device(s)" if n_cuda else "built, no device") if build.get("cuda") else "not built"
     return {
         "version": __version__,
         "python": f"{platform.python_version()} ({sys.executable})",
@@ -87,8 +88,9 @@ def _describe(d: Dict[str, object]) -> str:
     if not d["found"]:
         return f"{d['kind']}: none ({d['why']})"
     kind = "GPU" if d["is_gpu"] else "not a GPU, never chosen by auto"
+    details = f", {d['details']}" if d.get("details") else ""
     return (f"{d['id']}: {d['name']} ({d['vendor']}, {int(d['memory_bytes']) >> 20} MiB, {d['compute_units']} compute "
-            f"units, driver {d['driver']}; {kind})")
+            f"units, driver {d['driver']}{details}; {kind})")
 
 
 def _auto_choice() -> str:

@@ -153,6 +153,7 @@ class _Console:
     def __init__(self, out: TextIO, bar: bool) -> None:
         self.out, self.bar = out, bar
         self.bar_text = ""
+        self.device = ""  # shown in the bar once the network is on it
 
     def line(self, text: str, err: bool = False) -> None:
         if self.bar and self.bar_text:
@@ -175,7 +176,7 @@ class _Console:
         done = (iteration - start) / max(1, total - start)
         width = max(10, min(40, shutil.get_terminal_size().columns - 60))
         filled = int(width * min(1.0, done))
-        self.bar_text = (f"\r{iteration}/{total} |{'#' * filled}{'.' * (width - filled)}| {100 * done:3.0f}%  "
+        self.bar_text = (f"\r{self.device + ' ' if self.device else ''}{iteration}/{total} |{'#' * filled}{'.' * (width - filled)}| {100 * done:3.0f}%  "
                          f"avg loss {avg_loss:.3f}  ETA {format_duration(eta_s)}")
         sys.stderr.write(self.bar_text + "\033[K")
         sys.stderr.flush()
@@ -245,6 +246,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
 
     device = resolve(device or default_device())
     raw = _core.Net(cfg, device)
+    con.device = device
     for w in raw.warnings:
         warn(str(w))
     heads = list(raw.yolo_layers)
@@ -296,7 +298,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
 
     # ---- data
     loader = BatchLoader.from_files(data, cfg, batch_size=mini, seed=seed, workers=workers,
-                                    start=start * subdivisions,
+                                    start=start * subdivisions, iteration_images=batch,
                                     on_problem=lambda kind, path, message: warn(message))
     train_images = len(loader.paths)
     aug = loader.options

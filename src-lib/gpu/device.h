@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,28 @@ struct LaunchDims {
     uint32_t group = 64;
 };
 
+// The vendor fast paths' view of a tensor: NCHW float32, whole buffer from offset 0.
+struct NchwShape {
+    int n = 0, c = 0, h = 0, w = 0;
+    size_t size() const { return (size_t)n * c * h * w; }
+};
+
+// A convolution as the fast paths get it: Darknet's geometry (backend.h ConvGeom: symmetric `pad`,
+// output = (in + 2*pad - dilation*(kh-1) - 1) / stride + 1), weights [y.c, x.c/groups, kh, kw].
+struct ConvParams {
+    NchwShape x, y;
+    int kh = 1, kw = 1, stride_y = 1, stride_x = 1, pad = 0, dilation = 1, groups = 1;
+};
+
+// A local pooling as the fast paths get it: Darknet's geometry (backend.h PoolGeom): the window of
+// size x size starts at -padding/2, output = (in + padding - size) / stride + 1; cells outside x are
+// skipped (max over the cells inside; the average divides by their count).
+struct PoolParams {
+    NchwShape x, y;
+    int size = 2, stride_y = 2, stride_x = 2, padding = 0;
+    bool max = true;  // false: average
+};
+
 // What `darknet_py info` prints per device.
 struct DeviceInfo {
     std::string id;        // "opencl:0", "cuda:1", "metal"
@@ -41,6 +64,21 @@ struct DeviceInfo {
     uint64_t memory_bytes = 0;
     int compute_units = 0;
     bool is_gpu = true;    // false for CPU runtimes and simulators (never chosen by device="auto")
+    std::string details;   // anything else worth printing (CUDA: compute capability, cuBLAS version)
+};
+
+// Device memory figures (bytes) of a device that pools its allocations; zeros where it does not.
+struct DeviceMemoryStats {
+    uint64_t in_use = 0, reserved = 0, peak_in_use = 0, peak_reserved = 0;
+};
+
+// Work recorded once and replayed (a CUDA graph): the same kernels on the same buffers, whose
+// contents may change between replays. It becomes invalid when a buffer it uses is freed.
+class Recording {
+public:
+    virtual ~Recording() = default;
+    virtual bool valid() const = 0;
+    virtual void replay() = 0;
 };
 
 class Device {
@@ -65,13 +103,50 @@ public:
     // Waits until every queued command has finished.
     virtual void synchronize() = 0;
 
-    // ---- optional vendor fast paths; false = not offered, GpuBackend runs its own kernels ----
+    // ---- optional vendor fast paths; false = not offered here, GpuBackend runs its own kernels ----
     // Row-major C[M,N] = alpha * op(A) * op(B) + beta * C; each matrix starts at an element offset.
     virtual bool gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const DeviceMemory* A,
                       size_t a_offset, int lda, const DeviceMemory* B, size_t b_offset, int ldb, float beta,
                       DeviceMemory* C, size_t c_offset, int ldc) {
         return false;
     }
+    // Convolution, pooling and training batchnorm (cuDNN, MPS). Each has the meaning of the Backend
+    // op of the same name (backend.h), backward passes ACCUMULATING (+=) into their gradients;
+    // GpuBackend calls them before its own kernels, which run when they return false.
+    virtual bool conv2d(const ConvParams& p, const DeviceMemory* x, const DeviceMemory* w, DeviceMemory* y) {
+        return false;
+    }
+    virtual bool conv2d_backward_data(const ConvParams& p, const DeviceMemory* dy, const DeviceMemory* w,
+                                      DeviceMemory* dx) {
+        return false;
+    }
+    virtual bool conv2d_backward_weights(const ConvParams& p, const DeviceMemory* x, const DeviceMemory* dy,
+                                         DeviceMemory* dw) {
+        return false;
+    }
+    virtual bool pool(const PoolParams& p, const DeviceMemory* x, DeviceMemory* y) { return false; }
+    virtual bool pool_backward(const PoolParams& p, const DeviceMemory* x, const DeviceMemory* dy, DeviceMemory* dx) {
+        return false;
+    }
+    // Batch statistics over N, H, W per channel (var unbiased), x_norm, y = x_norm * scale + bias in place.
+    virtual bool batchnorm_train(const NchwShape& s, float eps, DeviceMemory* y, DeviceMemory* mean, DeviceMemory* var,
+                                 DeviceMemory* x_norm, const DeviceMemory* scale, const DeviceMemory* bias) {
+        return false;
+    }
+    virtual bool batchnorm_backward(const NchwShape& s, float eps, DeviceMemory* dy, const DeviceMemory* x_norm,
+                                    const DeviceMemory* scale, const DeviceMemory* var, DeviceMemory* dscale,
+                                    DeviceMemory* dbias) {
+        return false;
+    }
+
+    // ---- optional: recording (CUDA graphs); false / null = not offered ----
+    // Between begin_capture and end_capture, work is recorded instead of run. end_capture returns
+    // null (with *why) when the recording failed, e.g. an op needed the host in the middle (a CPU
+    // fallback): then nothing of that work ran, and the caller runs it again normally.
+    virtual bool begin_capture() { return false; }
+    virtual std::unique_ptr<Recording> end_capture(std::string* why) { return nullptr; }
+
+    virtual DeviceMemoryStats memory_stats() const { return {}; }
 
     // Host <-> device traffic since the device was opened (tests assert it per iteration).
     std::atomic<uint64_t> bytes_uploaded{0}, bytes_downloaded{0};

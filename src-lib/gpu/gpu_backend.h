@@ -33,6 +33,15 @@ private:
     std::map<const Buffer*, Tensor*> outputs_;               // device buffer -> the device tensor
 };
 
+// A tensor's shape as the device's vendor fast paths take it (device.h).
+inline NchwShape nchw(const Tensor& t) {
+    const Shape& s = t.shape();
+    return NchwShape{s.n, s.c, s.h, s.w};
+}
+inline PoolParams pool_params(const Tensor& x, const Tensor& y, const PoolGeom& g, bool max) {
+    return PoolParams{nchw(x), nchw(y), g.size, g.stride_y, g.stride_x, g.padding, max};
+}
+
 class GpuBackend final : public Backend {
 public:
     explicit GpuBackend(std::shared_ptr<Device> device);

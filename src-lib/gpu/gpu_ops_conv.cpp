@@ -3,6 +3,8 @@
 // convolutions skip im2col (the image is its own column matrix). The backward passes are the
 // transposed GEMMs, and col2im as a gather (kernels/gemm.h). The device's vendor GEMM runs where it
 // offers one, the tiled gemm_f32 kernel otherwise.
+#include <algorithm>
+
 #include "../kernels/args_forward.h"
 #include "../kernels/args_training.h"
 #include "../cpu/gemm.h"
@@ -32,19 +34,47 @@ ConvSlice conv_slice(const Shape& xs, const Shape& ys, const ConvGeom& g) {
     return s;
 }
 
-// op(B) of the forward and weight-gradient GEMMs for image n, group gi: the image slice itself for a
-// direct convolution, else its im2col in the column scratch buffer; *offset = where it starts.
+// [A][B][plane] at x_off -> [B][A][plane] at y_off (y += with accumulate).
+void swap_axes(GpuBackend& be, const Tensor& x, size_t x_off, int A, int B, int plane, Tensor& y, size_t y_off,
+               bool accumulate) {
+    SwapAxesArgs a{A * B * plane, A, B, plane, (int32_t)x_off, (int32_t)y_off, accumulate ? 1 : 0};
+    be.launch("swap_axes_f32", (size_t)a.n, {be.buf(y), be.buf(x)}, a);
+}
+
+// How many images one GEMM covers. One GEMM per image is launch-bound at batch 64 (small matrices,
+// 64 times per layer); a run of images makes the column matrix [K, run * P] and the product
+// [cout, run * P] wide, each kept under kRunFloats. Grouped convolutions go image by image (their
+// output channels interleave per image).
+int run_length(const ConvSlice& s, int groups, int images) {
+    const size_t kRunFloats = size_t(32) << 20;  // 128 MB per temporary
+    if (groups != 1) return 1;
+    size_t per_image = (size_t)std::max(s.K, s.cout_g) * s.out_plane;
+    return (int)std::max<size_t>(1, std::min<size_t>(images, kRunFloats / std::max<size_t>(per_image, 1)));
+}
+
+// op(B) of the forward and weight-gradient GEMMs for images [n0, n0 + run), group gi: [K, run * P].
+// A single image of a direct convolution is its own column matrix; a run of them is the images with
+// their first two axes swapped; otherwise im2col into the column scratch buffer. *offset = where it
+// starts.
 const Tensor& column_matrix(GpuBackend& be, const Tensor& x, const Shape& ys, const ConvGeom& g, const ConvSlice& s,
-                            int n, int gi, size_t* offset) {
+                            int n0, int run, int gi, size_t* offset) {
     const Shape& xs = x.shape();
-    size_t xo = s.x_offset(xs, n, gi);
-    if (s.direct) return *offset = xo, x;
-    Tensor& col = be.scratch(0, (size_t)s.K * s.out_plane);
-    Im2colImageArgs a{s.K * s.out_plane, (int32_t)xo, 0, s.cin_g, xs.h, xs.w, g.kh, g.kw, g.pad,
-                      g.stride_y, g.stride_x, g.dilation, ys.h, ys.w};
-    be.launch("im2col_f32", (size_t)a.n, {be.buf(col), be.buf(x)}, a);
+    size_t xo = s.x_offset(xs, n0, gi);
+    if (s.direct && run == 1) return *offset = xo, x;
+    Tensor& col = be.scratch(0, (size_t)s.K * run * s.out_plane);
     *offset = 0;
+    if (s.direct) {
+        swap_axes(be, x, xo, run, s.K, s.out_plane, col, 0, false);
+        return col;
+    }
+    Im2colImageArgs a{(int32_t)((size_t)s.K * run * s.out_plane), (int32_t)xo, 0, s.cin_g, xs.h, xs.w, g.kh, g.kw,
+                      g.pad, g.stride_y, g.stride_x, g.dilation, ys.h, ys.w, run, (int32_t)((size_t)xs.c * xs.plane())};
+    be.launch("im2col_f32", (size_t)a.n, {be.buf(col), be.buf(x)}, a);
     return col;
+}
+
+ConvParams conv_params(const Tensor& x, const Tensor& y, const ConvGeom& g) {
+    return ConvParams{nchw(x), nchw(y), g.kh, g.kw, g.stride_y, g.stride_x, g.pad, g.dilation, g.groups};
 }
 
 }  // namespace
@@ -74,15 +104,27 @@ void GpuBackend::gemm(bool ta, bool tb, int M, int N, int K, float alpha, const 
 }
 
 void GpuBackend::conv2d(const Tensor& x, const Tensor& w, const ConvGeom& g, Tensor& y) {
+    if (dev().conv2d(conv_params(x, y, g), x.memory(), w.memory(), y.memory())) return;  // cuDNN, MPS
     const Shape &xs = x.shape(), &ys = y.shape();
     ConvSlice s = conv_slice(xs, ys, g);
-    for (int n = 0; n < xs.n; ++n)
+    const int P = s.out_plane, most = run_length(s, g.groups, xs.n);
+    for (int n0 = 0; n0 < xs.n; n0 += most) {
+        int run = std::min(most, xs.n - n0);
         for (int gi = 0; gi < g.groups; ++gi) {
             size_t bo;
-            const Tensor& b = column_matrix(*this, x, ys, g, s, n, gi, &bo);
-            gemm_at(*this, false, false, s.cout_g, s.out_plane, s.K, 1.0f, w, s.w_offset(gi), s.K, b, bo, s.out_plane,
-                    0.0f, y, s.y_offset(ys, n, gi), s.out_plane);
+            const Tensor& b = column_matrix(*this, x, ys, g, s, n0, run, gi, &bo);
+            if (run == 1) {
+                gemm_at(*this, false, false, s.cout_g, P, s.K, 1.0f, w, s.w_offset(gi), s.K, b, bo, P, 0.0f, y,
+                        s.y_offset(ys, n0, gi), P);
+                continue;
+            }
+            // [cout, run * P], then to the images' [run][cout][P]
+            Tensor& product = scratch(1, (size_t)s.cout_g * run * P);
+            gemm_at(*this, false, false, s.cout_g, run * P, s.K, 1.0f, w, s.w_offset(gi), s.K, b, bo, run * P, 0.0f,
+                    product, 0, run * P);
+            swap_axes(*this, product, 0, s.cout_g, run, P, y, s.y_offset(ys, n0, 0), false);
         }
+    }
 }
 
 void GpuBackend::conv2d_affine_act(const Tensor& x, const Tensor& w, const ConvGeom& g, const Tensor* scale,
@@ -96,37 +138,65 @@ void GpuBackend::conv2d_affine_act(const Tensor& x, const Tensor& w, const ConvG
 }
 
 void GpuBackend::conv2d_backward_weights(const Tensor& x, const Tensor& dy, const ConvGeom& g, Tensor& dw) {
-    // dW_g[cout_g, K] += dY_g[cout_g, P] * col^T[P, K], summed over the images
+    if (dev().conv2d_backward_weights(conv_params(x, dy, g), x.memory(), dy.memory(), dw.memory())) return;
+    // dW_g[cout_g, K] += dY_g[cout_g, run * P] * col^T[run * P, K], summed over the runs of images
     const Shape &xs = x.shape(), &ys = dy.shape();
     ConvSlice s = conv_slice(xs, ys, g);
-    for (int n = 0; n < xs.n; ++n)
+    const int P = s.out_plane, most = run_length(s, g.groups, xs.n);
+    for (int n0 = 0; n0 < xs.n; n0 += most) {
+        int run = std::min(most, xs.n - n0);
         for (int gi = 0; gi < g.groups; ++gi) {
             size_t bo;
-            const Tensor& b = column_matrix(*this, x, ys, g, s, n, gi, &bo);
-            gemm_at(*this, false, true, s.cout_g, s.K, s.out_plane, 1.0f, dy, s.y_offset(ys, n, gi), s.out_plane, b, bo,
-                    s.out_plane, 1.0f, dw, s.w_offset(gi), s.K);
+            const Tensor& b = column_matrix(*this, x, ys, g, s, n0, run, gi, &bo);
+            if (run == 1) {
+                gemm_at(*this, false, true, s.cout_g, s.K, P, 1.0f, dy, s.y_offset(ys, n0, gi), P, b, bo, P, 1.0f, dw,
+                        s.w_offset(gi), s.K);
+                continue;
+            }
+            Tensor& dy_run = scratch(1, (size_t)s.cout_g * run * P);  // [run][cout][P] -> [cout][run][P]
+            swap_axes(*this, dy, s.y_offset(ys, n0, 0), run, s.cout_g, P, dy_run, 0, false);
+            gemm_at(*this, false, true, s.cout_g, s.K, run * P, 1.0f, dy_run, 0, run * P, b, bo, run * P, 1.0f, dw,
+                    s.w_offset(gi), s.K);
         }
+    }
 }
 
 void GpuBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, const ConvGeom& g, Tensor& dx) {
-    // col[K, P] = W_g^T[K, cout_g] * dY_g[cout_g, P]; dx += col2im(col)
+    if (dev().conv2d_backward_data(conv_params(dx, dy, g), dy.memory(), w.memory(), dx.memory())) return;
+    // col[K, run * P] = W_g^T[K, cout_g] * dY_g[cout_g, run * P]; dx += col2im(col)
     const Shape &xs = dx.shape(), &ys = dy.shape();
     ConvSlice s = conv_slice(xs, ys, g);
-    Tensor& col = scratch(0, s.direct ? 1 : (size_t)s.K * s.out_plane);
-    for (int n = 0; n < xs.n; ++n)
+    const int P = s.out_plane, most = run_length(s, g.groups, xs.n);
+    const int image_stride = (int)((size_t)xs.c * xs.plane());
+    for (int n0 = 0; n0 < xs.n; n0 += most) {
+        int run = std::min(most, xs.n - n0);
         for (int gi = 0; gi < g.groups; ++gi) {
-            size_t xo = s.x_offset(xs, n, gi);
-            if (s.direct) {
-                gemm_at(*this, true, false, s.K, s.out_plane, s.cout_g, 1.0f, w, s.w_offset(gi), s.K, dy,
-                        s.y_offset(ys, n, gi), s.out_plane, 1.0f, dx, xo, s.out_plane);
+            size_t xo = s.x_offset(xs, n0, gi);
+            const Tensor* dy_g = &dy;
+            size_t dy_off = s.y_offset(ys, n0, gi);
+            if (run > 1) {  // [run][cout][P] -> [cout][run][P]
+                Tensor& dy_run = scratch(1, (size_t)s.cout_g * run * P);
+                swap_axes(*this, dy, s.y_offset(ys, n0, 0), run, s.cout_g, P, dy_run, 0, false);
+                dy_g = &dy_run;
+                dy_off = 0;
+            }
+            if (s.direct && run == 1) {
+                gemm_at(*this, true, false, s.K, P, s.cout_g, 1.0f, w, s.w_offset(gi), s.K, *dy_g, dy_off, P, 1.0f, dx,
+                        xo, P);
                 continue;
             }
-            gemm_at(*this, true, false, s.K, s.out_plane, s.cout_g, 1.0f, w, s.w_offset(gi), s.K, dy,
-                    s.y_offset(ys, n, gi), s.out_plane, 0.0f, col, 0, s.out_plane);
-            Col2imArgs a{(int32_t)((size_t)s.cin_g * xs.plane()), (int32_t)xo, 0, s.cin_g, xs.h, xs.w, g.kh, g.kw,
-                         g.pad, g.stride_y, g.stride_x, g.dilation, ys.h, ys.w};
+            Tensor& col = scratch(2, (size_t)s.K * run * P);
+            gemm_at(*this, true, false, s.K, run * P, s.cout_g, 1.0f, w, s.w_offset(gi), s.K, *dy_g, dy_off, run * P,
+                    0.0f, col, 0, run * P);
+            if (s.direct) {  // [C][run][P] -> dx's [run][C][P], added
+                swap_axes(*this, col, 0, s.K, run, P, dx, xo, true);
+                continue;
+            }
+            Col2imArgs a{(int32_t)((size_t)run * s.cin_g * xs.plane()), (int32_t)xo, 0, s.cin_g, xs.h, xs.w, g.kh, g.kw,
+                         g.pad, g.stride_y, g.stride_x, g.dilation, ys.h, ys.w, run, image_stride};
             launch("col2im_f32", (size_t)a.n, {buf(col), buf(dx)}, a);
         }
+    }
 }
 
 }  // namespace dn

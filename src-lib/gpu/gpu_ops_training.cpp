@@ -18,6 +18,9 @@ void GpuBackend::bias_backward(const Tensor& dy, Tensor& db) {
 
 void GpuBackend::batchnorm_train(Tensor& y, Tensor& mean, Tensor& var, Tensor& x_norm, const Tensor& scale,
                                  const Tensor& bias, float eps) {
+    if (dev().batchnorm_train(nchw(y), eps, y.memory(), mean.memory(), var.memory(), x_norm.memory(), scale.memory(),
+                              bias.memory()))
+        return;
     const Shape& s = y.shape();
     BatchnormTrainArgs a{i32(y.size()), s.n, s.c, i32(s.plane()), eps};
     launch_groups("batchnorm_stats_f32", s.c, {buf(y), buf(mean), buf(var)}, a);
@@ -26,6 +29,9 @@ void GpuBackend::batchnorm_train(Tensor& y, Tensor& mean, Tensor& var, Tensor& x
 
 void GpuBackend::batchnorm_backward(Tensor& dy, const Tensor& x_norm, const Tensor& scale, const Tensor& var, float eps,
                                     Tensor& dscale, Tensor& dbias) {
+    if (dev().batchnorm_backward(nchw(dy), eps, dy.memory(), x_norm.memory(), scale.memory(), var.memory(),
+                                 dscale.memory(), dbias.memory()))
+        return;
     // the per-channel sums (sum dy, sum dy * x_norm) pass from the reduction to the data gradient
     const Shape& s = dy.shape();
     Tensor& sums = scratch(1, 2 * (size_t)s.c);
@@ -50,10 +56,12 @@ static PoolArgs pool_backward_args(const Tensor& x, const Tensor& dy, const Pool
 }
 
 void GpuBackend::maxpool_backward(const Tensor& x, const Tensor& dy, const PoolGeom& g, Tensor& dx) {
+    if (dev().pool_backward(pool_params(x, dy, g, true), x.memory(), dy.memory(), dx.memory())) return;
     launch("maxpool_backward_f32", dx.size(), {buf(x), buf(dy), buf(dx)}, pool_backward_args(x, dy, g));
 }
 
 void GpuBackend::avgpool_local_backward(const Tensor& x, const Tensor& dy, const PoolGeom& g, Tensor& dx) {
+    if (dev().pool_backward(pool_params(x, dy, g, false), x.memory(), dy.memory(), dx.memory())) return;
     launch("avgpool_local_backward_f32", dx.size(), {buf(dy), buf(dx)}, pool_backward_args(x, dy, g));
 }
 

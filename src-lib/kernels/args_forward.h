@@ -99,14 +99,24 @@ KSTATIC_ASSERT(sizeof(MaxpoolDepthArgs) == 16, "MaxpoolDepthArgs layout");
 typedef struct { int32_t n; int32_t groups; int32_t group_size; int32_t sample; float temperature; } SoftmaxArgs;
 KSTATIC_ASSERT(sizeof(SoftmaxArgs) == 20, "SoftmaxArgs layout");
 
-// im2col of ONE image (or one channel group of it): n = channels*kh*kw * out_h*out_w; the image
-// starts at element im_offset of the input buffer, the column matrix at col_offset of the output.
+// im2col of a run of `images` images (or one channel group of each): n = channels*kh*kw * images *
+// out_h*out_w. The first image starts at element im_offset of the input buffer, the next ones
+// image_stride further each; the column matrix [channels*kh*kw, images * out_h*out_w] (one GEMM
+// convolves the whole run) at col_offset of the output.
 typedef struct {
     int32_t n; int32_t im_offset; int32_t col_offset;
     int32_t channels; int32_t height; int32_t width;
     int32_t kh; int32_t kw; int32_t pad; int32_t stride_y; int32_t stride_x; int32_t dilation;
-    int32_t out_h; int32_t out_w;
+    int32_t out_h; int32_t out_w; int32_t images; int32_t image_stride;
 } Im2colImageArgs;
-KSTATIC_ASSERT(sizeof(Im2colImageArgs) == 56, "Im2colImageArgs layout");
+KSTATIC_ASSERT(sizeof(Im2colImageArgs) == 64, "Im2colImageArgs layout");
+
+// [A][B][plane] at x_offset -> [B][A][plane] at y_offset (n = A*B*plane threads); y += when
+// accumulate. Moves a run of images between [image][channel][pixel] and the GEMM's
+// [channel][image][pixel].
+typedef struct {
+    int32_t n; int32_t a; int32_t b; int32_t plane; int32_t x_offset; int32_t y_offset; int32_t accumulate;
+} SwapAxesArgs;
+KSTATIC_ASSERT(sizeof(SwapAxesArgs) == 28, "SwapAxesArgs layout");
 
 KNAMESPACE_END

@@ -18,16 +18,17 @@ typedef struct {
 } GemmArgs;
 KSTATIC_ASSERT(sizeof(GemmArgs) == 56, "GemmArgs layout");
 
-// col2im of ONE image (or one channel group of it), the adjoint of im2col with Im2colImageArgs:
-// n = channels * height * width (one thread per image element); dx starts at im_offset, the
-// column matrix [channels*kh*kw, out_h*out_w] at col_offset.
+// col2im of a run of `images` images (or one channel group of each), the adjoint of im2col with
+// Im2colImageArgs: n = images * channels * height * width (one thread per image element); the first
+// image's dx starts at im_offset, the next ones image_stride further each; the column matrix
+// [channels*kh*kw, images * out_h*out_w] at col_offset.
 typedef struct {
     int32_t n; int32_t im_offset; int32_t col_offset;
     int32_t channels; int32_t height; int32_t width;
     int32_t kh; int32_t kw; int32_t pad; int32_t stride_y; int32_t stride_x; int32_t dilation;
-    int32_t out_h; int32_t out_w;
+    int32_t out_h; int32_t out_w; int32_t images; int32_t image_stride;
 } Col2imArgs;
-KSTATIC_ASSERT(sizeof(Col2imArgs) == 56, "Col2imArgs layout");
+KSTATIC_ASSERT(sizeof(Col2imArgs) == 64, "Col2imArgs layout");
 
 // One group per channel: batch = N, channels = C, plane = H*W.
 typedef struct { int32_t batch; int32_t channels; int32_t plane; } BiasBackwardArgs;

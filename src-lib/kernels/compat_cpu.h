@@ -9,6 +9,7 @@
 #define KFN inline
 #define KGLOBAL
 #define KCONST const
+#define KARGS_PARAM(T) T  // an argument struct handed to a helper (a reference in MSL)
 #define KSTATIC_ASSERT(cond, msg) static_assert(cond, msg)
 #define KNAMESPACE_BEGIN namespace dn {
 #define KNAMESPACE_END }

@@ -5,6 +5,8 @@
 //   KERNEL(name)(KBUF(float, y, 0), KCBUF(float, x, 1), KARGS(FooArgs, a, 2) KTHREAD_IDS) { ... }
 //     buffers are numbered from 0 in order, the argument struct comes last (Metal's [[buffer(i)]]);
 //     KTHREAD_IDS ends the parameter list (Metal passes thread ids as parameters).
+//   A helper that takes the argument struct declares it `KARGS_PARAM(FooArgs) a`: a constant
+//     reference in MSL (its kernels take structs by reference only), by value in OpenCL C and C++.
 //   KGID (global thread id, x), KLID (id in the group), KGROUP (group id), KGROUP_SIZE.
 //   KSHARED float tile[256];  threadgroup memory, declared at kernel scope; KBARRIER() between phases.
 //   KFN for helper functions; pointers in helpers are KGLOBAL (device memory).
@@ -19,6 +21,7 @@
 #define KBUF(T, name, index) __global T* name
 #define KCBUF(T, name, index) __global const T* name
 #define KARGS(T, name, index) const T name
+#define KARGS_PARAM(T) T
 #define KTHREAD_IDS
 #define KGID ((uint)get_global_id(0))
 #define KLID ((uint)get_local_id(0))

@@ -92,7 +92,7 @@ KERNEL(shortcut_f32)(KBUF(float, y, 0), KCBUF(float, in, 1), KCBUF(float, weight
 
 // maxpool (is_max = 1) and avgpool_local (0): window of size x size from (oy*stride_y - padding/2,
 // ox*stride_x - padding/2), cells outside x skipped; average over the cells inside (0 if none).
-KFN float pool_window(KGLOBAL const float* x, int i, PoolArgs a, int is_max) {
+KFN float pool_window(KGLOBAL const float* x, int i, KARGS_PARAM(PoolArgs) a, int is_max) {
     int ox = i % a.out_w, oy = (i / a.out_w) % a.out_h, nc = i / (a.out_w * a.out_h);
     int off = -a.padding / 2;
     float best = -FLT_MAX_K, sum = 0.0f;
@@ -155,17 +155,31 @@ KERNEL(softmax_f32)(KBUF(float, y, 0), KCBUF(float, x, 1), KARGS(SoftmaxArgs, a,
     for (int j = 0; j < a.group_size; ++j) y[base + j] = exp(x[base + j] / t - largest / t) / sum;
 }
 
-// im2col of one image: col[row, pixel] with row = (c * kh + ky) * kw + kx, pixel = oy * out_w + ox;
-// zero where the kernel tap falls in the padding. threads = channels * kh * kw * out_h * out_w. For
-// grouped convolution pass the group's first channel in im_offset and its channel count in channels.
+// im2col of a run of images: col[row, image * pixels + pixel] with row = (c * kh + ky) * kw + kx,
+// pixel = oy * out_w + ox; zero where the kernel tap falls in the padding. threads = channels * kh *
+// kw * images * out_h * out_w. For grouped convolution pass the group's first channel in im_offset
+// and its channel count in channels.
 KERNEL(im2col_f32)(KBUF(float, col, 0), KCBUF(float, im, 1), KARGS(Im2colImageArgs, a, 2) KTHREAD_IDS) {
     int i = (int)KGID;
     if (i >= a.n) return;
     int pixels = a.out_h * a.out_w;
-    int row = i / pixels, pix = i % pixels;
+    int row = i / (pixels * a.images), rest = i % (pixels * a.images);
+    int image = rest / pixels, pix = rest % pixels;
     int ox = pix % a.out_w, oy = pix / a.out_w;
     int kx = row % a.kw, ky = (row / a.kw) % a.kh, c = row / (a.kw * a.kh);
     int iy = oy * a.stride_y - a.pad + ky * a.dilation, ix = ox * a.stride_x - a.pad + kx * a.dilation;
     int inside = iy >= 0 && iy < a.height && ix >= 0 && ix < a.width;
-    col[a.col_offset + i] = inside ? im[a.im_offset + (c * a.height + iy) * a.width + ix] : 0.0f;
+    col[a.col_offset + i] =
+        inside ? im[a.im_offset + image * a.image_stride + (c * a.height + iy) * a.width + ix] : 0.0f;
+}
+
+// y[b][a][p] (+)= x[a][b][p]: one thread per element of x.
+KERNEL(swap_axes_f32)(KBUF(float, y, 0), KCBUF(float, x, 1), KARGS(SwapAxesArgs, a, 2) KTHREAD_IDS) {
+    int i = (int)KGID;
+    if (i >= a.n) return;
+    int p = i % a.plane, r = i / a.plane;
+    int bi = r % a.b, ai = r / a.b;
+    int o = a.y_offset + (bi * a.a + ai) * a.plane + p;
+    float v = x[a.x_offset + i];
+    y[o] = a.accumulate ? y[o] + v : v;
 }

@@ -44,16 +44,21 @@ KERNEL(gemm_f32)(KCBUF(float, A, 0), KCBUF(float, B, 1), KBUF(float, C, 2), KARG
     }
 }
 
-// dx += col2im(col) for one image: the adjoint of im2col as a gather. One thread per image element
-// (c, iy, ix) sums every column-matrix entry that im2col copied from it: the (ky, kx) taps with
-// oy * stride_y - pad + ky * dilation == iy (and likewise for x) at an output position inside the
-// output. Each dx element has one writer, so no atomics. n = channels * height * width threads.
+// dx += col2im(col) for a run of images: the adjoint of im2col as a gather. One thread per image
+// element (image, c, iy, ix) sums every column-matrix entry that im2col copied from it: the (ky, kx)
+// taps with oy * stride_y - pad + ky * dilation == iy (and likewise for x) at an output position
+// inside the output. Each dx element has one writer, so no atomics. n = images * channels * height *
+// width threads.
 KERNEL(col2im_f32)(KCBUF(float, col, 0), KBUF(float, dx, 1), KARGS(Col2imArgs, a, 2) KTHREAD_IDS) {
-    uint i = KGID;
-    if (i >= (uint)a.n) return;
+    uint t = KGID;
+    if (t >= (uint)a.n) return;
+    uint per_image = (uint)(a.channels * a.height * a.width);
+    int image = (int)(t / per_image);
+    uint i = t % per_image;
     int ix = (int)(i % (uint)a.width), iy = (int)((i / (uint)a.width) % (uint)a.height);
     int c = (int)(i / (uint)(a.width * a.height));
     int out_plane = a.out_h * a.out_w;
+    int span = out_plane * a.images;  // one row of the column matrix
     float sum = 0.0f;
     for (int ky = 0; ky < a.kh; ++ky) {
         int ty = iy + a.pad - ky * a.dilation;  // = oy * stride_y for the output row that reads iy
@@ -63,8 +68,8 @@ KERNEL(col2im_f32)(KCBUF(float, col, 0), KBUF(float, dx, 1), KARGS(Col2imArgs, a
             int tx = ix + a.pad - kx * a.dilation;
             if (tx < 0 || tx % a.stride_x != 0 || tx / a.stride_x >= a.out_w) continue;
             int row = (c * a.kh + ky) * a.kw + kx;
-            sum += col[a.col_offset + row * out_plane + oy * a.out_w + tx / a.stride_x];
+            sum += col[a.col_offset + row * span + image * out_plane + oy * a.out_w + tx / a.stride_x];
         }
     }
-    dx[a.im_offset + (int)i] += sum;
+    dx[a.im_offset + image * a.image_stride + (int)i] += sum;
 }

@@ -27,12 +27,12 @@ KSTATIC_ASSERT(sizeof(YoloDecodeArgs) == 48, "YoloDecodeArgs layout");
 #define YOLO_CAND_PROB 6   // classes floats
 
 // Whether prediction (n, loc) of one image's block x is a candidate (NaN objectness is not).
-KFN int yolo_decode_is_candidate(KGLOBAL const float* x, YoloDecodeArgs a, int n, int loc) {
+KFN int yolo_decode_is_candidate(KGLOBAL const float* x, KARGS_PARAM(YoloDecodeArgs) a, int n, int loc) {
     return x[(n * (5 + a.classes) + 4) * a.plane + loc] > a.thresh ? 1 : 0;
 }
 
 // Writes the record of candidate (n, loc) of one image's block x to rec.
-KFN void yolo_decode_write(KGLOBAL const float* x, KGLOBAL const float* anchors, YoloDecodeArgs a, int n, int loc,
+KFN void yolo_decode_write(KGLOBAL const float* x, KGLOBAL const float* anchors, KARGS_PARAM(YoloDecodeArgs) a, int n, int loc,
                            KGLOBAL float* rec) {
     int base = n * (5 + a.classes) * a.plane + loc;
     YoloBox b = yolo_get_box(x, anchors, (int)anchors[2 * a.num + n], base, loc % a.lw, loc / a.lw, a.lw, a.lh,

@@ -20,11 +20,11 @@ KNAMESPACE_BEGIN
 typedef struct YoloLossArgs {
     int32_t batch; int32_t lw; int32_t lh; int32_t plane; int32_t anchors_used; int32_t classes;
     int32_t num; int32_t truth_rows; int32_t max_boxes; int32_t netw; int32_t neth;
-    int32_t new_coords; int32_t iou_loss; int32_t objectness_smooth;
+    int32_t new_coords; int32_t iou_loss; int32_t objectness_smooth; int32_t focal_loss;
     float ignore_thresh; float truth_thresh; float iou_thresh; float iou_normalizer; float obj_normalizer;
     float label_smooth_eps; float max_delta;
 } YoloLossArgs;
-KSTATIC_ASSERT(sizeof(YoloLossArgs) == 84, "YoloLossArgs layout");
+KSTATIC_ASSERT(sizeof(YoloLossArgs) == 88, "YoloLossArgs layout");
 
 // Per-image partial sums in the stats buffer, reduced on the host into YoloLossStats.
 #define YOLO_LOSS_STATS 8
@@ -37,7 +37,7 @@ KSTATIC_ASSERT(sizeof(YoloLossArgs) == 84, "YoloLossArgs layout");
 #define YOLO_STAT_RECALL50 6
 #define YOLO_STAT_RECALL75 7
 
-KFN int yolo_index(YoloLossArgs a, int n, int loc, int entry) {
+KFN int yolo_index(KARGS_PARAM(YoloLossArgs) a, int n, int loc, int entry) {
     return n * a.plane * (5 + a.classes) + entry * a.plane + loc;
 }
 
@@ -61,16 +61,16 @@ KFN YoloBox yolo_get_box(KGLOBAL const float* x, KGLOBAL const float* anchors, i
     return b;
 }
 
-KFN int yolo_mask(KGLOBAL const float* anchors, YoloLossArgs a, int slot) { return (int)anchors[2 * a.num + slot]; }
+KFN int yolo_mask(KGLOBAL const float* anchors, KARGS_PARAM(YoloLossArgs) a, int slot) { return (int)anchors[2 * a.num + slot]; }
 
-KFN YoloBox yolo_pred(KGLOBAL const float* out, KGLOBAL const float* anchors, YoloLossArgs a, int n, int loc) {
+KFN YoloBox yolo_pred(KGLOBAL const float* out, KGLOBAL const float* anchors, KARGS_PARAM(YoloLossArgs) a, int n, int loc) {
     return yolo_get_box(out, anchors, yolo_mask(anchors, a, n), yolo_index(a, n, loc, 0), loc % a.lw, loc / a.lw,
                         a.lw, a.lh, a.netw, a.neth, a.plane, a.new_coords);
 }
 
 // The class of truth row t, or -1 when the row is not used (a class outside 0..classes-1). Callers
 // also stop after max_boxes used rows, as Darknet's truth list holds at most max_boxes.
-KFN int yolo_truth_class(KGLOBAL const float* truths, YoloLossArgs a, int t) {
+KFN int yolo_truth_class(KGLOBAL const float* truths, KARGS_PARAM(YoloLossArgs) a, int t) {
     int cls = (int)truths[5 * t + 4];
     return cls >= 0 && cls < a.classes ? cls : -1;
 }
@@ -80,7 +80,7 @@ KFN YoloBox yolo_truth_box(KGLOBAL const float* truths, int t) {
 }
 
 // Darknet's delta_yolo_box for mask slot n at cell (i, j); returns the IoU of prediction and truth.
-KFN float yolo_delta_box(KGLOBAL const float* out, KGLOBAL float* delta, KGLOBAL const float* anchors, YoloLossArgs a,
+KFN float yolo_delta_box(KGLOBAL const float* out, KGLOBAL float* delta, KGLOBAL const float* anchors, KARGS_PARAM(YoloLossArgs) a,
                          YoloBox truth, int n, int i, int j, float scale) {
     int bi = yolo_index(a, n, j * a.lw + i, 0), an = yolo_mask(anchors, a, n), plane = a.plane;
     float tw_out = out[bi + 2 * plane], th_out = out[bi + 3 * plane];
@@ -115,17 +115,32 @@ KFN float yolo_delta_box(KGLOBAL const float* out, KGLOBAL float* delta, KGLOBAL
     return iou;
 }
 
-KFN float yolo_class_target(YoloLossArgs a, float y) {
+KFN float yolo_class_target(KARGS_PARAM(YoloLossArgs) a, float y) {
     return a.label_smooth_eps != 0.0f ? y * (1.0f - a.label_smooth_eps) + 0.5f * a.label_smooth_eps : y;
 }
 
-// Darknet's delta_yolo_class (no focal loss, no per-class multipliers); returns the probability of
-// the true class (the avg_class statistic).
-KFN float yolo_delta_class(KGLOBAL const float* out, KGLOBAL float* delta, YoloLossArgs a, int n, int loc, int cls) {
+// Darknet's focal_loss=1 factor of the class deltas: alpha * grad with alpha = 0.5 and
+// grad = -(1 - pt) (2 pt log(pt) + pt - 1), pt the probability of the true class (gamma = 2 folded
+// into the formula, as Darknet's delta_yolo_class has it).
+KFN float yolo_focal_factor(float pt) {
+    pt += 1e-15f;  // Darknet's guard against log(0)
+    return 0.5f * (-(1.0f - pt) * (2.0f * pt * log(pt) + pt - 1.0f));
+}
+
+// Darknet's delta_yolo_class (no per-class multipliers); returns the probability of the true class
+// (the avg_class statistic). With focal_loss every class delta is scaled by yolo_focal_factor and,
+// as in Darknet, label smoothing does not apply.
+KFN float yolo_delta_class(KGLOBAL const float* out, KGLOBAL float* delta, KARGS_PARAM(YoloLossArgs) a, int n, int loc, int cls) {
     int ci = yolo_index(a, n, loc, 5);
     if (delta[ci + cls * a.plane] != 0.0f) {  // this cell already has a truth: only set the new class
         float r = yolo_class_target(a, 1.0f) - out[ci + cls * a.plane];
         if (isfinite(r)) delta[ci + cls * a.plane] = r;
+        return out[ci + cls * a.plane];
+    }
+    if (a.focal_loss) {
+        float f = yolo_focal_factor(out[ci + cls * a.plane]);
+        for (int c = 0; c < a.classes; ++c)
+            delta[ci + c * a.plane] = ((c == cls ? 1.0f : 0.0f) - out[ci + c * a.plane]) * f;
         return out[ci + cls * a.plane];
     }
     for (int c = 0; c < a.classes; ++c) {
@@ -138,7 +153,7 @@ KFN float yolo_delta_class(KGLOBAL const float* out, KGLOBAL float* delta, YoloL
 // Pass (1) for prediction (mask slot n, cell loc): writes every entry of that prediction's delta
 // (zeros first: the op overwrites delta).
 KFN void yolo_objectness_pass(KGLOBAL const float* out, KGLOBAL const float* truths, KGLOBAL const float* anchors,
-                              YoloLossArgs a, KGLOBAL float* delta, int n, int loc) {
+                              KARGS_PARAM(YoloLossArgs) a, KGLOBAL float* delta, int n, int loc) {
     for (int e = 0; e < 5 + a.classes; ++e) delta[yolo_index(a, n, loc, e)] = 0.0f;
     int oi = yolo_index(a, n, loc, 4), ci = yolo_index(a, n, loc, 5);
     YoloBox p = yolo_pred(out, anchors, a, n, loc);
@@ -180,19 +195,19 @@ KFN void yolo_objectness_pass(KGLOBAL const float* out, KGLOBAL const float* tru
 }
 
 // IoU of anchor `an`'s shape with a truth's shape (both centred at 0)
-KFN float yolo_anchor_iou(KGLOBAL const float* anchors, YoloLossArgs a, int an, YoloBox shape) {
+KFN float yolo_anchor_iou(KGLOBAL const float* anchors, KARGS_PARAM(YoloLossArgs) a, int an, YoloBox shape) {
     return yolo_box_iou(yolo_box(0.0f, 0.0f, anchors[2 * an] / (float)a.netw, anchors[2 * an + 1] / (float)a.neth), shape);
 }
 
 // The slot of anchor `an` in this head's mask, or -1
-KFN int yolo_mask_slot(KGLOBAL const float* anchors, YoloLossArgs a, int an) {
+KFN int yolo_mask_slot(KGLOBAL const float* anchors, KARGS_PARAM(YoloLossArgs) a, int an) {
     for (int k = 0; k < a.anchors_used; ++k)
         if (yolo_mask(anchors, a, k) == an) return k;
     return -1;
 }
 
 // One (truth, mask slot) assignment of pass (2); adds to the image's statistics.
-KFN void yolo_assign(KGLOBAL const float* out, KGLOBAL const float* anchors, YoloLossArgs a, KGLOBAL float* delta,
+KFN void yolo_assign(KGLOBAL const float* out, KGLOBAL const float* anchors, KARGS_PARAM(YoloLossArgs) a, KGLOBAL float* delta,
                      KGLOBAL float* stats, YoloBox tb, int cls, int slot, int i, int j) {
     int loc = j * a.lw + i, oi = yolo_index(a, slot, loc, 4);
     float iou = yolo_delta_box(out, delta, anchors, a, tb, slot, i, j, 2.0f - tb.w * tb.h);
@@ -209,7 +224,7 @@ KFN void yolo_assign(KGLOBAL const float* out, KGLOBAL const float* anchors, Yol
 // Pass (2) for one image, its truths in order: the best anchor over all anchors (by shape), if this
 // head owns it, plus any other anchor of this head above iou_thresh. Writes stats[2 ..].
 KFN void yolo_truth_pass(KGLOBAL const float* out, KGLOBAL const float* truths, KGLOBAL const float* anchors,
-                         YoloLossArgs a, KGLOBAL float* delta, KGLOBAL float* stats) {
+                         KARGS_PARAM(YoloLossArgs) a, KGLOBAL float* delta, KGLOBAL float* stats) {
     for (int k = YOLO_STAT_IOU; k < YOLO_LOSS_STATS; ++k) stats[k] = 0.0f;
     int used = 0;
     for (int t = 0; t < a.truth_rows && used < a.max_boxes; ++t) {
@@ -245,7 +260,7 @@ KFN void yolo_truth_pass(KGLOBAL const float* out, KGLOBAL const float* truths, 
 // Pass (3) for prediction (n, loc): with several anchors per truth, the box delta is averaged over
 // the prediction's positive classes; then delta becomes the gradient (Darknet's delta is
 // -dL/d(input)). Returns the sum of the squared deltas.
-KFN float yolo_finish_prediction(KGLOBAL float* delta, YoloLossArgs a, int n, int loc) {
+KFN float yolo_finish_prediction(KGLOBAL float* delta, KARGS_PARAM(YoloLossArgs) a, int n, int loc) {
     if (a.iou_thresh < 1.0f && delta[yolo_index(a, n, loc, 4)] != 0.0f) {
         int positive = 0;
         for (int c = 0; c < a.classes; ++c) positive += delta[yolo_index(a, n, loc, 5 + c)] > 0.0f ? 1 : 0;

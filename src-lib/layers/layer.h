@@ -9,6 +9,7 @@
 #include "../backend.h"
 #include "../cfg.h"
 #include "../tensor.h"
+#include "training_options.h"
 
 namespace dn {
 
@@ -25,7 +26,7 @@ struct Param {
     Shape shape;
     float init = 0.0f;      // every element starts here (weights get theirs from a file or init_weights)
     bool has_grad = true;   // false for batchnorm's rolling statistics
-    bool decay = false;     // weight decay applies (Darknet: convolution and connected weights)
+    bool decay = false;     // weight decay applies (Darknet: convolution, connected and shortcut weights)
     Tensor value, grad;     // grad: dL/dvalue summed over the batch, until the optimizer step
 };
 
@@ -68,6 +69,7 @@ public:
     int line = 0;
     Shape in, out;  // per sample
     std::vector<Param> params;  // in .weights file order; most layers have none
+    LayerTraining training;     // Darknet's per-layer training options (stopbackward, learning_rate...)
 
 protected:
     // Declares a parameter (factories only) and returns its index in `params`.

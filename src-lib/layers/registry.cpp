@@ -28,6 +28,7 @@ std::unique_ptr<Layer> make_layer(const Section& s, const BuildContext& ctx) {
             auto layer = e.make(s, ctx);
             layer->index = ctx.index;
             layer->line = s.line;
+            layer->training = parse_layer_training(s);
             return layer;
         }
     std::string known;

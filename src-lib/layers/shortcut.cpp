@@ -33,7 +33,8 @@ public:
                              params.empty() ? nullptr : &params[0].grad);
     }
     const Tensor* weights() const { return params.empty() ? nullptr : &params[0].value; }
-    void declare_params(Shape weight_shape) { add_param("weights", weight_shape, 1.0f, true, false); }
+    // Darknet's update_shortcut_layer applies weight decay to these weights.
+    void declare_params(Shape weight_shape) { add_param("weights", weight_shape, 1.0f, true, true); }
     std::vector<int> sources() const override { return from; }
     std::string describe() const override {
         std::string d;

@@ -55,7 +55,7 @@ std::unique_ptr<Layer> make_yolo(const Section& s, const BuildContext& ctx) {
     if (y.iou_loss != "mse" && y.iou_loss != "giou" && y.iou_loss != "diou" && y.iou_loss != "ciou" &&
         y.iou_loss != "iou")
         s.fail("iou_loss", "unknown iou_loss '" + y.iou_loss + "' (mse, giou, diou, ciou)");
-    s.get_int("focal_loss", 0);
+    y.focal_loss = s.get_int("focal_loss", 0) != 0;  // Darknet: any non-zero value
     s.get_float("uc_normalizer", 1.0f);
 
     const Shape& in = ctx.input;

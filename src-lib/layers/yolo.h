@@ -22,6 +22,7 @@ struct YoloSpec {
     float iou_normalizer = 0.75f, obj_normalizer = 1.0f, cls_normalizer = 1.0f, delta_normalizer = 1.0f;
     float label_smooth_eps = 0.0f, max_delta = 3.4e38f, resize = 1.0f;
     int random = 0, max_boxes = 200, objectness_smooth = 0;
+    bool focal_loss = false;  // Darknet's focal_loss=1: class deltas scaled by the focal factor (yolo_loss.h)
     std::string iou_loss = "mse";
 };
 

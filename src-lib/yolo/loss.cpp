@@ -48,6 +48,7 @@ YoloLossArgs loss_args(const YoloSpec& s, const Shape& sh, int truth_rows, int n
     a.new_coords = s.new_coords ? 1 : 0;
     a.iou_loss = iou_loss_kind(s.iou_loss);
     a.objectness_smooth = s.objectness_smooth;
+    a.focal_loss = s.focal_loss ? 1 : 0;
     a.ignore_thresh = s.ignore_thresh;
     a.truth_thresh = s.truth_thresh;
     a.iou_thresh = s.iou_thresh;

@@ -12,8 +12,9 @@ truth boxes `class, cx, cy, w, h`, normalised to the network input (labels.darkn
 into Darknet's x, y, w, h, class order).
 
 Options (augment_options_from_cfg reads them from a cfg): jitter, resize, flip, letter_box, hue,
-saturation, exposure, mosaic, mosaic_bound, max_boxes, random, resize_step, width, height,
-channels. Darknet's blur, gaussian_noise and mixup are read but not applied (see loader.py).
+saturation, exposure, blur, gaussian_noise, mosaic, mosaic_bound, mixup, cutmix, max_boxes, random,
+resize_step, width, height, channels. Which groups of images get mosaic or mixup is the loader's
+choice (loader.py); cutmix is not applied to detection, as in Darknet.
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ DEFAULT_OPTIONS: Dict[str, float] = {
     # [net]
     "flip": 1, "letter_box": 0, "hue": 0.0, "saturation": 1.0, "exposure": 1.0,
     "mosaic": 0, "mosaic_bound": 0, "resize_step": 32,
-    "mixup": 0, "cutmix": 0, "blur": 0, "gaussian_noise": 0,  # not applied; the loader warns
+    "mixup": 0, "cutmix": 0, "blur": 0, "gaussian_noise": 0,
 }
 
 # cfg key -> (option name, type) for the [net] section
@@ -105,7 +106,8 @@ def augment_options_from_cfg(cfg_path: str) -> Dict[str, float]:
 def no_augmentation(opts: Dict[str, float]) -> Dict[str, float]:
     """`opts` with every random augmentation off (validation-style loading at the network size)."""
     out = dict(opts)
-    out.update(jitter=0.0, resize=1.0, flip=0, hue=0.0, saturation=1.0, exposure=1.0, mosaic=0)
+    out.update(jitter=0.0, resize=1.0, flip=0, hue=0.0, saturation=1.0, exposure=1.0, mosaic=0, mixup=0, cutmix=0,
+               blur=0, gaussian_noise=0)
     return out
 
 
@@ -309,13 +311,91 @@ def to_chw(img: np.ndarray) -> np.ndarray:
     return out
 
 
+# ---- blur and noise -------------------------------------------------------------------------
+@dataclass
+class PixelNoise:
+    """The per-image blur and noise choices of load_data_detection: blur 0 (none), 1 (the
+    background outside the truth boxes, a 17x17 Gaussian) or the cfg's blur (the whole image,
+    kernel blur // 2 * 2 + 1); noise: the standard deviation of the added noise (0: none)."""
+
+    blur: int = 0
+    noise: int = 0
+
+
+def sample_pixel_noise(rng, opts: Dict[str, float]) -> PixelNoise:
+    """Darknet's draws: blur one of {none, background, whole image} with equal odds when the cfg
+    sets blur; gaussian_noise on half of the images when the cfg sets it. Draws nothing (keeping the
+    random stream of the other choices) when neither is set."""
+    use_blur, use_noise = int(opts.get("blur", 0)), int(opts.get("gaussian_noise", 0))
+    blur = noise = 0
+    if use_blur:
+        kind = int(rng.integers(0, 3))  # rand_int(0, 2)
+        blur = 0 if kind == 0 else (1 if kind == 1 else use_blur)
+    if use_noise and rng.random() < 0.5:
+        noise = use_noise
+    return PixelNoise(blur, noise)
+
+
+def smallest_box_side(truth: np.ndarray, net_w: int, net_h: int) -> int:
+    """fill_truth_detection's min_w_h: the smallest width or height of the kept boxes in network
+    pixels (0 without boxes)."""
+    if len(truth) == 0:
+        return 0
+    return int(min(np.min(truth[:, 3] * net_w), np.min(truth[:, 4] * net_h)))
+
+
+def blur_and_noise(img: np.ndarray, truth: np.ndarray, choice: PixelNoise, rng) -> np.ndarray:
+    """image_data_augmentation's last steps on the 8-bit image at the network size: the blur (a
+    whole-image blur is disabled when an object's side is below 8 x blur; a background blur keeps
+    the boxes sharp), then the noise. As in Darknet (cv::randn into an 8-bit image), negative noise
+    values saturate to 0, so the noise only brightens; the sum saturates at 255. A whole-image blur
+    is reduced to a side of the smallest box / 8 (Darknet: \"disable blur if one of the objects is
+    too small\"; reduced to 1 it blurs the background only, as there)."""
+    h, w = img.shape[:2]
+    blur = choice.blur
+    if blur > 1 and smallest_box_side(truth, w, h) // 8 < blur:
+        blur = smallest_box_side(truth, w, h) // 8  # Darknet: disabled if one of the objects is too small
+    if blur:
+        ksize = 17 if blur == 1 else (blur // 2) * 2 + 1
+        blurred = cv2.GaussianBlur(img, (ksize, ksize), 0)
+        if blur == 1:  # blur the background only: the truth boxes are copied back sharp
+            for _, x, y, bw, bh in truth.tolist():
+                if not x:
+                    break
+                left, top = int((x - bw / 2) * w), int((y - bh / 2) * h)
+                x0, y0 = max(left, 0), max(top, 0)
+                x1, y1 = min(left + int(bw * w), w), min(top + int(bh * h), h)
+                if x1 > x0 and y1 > y0:
+                    blurred[y0:y1, x0:x1] = img[y0:y1, x0:x1]
+        img = blurred
+    if choice.noise:
+        sigma = min(max(choice.noise, 0), 127)
+        noise = np.clip(np.rint(rng.normal(0.0, sigma, img.shape)), 0, 255).astype(np.uint8)
+        img = cv2.add(img, noise)  # saturating
+    return img
+
+
 def augment_one(img: np.ndarray, boxes: np.ndarray, net_w: int, net_h: int, opts: Dict[str, float],
                 rng) -> Tuple[np.ndarray, np.ndarray]:
     """One training sample from one image: (float32 CHW in [0, 1], (n, 5) truth class-first)."""
     oh, ow = img.shape[:2]
     p = sample_crop(rng, ow, oh, net_w, net_h, opts)
+    noise = sample_pixel_noise(rng, opts)
     truth = correct_truth(boxes, p, ow, oh, net_w, net_h, int(opts["max_boxes"]), rng)
-    return to_chw(augment_pixels(img, p, net_w, net_h)), truth
+    pixels = blur_and_noise(augment_pixels(img, p, net_w, net_h), truth, noise, rng)
+    return to_chw(pixels), truth
+
+
+# ---- mixup ----------------------------------------------------------------------------------
+def mixup(first: Tuple[np.ndarray, np.ndarray], second: Tuple[np.ndarray, np.ndarray],
+          max_boxes: int) -> Tuple[np.ndarray, np.ndarray]:
+    """Darknet's mixup=1 for one image: two augmented samples blended half and half
+    (blend_images_cv 0.5/0.5), the second's boxes appended to the first's up to max_boxes
+    (blend_truth)."""
+    (a, ta), (b, tb) = first, second
+    blended = (0.5 * a + 0.5 * b).astype(np.float32)
+    truth = np.concatenate([ta.reshape(-1, 5), tb.reshape(-1, 5)])[:max_boxes]
+    return blended, truth.astype(np.float32)
 
 
 # ---- mosaic ---------------------------------------------------------------------------------
@@ -371,8 +451,9 @@ def mosaic(images: Sequence[Tuple[np.ndarray, np.ndarray]], net_w: int, net_h: i
     for k, (img, boxes) in enumerate(images):
         oh, ow = img.shape[:2]
         p = sample_crop(rng, ow, oh, w, h, opts, mosaic_index=k)
+        noise = sample_pixel_noise(rng, opts)
         truth = correct_truth(boxes, p, ow, oh, w, h, max_boxes, rng)
-        ai = augment_pixels(img, p, w, h)
+        ai = blur_and_noise(augment_pixels(img, p, w, h), truth, noise, rng)
         if ai.ndim == 2:
             ai = ai[:, :, None]
         pleft, pright = (p.pright, p.pleft) if p.flip else (p.pleft, p.pright)

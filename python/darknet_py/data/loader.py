@@ -14,8 +14,11 @@ decoding and resizing release the GIL, so with spare cores the caller's compute 
 set_size() drops the batches prepared at the old size (as Darknet restarts its loader thread).
 
 Bad images and labels are reported once each (labels.DataReporter) and skipped, see labels.py.
-Darknet's mosaic is chosen per batch (half the batches); here per sample (half the samples), which
-gives the same proportion with less variance. blur, gaussian_noise and mixup are not applied.
+Mosaic and mixup are chosen as Darknet chooses them: its detector loads one iteration's images in
+LOAD_THREADS groups (load_threads splits them), and each group gets mosaic (or mixup) with even odds
+(load_data_detection's `random_gen() % 2`). mosaic wins over mixup (Darknet's net->mixup = 3).
+cutmix is not applied: Darknet's detector refuses it too ("cutmix=1 - isn't supported for
+Detector"). blur and gaussian_noise are drawn per image (augment.sample_pixel_noise).
 """
 from __future__ import annotations
 
@@ -35,6 +38,18 @@ from .darknet_files import DataFileError, label_path_for, read_data_file, read_i
 from .labels import DataReporter, read_labels
 
 Batch = Tuple[np.ndarray, List[np.ndarray]]
+
+# Darknet's train_detector loads with args.threads = 6 * ngpus; one GPU: six groups per iteration.
+LOAD_THREADS = 6
+
+
+def load_group(index: int, images: int, threads: int = LOAD_THREADS) -> int:
+    """The loading thread (group) of image `index` among an iteration's `images`, as Darknet's
+    load_threads splits them: thread t gets [t * images / threads, (t + 1) * images / threads)."""
+    for t in range(threads - 1, -1, -1):
+        if t * images // threads <= index:
+            return t
+    return 0
 
 
 def default_workers() -> int:
@@ -60,9 +75,12 @@ class _Engine:
     MAX_DRAWS = 1000  # consecutive unusable images before giving up
 
     def __init__(self, paths: Sequence[str], batch_size: int, classes: int, opts: Dict[str, float],
-                 seed: int, workers: int, prefetch: int, reporter: DataReporter, start: int = 0) -> None:
+                 seed: int, workers: int, prefetch: int, reporter: DataReporter, start: int = 0,
+                 iteration_images: int = 0) -> None:
         self.paths = list(paths)
         self.batch_size, self.classes, self.opts = batch_size, classes, opts
+        # batches per iteration (Darknet's subdivisions): the groups span an iteration's images
+        self.per_iteration = max(1, iteration_images // batch_size) if iteration_images else 1
         self.seed = seed % 2 ** 64  # SeedSequence takes non-negative integers
         self.channels = int(opts["channels"]) if int(opts["channels"]) == 1 else 3
         self.size = (int(opts["width"]), int(opts["height"]))
@@ -120,12 +138,27 @@ class _Engine:
                 break
         raise RuntimeError(f"no usable training image: {len(self.bad)} of {len(self.paths)} could not be read")
 
+    def group_mixing(self, k: int, j: int) -> str:
+        """"mosaic", "mixup" or "" for image j of batch k: one even-odds draw per loading group."""
+        kind = "mosaic" if self.opts["mosaic"] else ("mixup" if self.opts.get("mixup") else "")
+        if not kind:
+            return ""
+        iteration, sub = divmod(k, self.per_iteration)
+        group = load_group(sub * self.batch_size + j, self.per_iteration * self.batch_size)
+        return kind if np.random.default_rng([self.seed, iteration, group, 0x6D1C]).random() < 0.5 else ""
+
     def sample(self, k: int, j: int, w: int, h: int) -> Tuple[np.ndarray, np.ndarray]:
         rng = np.random.default_rng([self.seed, k, j])
-        if self.opts["mosaic"] and rng.random() < 0.5:
+        mixing = self.group_mixing(k, j)
+        if mixing == "mosaic":
             return augmentation.mosaic([self._draw(rng) for _ in range(4)], w, h, self.opts, rng)
         img, boxes = self._draw(rng)
-        return augmentation.augment_one(img, boxes, w, h, self.opts, rng)
+        first = augmentation.augment_one(img, boxes, w, h, self.opts, rng)
+        if mixing == "mixup":  # Darknet's second pass: another random image, blended over this one
+            other, other_boxes = self._draw(rng)
+            second = augmentation.augment_one(other, other_boxes, w, h, self.opts, rng)
+            return augmentation.mixup(first, second, int(self.opts["max_boxes"]))
+        return first
 
     # ---- pipeline ---------------------------------------------------------------------------
     def _schedule(self) -> None:
@@ -225,7 +258,9 @@ class BatchLoader:
     augmentation off (plain resize, or letterbox if the options say so); seed: see the module
     docstring; on_problem(kind, path, message): called once per bad file (default: a DataWarning);
     start: the index of the first batch (a resumed training passes the batches done so far, so
-    that it draws the batches an uninterrupted run would have drawn).
+    that it draws the batches an uninterrupted run would have drawn); iteration_images: the images
+    of one training iteration (Darknet's batch, when batch_size is its mini-batch; default
+    batch_size), over which mosaic and mixup are chosen per loading group as Darknet does.
     """
 
     def __init__(self, paths: Sequence[str], batch_size: int, classes: int,
@@ -233,7 +268,8 @@ class BatchLoader:
                  workers: Optional[int] = None,
                  prefetch: int = 2, augment: bool = True,
                  on_problem: Optional[Callable[[str, str, str], None]] = None,
-                 reporter: Optional[DataReporter] = None, start: int = 0) -> None:
+                 reporter: Optional[DataReporter] = None, start: int = 0,
+                 iteration_images: Optional[int] = None) -> None:
         if not paths:
             raise ValueError("no training images")
         if batch_size < 1:
@@ -246,16 +282,16 @@ class BatchLoader:
             opts = augmentation.no_augmentation(opts)
         if opts["mosaic"] and opts["letter_box"]:
             raise ValueError("mosaic=1 with letter_box=1 is not supported (Darknet refuses it too)")
-        ignored = [k for k in ("blur", "gaussian_noise", "mixup", "cutmix") if opts.get(k)]
-        if ignored:
-            warnings.warn(f"augmentation option(s) not supported, ignored: {', '.join(ignored)}", stacklevel=2)
+        if opts.get("cutmix"):
+            warnings.warn("cutmix=1 is not applied to detector training (Darknet's detector ignores it too: "
+                          "it is for classifiers)", stacklevel=2)
         self.options = opts
         # None: a fresh random seed, kept in .seed so that the run can be repeated
         self.seed = int(np.random.SeedSequence().entropy % 2 ** 63) if seed is None else int(seed)
         self.reporter = reporter if reporter is not None else DataReporter(on_problem)
         self._engine = _Engine(paths, batch_size, classes, opts, self.seed,
                                default_workers() if workers is None else workers, prefetch, self.reporter,
-                               start)
+                               start, iteration_images or batch_size)
         self._finalizer = weakref.finalize(self, self._engine.close)
         self.wait_seconds = 0.0  # total time next_batch() waited for the workers
         self.last_wait = 0.0

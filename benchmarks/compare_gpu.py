@@ -1,0 +1,414 @@
+"""Ours on CUDA against PyTorch on the same GPU, cfg, seeded weights and precision.
+
+    python benchmarks/compare_gpu.py                       # the five models, fp32 with TF32 off
+    python benchmarks/compare_gpu.py --models yolov4-tiny --tf32 --write benchmarks/RESULTS_GPU.md
+
+PyTorch is a benchmark dependency only: the script builds each cfg as a plain torch.nn module (this
+file, `TorchDarknet`), copies the same seeded weights into both engines and first checks that the
+heads agree (max relative difference printed), then times, each engine in its own subprocess (so that
+peak memory is each one's own and neither's caching allocator disturbs the other):
+  - batch-1 latency: ours with and without recorded forwards (CUDA graphs); PyTorch eager and captured
+    in a CUDA graph. Both from a host (NumPy/CPU) input to the heads on the GPU, synchronized.
+  - batch-64 forward, images/s.
+  - batch-64 training, images/s: ours forward_train + Darknet's YOLO loss + backward + SGD; PyTorch
+    forward + an equal-cost loss on the heads (squared error against a fixed target, elementwise as
+    Darknet's loss) + backward + SGD with momentum and weight decay.
+  - peak GPU memory of the training run: ours the pool's peak reservation, PyTorch
+    torch.cuda.max_memory_reserved.
+Floors: FLOPs over the fp32 peak (training: 3x the forward FLOPs), and the activations' bytes
+(each layer's output written once and read once) over the memory bandwidth.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+MODELS = {"yolov4-tiny": 416, "yolov3-tiny": 416, "yolov7-tiny": 416, "yolov4-tiny-3l": 416, "yolov4": 608}
+# yolov4 at 608 does not train at batch 64 in 80 GB (neither engine): it trains at batch 16
+TRAIN_BATCH = {"yolov4": 16}
+# fp32 (non-tensor) peaks and memory bandwidths of the GPUs we have measured on (NVIDIA data sheets)
+PEAKS = {"H100 80GB HBM3": (66.9e12, 3.35e12), "H100 PCIe": (51.2e12, 2.0e12), "H200": (66.9e12, 4.8e12)}
+
+
+# ---- the cfg as a torch module ---------------------------------------------------------------------
+def read_cfg(path: str):
+    sections = []
+    for raw in Path(path).read_text().splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        if line.startswith("["):
+            sections.append({"type": line.strip("[]")})
+        elif "=" in line:
+            k, v = line.split("=", 1)
+            sections[-1][k.strip()] = v.strip()
+    return sections
+
+
+def build_torch(path: str, size: int):
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    def act(name, x):
+        if name == "leaky":
+            return F.leaky_relu(x, 0.1)
+        if name == "mish":
+            return x * torch.tanh(F.softplus(x))
+        if name == "logistic":
+            return torch.sigmoid(x)
+        if name == "swish":
+            return x * torch.sigmoid(x)
+        if name == "relu":
+            return F.relu(x)
+        if name == "linear":
+            return x
+        raise ValueError(f"activation {name} not in this benchmark")
+
+    class TorchDarknet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            secs = read_cfg(path)
+            self.net, self.layers = secs[0], secs[1:]
+            self.mods = nn.ModuleList()
+            channels, c = [], int(self.net.get("channels", 3))
+            for i, s in enumerate(self.layers):
+                t = s["type"]
+                m = nn.Module()
+                if t == "convolutional":
+                    f, k = int(s["filters"]), int(s.get("size", 1))
+                    stride, groups = int(s.get("stride", 1)), int(s.get("groups", 1))
+                    pad = k // 2 if int(s.get("pad", 0)) else int(s.get("padding", 0))
+                    bn = int(s.get("batch_normalize", 0))
+                    m.conv = nn.Conv2d(c, f, k, stride, pad, groups=groups, bias=not bn)
+                    if bn:
+                        m.bn = nn.BatchNorm2d(f, eps=1e-5, momentum=0.01)
+                    c = f
+                elif t == "route":
+                    idx = [int(v) for v in s["layers"].split(",")]
+                    idx = [j if j >= 0 else i + j for j in idx]
+                    s["_idx"] = idx
+                    c = sum(channels[j] for j in idx) // int(s.get("groups", 1))
+                elif t == "shortcut":
+                    j = int(s["from"])
+                    s["_from"] = j if j >= 0 else i + j
+                elif t not in ("maxpool", "upsample", "yolo"):
+                    raise ValueError(f"layer type {t} not in this benchmark")
+                channels.append(c)
+                self.mods.append(m)
+
+        def forward(self, x):
+            outs, heads = [], []
+            for i, (s, m) in enumerate(zip(self.layers, self.mods)):
+                t = s["type"]
+                if t == "convolutional":
+                    x = m.conv(x)
+                    if hasattr(m, "bn"):
+                        x = m.bn(x)
+                    x = act(s.get("activation", "logistic"), x)
+                elif t == "maxpool":
+                    k, st = int(s.get("size", s.get("stride", 1))), int(s.get("stride", 1))
+                    p = int(s.get("padding", k - 1))  # Darknet: `padding` total, top-left gets half
+                    x = F.max_pool2d(F.pad(x, (p // 2, p - p // 2, p // 2, p - p // 2), value=float("-inf")), k, st)
+                elif t == "route":
+                    x = torch.cat([outs[j] for j in s["_idx"]], 1)
+                    g = int(s.get("groups", 1))
+                    if g > 1:
+                        x = x.chunk(g, 1)[int(s.get("group_id", 0))]
+                elif t == "shortcut":
+                    x = act(s.get("activation", "linear"), x + outs[s["_from"]])
+                elif t == "upsample":
+                    x = F.interpolate(x, scale_factor=int(s.get("stride", 2)), mode="nearest")
+                elif t == "yolo":
+                    x = yolo_activate(x, s)
+                    heads.append(x)
+                outs.append(x)
+            return heads
+
+    def yolo_activate(x, s):
+        # Darknet's forward_yolo_layer: logistic on x, y, objectness and classes (not with
+        # new_coords, whose cfgs activate in the conv before), then x, y scaled by scale_x_y
+        n, c, h, w = x.shape
+        a = len(s["mask"].split(","))
+        x = x.view(n, a, c // a, h, w)
+        if not int(s.get("new_coords", 0)):
+            x = torch.cat([torch.sigmoid(x[:, :, :2]), x[:, :, 2:4], torch.sigmoid(x[:, :, 4:])], 2)
+        sc = float(s.get("scale_x_y", 1))
+        if sc != 1:
+            x = torch.cat([x[:, :, :2] * sc - 0.5 * (sc - 1), x[:, :, 2:]], 2)
+        return x.reshape(n, c, h, w)
+
+    torch.manual_seed(0)
+    model = TorchDarknet()
+    with torch.no_grad():  # batchnorm statistics that are not the identity, so folding is exercised
+        for m in model.mods:
+            if hasattr(m, "bn"):
+                m.bn.weight.uniform_(0.5, 1.5)
+                m.bn.bias.uniform_(-0.1, 0.1)
+                m.bn.running_mean.uniform_(-0.1, 0.1)
+                m.bn.running_var.uniform_(0.5, 1.5)
+    return model
+
+
+def copy_weights(model, net) -> None:
+    """The torch module's parameters into our network, in Darknet's names."""
+    for i, m in enumerate(model.mods):
+        if not hasattr(m, "conv"):
+            continue
+        p = {"weights": m.conv.weight.detach().cpu().numpy()}
+        if hasattr(m, "bn"):
+            p.update(biases=m.bn.bias, scales=m.bn.weight, rolling_mean=m.bn.running_mean,
+                     rolling_variance=m.bn.running_var)
+            p = {k: (v if isinstance(v, np.ndarray) else v.detach().cpu().numpy()) for k, v in p.items()}
+        else:
+            p["biases"] = m.conv.bias.detach().cpu().numpy()
+        want = net.params(i)
+        net.set_params(i, {k: np.ascontiguousarray(v, np.float32).reshape(want[k].shape) for k, v in p.items()})
+
+
+def sized_cfg(name: str, size: int, batch: int) -> str:
+    """The shipped cfg at `size` with batch = subdivisions-free `batch` (a temporary file)."""
+    import tempfile
+
+    lines = []
+    for line in (REPO / "cfg" / f"{name}.cfg").read_text().splitlines():
+        k = line.split("=", 1)[0].strip()
+        if k in ("width", "height"):
+            line = f"{k}={size}"
+        elif k == "batch":
+            line = f"batch={batch}"
+        elif k == "subdivisions":
+            line = "subdivisions=1"
+        lines.append(line)
+    fd, path = tempfile.mkstemp(suffix=f"-{name}.cfg")
+    os.write(fd, "\n".join(lines).encode())
+    os.close(fd)
+    return path
+
+
+# ---- timing ------------------------------------------------------------------------------------
+def timed(fn, sync, warmup: int, min_runs: int, min_s: float) -> float:
+    """Median seconds per call over at least min_runs calls and min_s seconds."""
+    for _ in range(warmup):
+        fn()
+    sync()
+    times = []
+    start = time.perf_counter()
+    while len(times) < min_runs or time.perf_counter() - start < min_s:
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def truths_for(batch: int, classes: int, rng):
+    return [np.array([[*rng.uniform(0.2, 0.8, 2), *rng.uniform(0.05, 0.3, 2), rng.integers(classes)]
+                      for _ in range(4)], np.float32) for _ in range(batch)]
+
+
+def run_ours(name: str, size: int, args) -> dict:
+    import darknet_py
+
+    rng = np.random.default_rng(0)
+    out = {}
+    path = sized_cfg(name, size, 1)
+    net = darknet_py.Network(path, device=args.device)
+    raw = net._net
+    model = build_torch(path, size)
+    copy_weights(model, net)
+    heads = list(raw.yolo_layers)
+    out["bflops"] = raw.total_bflops() if hasattr(raw, "total_bflops") else None
+    x1 = rng.uniform(0, 1, (1, 3, size, size)).astype(np.float32)
+    if args.check:
+        import torch
+        with torch.no_grad():
+            want = [h.numpy() for h in model.eval()(torch.from_numpy(x1))]
+        got = raw.forward(x1, heads)
+        out["max_rel_diff_vs_torch"] = max(float(np.abs(g - w).max() / max(np.abs(w).max(), 1e-12))
+                                           for g, w in zip(got, want))
+    sync = raw.synchronize
+    for graphs in (True, False):
+        raw.record_forwards = graphs
+        out[f"b1_ms_{'graph' if graphs else 'eager'}"] = 1e3 * timed(lambda: raw.forward(x1, []), sync, 5, 30, 1.0)
+    raw.record_forwards = True
+    xb = rng.uniform(0, 1, (args.batch, 3, size, size)).astype(np.float32)
+    out["fwd_img_s"] = args.batch / timed(lambda: raw.forward(xb, []), sync, 3, 10, 2.0)
+    out["layer_out_floats"] = sum(int(np.prod(s)) for s in layer_output_shapes(raw))
+    os.unlink(path)
+    return out
+
+
+def run_ours_train(name: str, size: int, args) -> dict:
+    """In a process of its own, so that the pool's peak is the training run's."""
+    import darknet_py
+
+    rng = np.random.default_rng(0)
+    batch = TRAIN_BATCH.get(name, args.batch)
+    path = sized_cfg(name, size, batch)  # the cfg's batch is Darknet's loss normalisation
+    net = darknet_py.Network(path, device=args.device)
+    raw = net._net
+    copy_weights(build_torch(path, size), net)
+    os.unlink(path)
+    heads = list(raw.yolo_layers)
+    truths = truths_for(batch, raw.yolo_info(heads[-1])["classes"], rng)
+    xb = rng.uniform(0, 1, (batch, 3, size, size)).astype(np.float32)
+
+    def step():
+        raw.forward_train(xb, [])
+        raw.yolo_loss(truths)
+        raw.backward()
+        raw.update(1e-4, batch)
+
+    return {"train_img_s": batch / timed(step, raw.synchronize, 2, 5, 3.0),
+            "peak_train_bytes": raw.memory_stats()["peak_reserved"]}
+
+
+def layer_output_shapes(raw):
+    return [tuple(layer["output"]) for layer in raw.layers()]
+
+
+def run_torch(name: str, size: int, args) -> dict:
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = args.tf32
+    torch.backends.cudnn.allow_tf32 = args.tf32
+    torch.backends.cudnn.benchmark = True
+    dev = torch.device("cuda")
+    path = sized_cfg(name, size, 1)
+    model = build_torch(path, size).to(dev)
+    os.unlink(path)
+    rng = np.random.default_rng(0)
+    out = {}
+    sync = torch.cuda.synchronize
+    x1 = rng.uniform(0, 1, (1, 3, size, size)).astype(np.float32)
+    model.eval()
+    with torch.no_grad():
+        out["b1_ms_eager"] = 1e3 * timed(lambda: model(torch.from_numpy(x1).to(dev)), sync, 5, 30, 1.0)
+        static_in = torch.from_numpy(x1).to(dev)
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3):
+                model(static_in)
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            model(static_in)
+
+        def replay():
+            static_in.copy_(torch.from_numpy(x1))
+            g.replay()
+
+        out["b1_ms_graph"] = 1e3 * timed(replay, sync, 5, 30, 1.0)
+        xb = rng.uniform(0, 1, (args.batch, 3, size, size)).astype(np.float32)
+        out["fwd_img_s"] = args.batch / timed(lambda: model(torch.from_numpy(xb).to(dev)), sync, 3, 10, 2.0)
+    del g
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    model.train()
+    xt = xb[:TRAIN_BATCH.get(name, args.batch)]
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9, weight_decay=5e-4)
+    with torch.no_grad():
+        targets = [t.uniform_(0, 1) for t in (h.new_empty(h.shape) for h in model(torch.from_numpy(xt).to(dev)))]
+
+    def step():
+        heads = model(torch.from_numpy(xt).to(dev))
+        loss = sum(((h - t) ** 2).sum() for h, t in zip(heads, targets))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    out["train_img_s"] = len(xt) / timed(step, sync, 2, 5, 3.0)
+    out["peak_train_bytes"] = torch.cuda.max_memory_reserved()
+    out["versions"] = f"PyTorch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}"
+    return out
+
+
+WORKERS = {"ours": run_ours, "ours_train": run_ours_train, "torch": run_torch}
+
+
+# ---- the table ----------------------------------------------------------------------------------
+def gpu_facts():
+    q = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                       capture_output=True, text=True).stdout.strip().splitlines()
+    name, driver = (q[0].split(", ") + ["?"])[:2] if q else ("?", "?")
+    peak = next((v for k, v in PEAKS.items() if k in name), (None, None))
+    return name, driver, peak
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default=",".join(MODELS), help="comma-separated (default: all five)")
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--tf32", action="store_true", help="allow TF32 on both (default: fp32, TF32 off)")
+    ap.add_argument("--write", help="write the markdown table to this file")
+    ap.add_argument("--worker", choices=list(WORKERS), help=argparse.SUPPRESS)
+    ap.add_argument("--model", help=argparse.SUPPRESS)
+    ap.add_argument("--check", action="store_true", default=True, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker:
+        if args.tf32:
+            os.environ["DARKNET_PY_TF32"] = "1"
+        print(json.dumps(WORKERS[args.worker](args.model, MODELS[args.model], args)))
+        return 0
+    name, driver, (flops, bw) = gpu_facts()
+    rows = []
+    versions = ""
+    for model in args.models.split(","):
+        res = {}
+        for worker in WORKERS:
+            cmd = [sys.executable, __file__, "--worker", worker, "--model", model, "--batch", str(args.batch),
+                   "--device", args.device] + (["--tf32"] if args.tf32 else [])
+            env = {**os.environ, **({"DARKNET_PY_TF32": "1"} if args.tf32 else {})}
+            p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            if p.returncode:
+                print(f"{model} {worker} failed:\n{p.stderr[-3000:]}", file=sys.stderr)
+                res[worker] = {}
+                continue
+            res[worker] = json.loads(p.stdout.strip().splitlines()[-1])
+            print(model, worker, res[worker], file=sys.stderr)
+        res["ours"].update(res.pop("ours_train"))
+        versions = res.get("torch", {}).get("versions", versions)
+        rows.append((model, res))
+    lines = [f"# Ours (CUDA) vs PyTorch, {'TF32 allowed' if args.tf32 else 'fp32, TF32 off'}", "",
+             f"GPU: {name}, driver {driver}; {versions}; batch {args.batch} for forward and training (yolov4: "
+             f"training at batch {TRAIN_BATCH['yolov4']}); "
+             "`python benchmarks/compare_gpu.py" + (" --tf32" if args.tf32 else "") + "`.", "",
+             "Latency from a host input to the heads on the GPU (synchronized), medians. Ratio = ours / PyTorch "
+             "(latency, memory: lower is better; images/s: higher is better). Floor = FLOPs / fp32 peak.", "",
+             "| model | b1 ours graph / eager ms | b1 torch graph / eager ms | b1 ratio (graph) | fwd img/s ours / torch "
+             "(ratio) | fwd floor img/s (FLOPs, bytes) | train img/s ours / torch (ratio) | train floor img/s | peak "
+             "train GiB ours / torch | heads vs torch |", "|" + "---|" * 10]
+    for model, r in rows:
+        o, t = r.get("ours", {}), r.get("torch", {})
+        if not o or not t:
+            lines.append(f"| {model} | failed: see the log |" + " |" * 8)
+            continue
+        gf = (o.get("bflops") or 0) * 1e9  # Darknet's BFLOPs count a multiply-add as 2
+        ffloor = flops / gf if flops and gf else float("nan")
+        bfloor = bw / (o["layer_out_floats"] * 4 * 2) if bw else float("nan")  # each output written, read once
+        lines.append(
+            f"| {model} | {o['b1_ms_graph']:.2f} / {o['b1_ms_eager']:.2f} | {t['b1_ms_graph']:.2f} / {t['b1_ms_eager']:.2f}"
+            f" | {o['b1_ms_graph'] / t['b1_ms_graph']:.2f} | {o['fwd_img_s']:.0f} / {t['fwd_img_s']:.0f} "
+            f"({o['fwd_img_s'] / t['fwd_img_s']:.2f}) | {ffloor:.0f}, {bfloor:.0f} | {o['train_img_s']:.0f} / {t['train_img_s']:.0f} "
+            f"({o['train_img_s'] / t['train_img_s']:.2f}) | {ffloor / 3:.0f} | {o['peak_train_bytes'] / 2**30:.1f} / "
+            f"{t['peak_train_bytes'] / 2**30:.1f} | {o.get('max_rel_diff_vs_torch', float('nan')):.1e} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.write:
+        Path(args.write).write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

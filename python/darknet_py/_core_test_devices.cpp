@@ -1,0 +1,220 @@
+// Test-only devices, for the Linux tests of GPU code that has no hardware here (src-test/
+// test_metal_device.py, test_gpu_fast_paths.py). Each is a Device that _core.Ops(device) runs
+// every op of the contract on:
+//   _core.fake_metal_device(...)   MetalDevice over FakeMetalApi: the Metal device's C++ with a fake
+//                                  of its Objective-C++ file; the fake records every call it gets.
+//   _core.host_fast_path_device(id) an OpenCL device that also claims every vendor fast path
+//                                  (convolution, pooling, batchnorm) and computes it on the host
+//                                  with the CPU backend: proves GpuBackend's fast-path plumbing.
+#include <pybind11/stl.h>
+
+#include <map>
+#include <mutex>
+
+#include "bindings.h"
+#include "devices.h"
+#include "fake_metal_api.h"
+#include "metal_device.h"
+#include "metal_plan.h"
+
+using namespace dn;
+using namespace dn_py;
+
+namespace {
+
+// A Device (kept alive by shared_ptr) with what the test reads back from it.
+struct TestDevice {
+    std::shared_ptr<Device> device;
+    std::shared_ptr<std::vector<std::string>> log = std::make_shared<std::vector<std::string>>();
+    std::shared_ptr<std::vector<std::string>> notes = std::make_shared<std::vector<std::string>>();
+    std::shared_ptr<std::map<std::string, int>> calls = std::make_shared<std::map<std::string, int>>();
+};
+
+// ---- host fast paths over a real device ----
+
+class HostFastPathDevice final : public Device {
+public:
+    HostFastPathDevice(std::shared_ptr<Device> inner, std::shared_ptr<std::map<std::string, int>> calls)
+        : inner_(std::move(inner)), calls_(std::move(calls)), cpu_(make_cpu_backend()) {}
+
+    const DeviceInfo& info() const override { return inner_->info(); }
+    DeviceMemory* alloc(size_t bytes) override { return inner_->alloc(bytes); }
+    void free(DeviceMemory* m) override { inner_->free(m); }
+    void upload(DeviceMemory* d, size_t o, const void* s, size_t b) override { inner_->upload(d, o, s, b); }
+    void download(const DeviceMemory* s, size_t o, void* d, size_t b) override { inner_->download(s, o, d, b); }
+    void copy(const DeviceMemory* s, size_t so, DeviceMemory* d, size_t dof, size_t b) override {
+        inner_->copy(s, so, d, dof, b);
+    }
+    void launch(const char* name, LaunchDims dims, const std::vector<KernelArg>& args) override {
+        count(std::string("kernel ") + name);
+        inner_->launch(name, dims, args);
+    }
+    uint32_t max_group_size(const char* name) override { return inner_->max_group_size(name); }
+    void synchronize() override { inner_->synchronize(); }
+
+    bool conv2d(const ConvParams& p, const DeviceMemory* x, const DeviceMemory* w, DeviceMemory* y) override {
+        Tensor hx = down(x, p.x), hw = down(w, weights(p)), hy(shape(p.y));
+        cpu_->conv2d(hx, hw, geom(p), hy);
+        return up(hy, y), count("conv2d"), true;
+    }
+    bool conv2d_backward_data(const ConvParams& p, const DeviceMemory* dy, const DeviceMemory* w,
+                              DeviceMemory* dx) override {
+        Tensor hdy = down(dy, p.y), hw = down(w, weights(p)), hdx = down(dx, p.x);
+        cpu_->conv2d_backward_data(hdy, hw, geom(p), hdx);
+        return up(hdx, dx), count("conv2d_backward_data"), true;
+    }
+    bool conv2d_backward_weights(const ConvParams& p, const DeviceMemory* x, const DeviceMemory* dy,
+                                 DeviceMemory* dw) override {
+        Tensor hx = down(x, p.x), hdy = down(dy, p.y), hdw = down(dw, weights(p));
+        cpu_->conv2d_backward_weights(hx, hdy, geom(p), hdw);
+        return up(hdw, dw), count("conv2d_backward_weights"), true;
+    }
+    bool pool(const PoolParams& p, const DeviceMemory* x, DeviceMemory* y) override {
+        Tensor hx = down(x, p.x), hy(shape(p.y));
+        PoolGeom g{p.size, p.stride_y, p.stride_x, p.padding};
+        if (p.max) cpu_->maxpool(hx, g, hy);
+        else cpu_->avgpool_local(hx, g, hy);
+        return up(hy, y), count(p.max ? "maxpool" : "avgpool"), true;
+    }
+    bool pool_backward(const PoolParams& p, const DeviceMemory* x, const DeviceMemory* dy, DeviceMemory* dx) override {
+        Tensor hx = down(x, p.x), hdy = down(dy, p.y), hdx = down(dx, p.x);
+        PoolGeom g{p.size, p.stride_y, p.stride_x, p.padding};
+        if (p.max) cpu_->maxpool_backward(hx, hdy, g, hdx);
+        else cpu_->avgpool_local_backward(hx, hdy, g, hdx);
+        return up(hdx, dx), count(p.max ? "maxpool_backward" : "avgpool_backward"), true;
+    }
+    bool batchnorm_train(const NchwShape& s, float eps, DeviceMemory* y, DeviceMemory* mean, DeviceMemory* var,
+                         DeviceMemory* x_norm, const DeviceMemory* scale, const DeviceMemory* bias) override {
+        NchwShape ch{1, s.c, 1, 1};
+        Tensor hy = down(y, s), hm(shape(ch)), hv(shape(ch)), hxn(shape(s)), hs = down(scale, ch), hb = down(bias, ch);
+        cpu_->batchnorm_train(hy, hm, hv, hxn, hs, hb, eps);
+        up(hy, y), up(hm, mean), up(hv, var), up(hxn, x_norm);
+        return count("batchnorm_train"), true;
+    }
+    bool batchnorm_backward(const NchwShape& s, float eps, DeviceMemory* dy, const DeviceMemory* x_norm,
+                            const DeviceMemory* scale, const DeviceMemory* var, DeviceMemory* dscale,
+                            DeviceMemory* dbias) override {
+        NchwShape ch{1, s.c, 1, 1};
+        Tensor hdy = down(dy, s), hxn = down(x_norm, s), hs = down(scale, ch), hv = down(var, ch),
+               hds = down(dscale, ch), hdb = down(dbias, ch);
+        cpu_->batchnorm_backward(hdy, hxn, hs, hv, eps, hds, hdb);
+        up(hdy, dy), up(hds, dscale), up(hdb, dbias);
+        return count("batchnorm_backward"), true;
+    }
+
+private:
+    static Shape shape(const NchwShape& s) { return Shape{s.n, s.c, s.h, s.w}; }
+    static NchwShape weights(const ConvParams& p) { return NchwShape{p.y.c, p.x.c / p.groups, p.kh, p.kw}; }
+    static ConvGeom geom(const ConvParams& p) {
+        return ConvGeom{p.kh, p.kw, p.stride_y, p.stride_x, p.pad, p.dilation, p.groups};
+    }
+    Tensor down(const DeviceMemory* m, const NchwShape& s) {
+        Tensor t(shape(s));
+        inner_->download(m, 0, t.data(), t.size() * sizeof(float));
+        return t;
+    }
+    void up(const Tensor& t, DeviceMemory* m) { inner_->upload(m, 0, t.data(), t.size() * sizeof(float)); }
+    void count(const std::string& what) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        ++(*calls_)[what];
+    }
+
+    std::shared_ptr<Device> inner_;
+    std::shared_ptr<std::map<std::string, int>> calls_;
+    std::unique_ptr<Backend> cpu_;
+    std::mutex mutex_;
+};
+
+MetalPipelineLimits limits_of(const py::tuple& t) {
+    return MetalPipelineLimits{t[0].cast<uint32_t>(), t[1].cast<uint32_t>()};
+}
+
+}  // namespace
+
+void bind_test_devices(py::module_& m) {
+    py::class_<Device, std::shared_ptr<Device>>(m, "Device", "A GPU device (opaque; tests pass it to Ops).");
+    py::class_<TestDevice>(m, "TestDevice", "A test-only device and what it recorded.")
+        .def_property_readonly("device", [](const TestDevice& t) { return t.device; })
+        .def("log", [](const TestDevice& t) { return *t.log; }, "every call the fake Metal API got, one line each")
+        .def("clear_log", [](TestDevice& t) { t.log->clear(); })
+        .def("notes", [](const TestDevice& t) { return *t.notes; }, "the fallback lines the device printed")
+        .def("calls", [](const TestDevice& t) { return *t.calls; }, "fast-path calls and kernel launches by name")
+        .def("max_group_size", [](TestDevice& t, const std::string& k) { return t.device->max_group_size(k.c_str()); })
+        .def("launch", [](TestDevice& t, const std::string& kernel, uint32_t groups, uint32_t group, int buffers,
+                          int struct_bytes) {
+            // `buffers` fresh buffers then a struct of `struct_bytes` zero bytes (< 0: none)
+            std::vector<DeviceMemory*> mem;
+            std::vector<KernelArg> args;
+            for (int i = 0; i < buffers; ++i) mem.push_back(t.device->alloc(64)), args.push_back(KernelArg::buf(mem.back()));
+            std::vector<char> bytes(struct_bytes > 0 ? struct_bytes : 0);
+            if (struct_bytes >= 0) args.push_back(KernelArg{nullptr, bytes.data(), bytes.size()});
+            try {
+                t.device->launch(kernel.c_str(), LaunchDims{groups, group}, args);
+            } catch (...) {
+                for (auto* b : mem) t.device->free(b);
+                throw;
+            }
+            for (auto* b : mem) t.device->free(b);
+        }, "launches a kernel with fresh buffers (for the argument-binding tests)")
+        .def("gemm", [](TestDevice& t, bool ta, bool tb, int M, int N, int K, float alpha, const FloatArray& A,
+                        size_t a_off, int lda, const FloatArray& B, size_t b_off, int ldb, float beta,
+                        const FloatArray& C, size_t c_off, int ldc) {
+            // the device's own GEMM on flat buffers with element offsets: (used, C)
+            Device& d = *t.device;
+            auto put = [&](const FloatArray& a) {
+                DeviceMemory* m = d.alloc(a.size() * sizeof(float));
+                d.upload(m, 0, a.data(), a.size() * sizeof(float));
+                return m;
+            };
+            DeviceMemory *mA = put(A), *mB = put(B), *mC = put(C);
+            bool used = d.gemm(ta, tb, M, N, K, alpha, mA, a_off, lda, mB, b_off, ldb, beta, mC, c_off, ldc);
+            py::array_t<float> out(C.size());
+            d.download(mC, 0, out.mutable_data(), C.size() * sizeof(float));
+            d.free(mA), d.free(mB), d.free(mC);
+            return py::make_tuple(used, out);
+        });
+
+    m.def("fake_metal_device", [](const std::string& compile_error, std::map<std::string, py::tuple> limits,
+                                  std::vector<std::string> failing_mps, bool busy, py::object mps_env,
+                                  py::object selftest_json) {
+        FakeMetalOptions o;
+        o.compile_error = compile_error;
+        for (auto& [k, v] : limits) o.limits[k] = limits_of(v);
+        o.failing_mps = failing_mps;
+        o.busy = busy;
+        auto t = std::make_unique<TestDevice>();
+        std::string env = mps_env.is_none() ? "" : mps_env.cast<std::string>();
+        std::string file = selftest_json.is_none() ? "" : selftest_json.cast<std::string>();
+        MpsPathChoice paths = choose_mps_paths(mps_env.is_none() ? nullptr : env.c_str(),
+                                               selftest_json.is_none() ? nullptr : &file, "selftest-metal.json");
+        t->device = make_metal_device(std::make_unique<FakeMetalApi>(o, t->log), "// msl", paths, t->notes);
+        return t;
+    }, py::arg("compile_error") = "", py::arg("limits") = std::map<std::string, py::tuple>{},
+       py::arg("failing_mps") = std::vector<std::string>{}, py::arg("busy") = false, py::arg("mps_env") = py::none(),
+       py::arg("selftest_json") = py::none(),
+       "MetalDevice over FakeMetalApi. limits: kernel -> (maxTotalThreadsPerThreadgroup, threadExecutionWidth); "
+       "failing_mps: 'gemm' or graph op names whose MPS call fails; mps_env: DARKNET_PY_MPS's value; "
+       "selftest_json: the selftest file's text (None: no file).");
+
+    m.def("host_fast_path_device", [](const std::string& id) {
+        auto t = std::make_unique<TestDevice>();
+        auto be = make_backend(id);
+        if (!be->device()) throw DarknetError(id + " is not a device");
+        t->device = std::make_shared<HostFastPathDevice>(be->device(), t->calls);
+        return t;
+    }, "Device `id` with every vendor fast path claimed and computed on the host (CPU backend).");
+
+    m.def("metal_mps_paths", [](py::object env, py::object selftest_json) {
+        std::string e = env.is_none() ? "" : env.cast<std::string>();
+        std::string f = selftest_json.is_none() ? "" : selftest_json.cast<std::string>();
+        MpsPathChoice c = choose_mps_paths(env.is_none() ? nullptr : e.c_str(), selftest_json.is_none() ? nullptr : &f,
+                                           "selftest-metal.json");
+        py::dict on;
+        for (int i = 0; i < kMpsPathCount; ++i) on[mps_path_name((MpsPath)i)] = c.enabled[i];
+        return py::make_tuple(on, c.note);
+    }, py::arg("env"), py::arg("selftest_json"), "The Metal device's MPS path choice: ({name: on}, note).");
+
+    m.def("metal_group_limit", [](uint32_t max_threads, uint32_t width) {
+        return metal_plan::group_limit(MetalPipelineLimits{max_threads, width});
+    });
+}

@@ -1,0 +1,375 @@
+// CudaDevice: the thin Device of NVIDIA GPUs. One in-order stream per device; kernels from the
+// embedded fatbin, looked up by name; cuBLAS (opened at run time) for GEMM; allocations from a
+// caching pool (memory_pool.h); recording as CUDA graphs. Everything above it lives in GpuBackend.
+#include "cuda_device.h"
+
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <unordered_set>
+
+#include "cublas_api.h"
+#include "errors.h"
+#include "memory_pool.h"
+
+namespace dn {
+namespace {
+
+void check(cudaError_t e, const std::string& what) {
+    if (e != cudaSuccess) throw DarknetError("CUDA: " + what + " failed: " + cudaGetErrorString(e));
+}
+
+// An allocation *is* its device pointer, cast to and from the opaque type (as OpenCLDevice does).
+DeviceMemory* to_memory(void* p) { return reinterpret_cast<DeviceMemory*>(p); }
+char* to_ptr(const DeviceMemory* m) { return reinterpret_cast<char*>(const_cast<DeviceMemory*>(m)); }
+
+std::string version_string(int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); }
+
+DeviceInfo describe(int index, const cudaDeviceProp& p) {
+    DeviceInfo info;
+    info.id = "cuda:" + std::to_string(index);
+    info.name = p.name;
+    info.vendor = "NVIDIA";
+    int driver = 0, runtime = 0;
+    cudaDriverGetVersion(&driver);
+    cudaRuntimeGetVersion(&runtime);
+    info.driver = "CUDA driver " + version_string(driver) + ", runtime " + version_string(runtime);
+    info.memory_bytes = p.totalGlobalMem;
+    info.compute_units = p.multiProcessorCount;
+    info.details = "compute capability " + std::to_string(p.major) + "." + std::to_string(p.minor);
+    std::string why;
+    const CublasApi* cublas = cublas_api(&why);
+    info.details += cublas ? ", cuBLAS " + cublas->version() : ", " + why + " (the kernel text's GEMM runs instead)";
+    info.details += ", cuDNN: not used";
+    return info;
+}
+
+// What a recording needs after the capture: the graph, and which buffers it reads or writes (a
+// freed buffer invalidates it: its address may be handed to someone else).
+struct CaptureState {
+    std::unordered_set<const void*> buffers;
+    bool valid = true;
+};
+
+class CudaDevice;
+
+class CudaRecording final : public Recording {
+public:
+    CudaRecording(std::shared_ptr<CudaDevice> dev, cudaGraphExec_t exec, std::shared_ptr<CaptureState> state)
+        : dev_(std::move(dev)), exec_(exec), state_(std::move(state)) {}
+    ~CudaRecording() override;
+    bool valid() const override;
+    void replay() override;
+
+private:
+    std::shared_ptr<CudaDevice> dev_;  // kept alive: the graph runs on its stream
+    cudaGraphExec_t exec_;
+    std::shared_ptr<CaptureState> state_;
+};
+
+class CudaDevice final : public Device, public std::enable_shared_from_this<CudaDevice> {
+public:
+    explicit CudaDevice(int index) : index_(index), pool_(raw_alloc(index), raw_free(index)) {
+        check(cudaSetDevice(index), "cudaSetDevice(" + std::to_string(index) + ")");
+        cudaDeviceProp p{};
+        check(cudaGetDeviceProperties(&p, index), "cudaGetDeviceProperties");
+        info_ = describe(index, p);
+        check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+        check(cudaLibraryLoadData(&library_, cuda_kernels_fatbin(), nullptr, nullptr, 0, nullptr, nullptr, 0),
+              "loading the kernels (built for other GPU architectures? rebuild with DARKNET_PY_CUDA_ARCHS)");
+        open_cublas();
+    }
+
+    ~CudaDevice() override {
+        cudaSetDevice(index_);
+        cudaStreamSynchronize(stream_);
+        if (cublas_) cublas_->cublasDestroy_v2(handle_);
+        if (workspace_) pool_.give(workspace_);
+        pool_.release_cached();
+        cudaLibraryUnload(library_);
+        cudaStreamDestroy(stream_);
+    }
+
+    const DeviceInfo& info() const override { return info_; }
+
+    DeviceMemory* alloc(size_t bytes) override {
+        std::lock_guard<std::mutex> lock(mutex_);
+        void* p = pool_.take(bytes);
+        if (!p) {
+            const DeviceMemoryStats s = memory_stats_locked();
+            throw DarknetError("CUDA device " + info_.id + " is out of memory: " + std::to_string(bytes >> 20) +
+                               " MiB requested, " + std::to_string(s.in_use >> 20) + " MiB in use (a smaller batch or "
+                               "input size needs less)");
+        }
+        return to_memory(p);
+    }
+
+    void free(DeviceMemory* m) override {
+        std::lock_guard<std::mutex> lock(mutex_);
+        for (auto it = captures_.begin(); it != captures_.end();) {
+            auto s = it->lock();
+            if (!s) {
+                it = captures_.erase(it);
+                continue;
+            }
+            if (s->buffers.count(m)) s->valid = false;
+            ++it;
+        }
+        pool_.give(m);
+    }
+
+    void upload(DeviceMemory* dst, size_t offset, const void* src, size_t bytes) override {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (capturing_) return capture_fails("an upload from the host");
+        // From pageable memory this returns once `src` has been staged, so the caller may reuse it.
+        check(cudaMemcpyAsync(to_ptr(dst) + offset, src, bytes, cudaMemcpyHostToDevice, stream_), "upload");
+        bytes_uploaded += bytes;
+    }
+
+    void download(const DeviceMemory* src, size_t offset, void* dst, size_t bytes) override {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (capturing_) return capture_fails("a download to the host");
+        check(cudaMemcpyAsync(dst, to_ptr(src) + offset, bytes, cudaMemcpyDeviceToHost, stream_), "download");
+        check(cudaStreamSynchronize(stream_), "download");
+        bytes_downloaded += bytes;
+    }
+
+    void copy(const DeviceMemory* src, size_t src_offset, DeviceMemory* dst, size_t dst_offset,
+              size_t bytes) override {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (bytes == 0 || failed_capture()) return;
+        note_buffer(src);
+        note_buffer(dst);
+        check(cudaMemcpyAsync(to_ptr(dst) + dst_offset, to_ptr(src) + src_offset, bytes, cudaMemcpyDeviceToDevice,
+                              stream_),
+              "device copy");
+    }
+
+    void launch(const char* name, LaunchDims dims, const std::vector<KernelArg>& args) override {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (dims.groups == 0 || failed_capture()) return;
+        cudaKernel_t k = kernel(name);
+        // cudaLaunchKernel takes a pointer to each argument's value: for a buffer, its device pointer.
+        void* pointers[16];
+        void* argv[16];
+        if (args.size() > 16) throw DarknetError(std::string("kernel ") + name + ": more than 16 arguments");
+        for (size_t i = 0; i < args.size(); ++i) {
+            if (args[i].buffer) {
+                note_buffer(args[i].buffer);
+                pointers[i] = to_ptr(args[i].buffer);
+                argv[i] = &pointers[i];
+            } else {
+                argv[i] = const_cast<void*>(args[i].bytes);
+            }
+        }
+        check(cudaLaunchKernel((const void*)k, dim3(dims.groups), dim3(dims.group), argv, 0, stream_),
+              std::string("launching ") + name);
+    }
+
+    uint32_t max_group_size(const char* name) override {
+        std::lock_guard<std::mutex> lock(mutex_);
+        cudaFuncAttributes a{};
+        check(cudaFuncGetAttributes(&a, (const void*)kernel(name)), std::string("attributes of ") + name);
+        return (uint32_t)a.maxThreadsPerBlock;
+    }
+
+    void synchronize() override {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (capturing_) return capture_fails("a synchronization");
+        check(cudaStreamSynchronize(stream_), "synchronize");
+    }
+
+    bool gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const DeviceMemory* A, size_t a_offset,
+              int lda, const DeviceMemory* B, size_t b_offset, int ldb, float beta, DeviceMemory* C, size_t c_offset,
+              int ldc) override {
+        if (!cublas_) return false;
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (failed_capture()) return true;
+        note_buffer(A);
+        note_buffer(B);
+        note_buffer(C);
+        // cuBLAS is column-major: row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T.
+        const float* a = reinterpret_cast<const float*>(to_ptr(A)) + a_offset;
+        const float* b = reinterpret_cast<const float*>(to_ptr(B)) + b_offset;
+        float* c = reinterpret_cast<float*>(to_ptr(C)) + c_offset;
+        int status = cublas_->cublasSgemm_v2(handle_, trans_b ? CublasApi::kOpT : CublasApi::kOpN,
+                                             trans_a ? CublasApi::kOpT : CublasApi::kOpN, N, M, K, &alpha, b, ldb, a,
+                                             lda, &beta, c, ldc);
+        if (status != 0)
+            throw DarknetError("cuBLAS sgemm (" + std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K) +
+                               ") failed with status " + std::to_string(status));
+        return true;
+    }
+
+    bool begin_capture() override {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (capturing_) return false;
+        // Relaxed: the pool may still call cudaMalloc from this thread while recording (not recorded).
+        if (cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed) != cudaSuccess) {
+            cudaGetLastError();
+            return false;
+        }
+        capturing_ = true;
+        capture_ = std::make_shared<CaptureState>();
+        capture_failure_.clear();
+        return true;
+    }
+
+    std::unique_ptr<Recording> end_capture(std::string* why) override {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (!capturing_) return nullptr;
+        capturing_ = false;
+        cudaGraph_t graph = nullptr;
+        cudaError_t e = cudaStreamEndCapture(stream_, &graph);
+        cudaGraphExec_t exec = nullptr;
+        if (e == cudaSuccess && capture_failure_.empty()) e = cudaGraphInstantiate(&exec, graph, 0);
+        if (graph) cudaGraphDestroy(graph);
+        if (e != cudaSuccess || !capture_failure_.empty()) {
+            cudaGetLastError();  // clear the sticky-free error state of a failed capture
+            if (exec) cudaGraphExecDestroy(exec);
+            if (why) *why = capture_failure_.empty() ? std::string(cudaGetErrorString(e)) : capture_failure_;
+            capture_.reset();
+            return nullptr;
+        }
+        captures_.push_back(capture_);
+        auto rec = std::make_unique<CudaRecording>(shared_from_this(), exec, capture_);
+        capture_.reset();
+        return rec;
+    }
+
+    DeviceMemoryStats memory_stats() const override {
+        std::lock_guard<std::mutex> lock(mutex_);
+        return memory_stats_locked();
+    }
+
+    void replay(cudaGraphExec_t exec) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        check(cudaGraphLaunch(exec, stream_), "replaying a recorded forward");
+    }
+    std::mutex& mutex() { return mutex_; }
+
+private:
+    static MemoryPool::RawAlloc raw_alloc(int index) {
+        return [index](size_t bytes) -> void* {
+            void* p = nullptr;
+            cudaSetDevice(index);
+            if (cudaMalloc(&p, bytes) != cudaSuccess) {
+                cudaGetLastError();  // out of memory is not sticky; clear it so later calls succeed
+                return nullptr;
+            }
+            return p;
+        };
+    }
+    static MemoryPool::RawFree raw_free(int index) {
+        return [index](void* p) {
+            cudaSetDevice(index);
+            cudaFree(p);
+        };
+    }
+
+    DeviceMemoryStats memory_stats_locked() const {
+        const MemoryStats& s = pool_.stats();
+        return DeviceMemoryStats{s.in_use, s.reserved, s.peak_in_use, s.peak_reserved};
+    }
+
+    void open_cublas() {
+        std::string why;
+        const CublasApi* api = cublas_api(&why);
+        if (api && api->cublasCreate_v2(&handle_) == 0) {
+            cublas_ = api;
+            cublas_->cublasSetStream_v2(handle_, stream_);
+            // Plain fp32 unless asked (DARKNET_PY_TF32=1): TF32 rounds the inputs to 10 mantissa bits.
+            const char* tf32 = std::getenv("DARKNET_PY_TF32");
+            bool use_tf32 = tf32 && std::strcmp(tf32, "0") != 0 && *tf32;
+            cublas_->cublasSetMathMode(handle_, use_tf32 ? CublasApi::kTf32Math : CublasApi::kDefaultMath);
+            // An explicit workspace, so that cuBLAS allocates nothing while a graph is recorded.
+            const size_t workspace_bytes = 32u << 20;
+            workspace_ = pool_.take(workspace_bytes);
+            if (workspace_) cublas_->cublasSetWorkspace_v2(handle_, workspace_, workspace_bytes);
+            if (use_tf32) info_.details += " (TF32 on)";
+        } else if (api) {
+            info_.details += " (cublasCreate failed: the GEMM kernel of the kernel text runs instead)";
+        }
+    }
+
+    cudaKernel_t kernel(const char* name) {
+        auto it = kernels_.find(name);
+        if (it != kernels_.end()) return it->second;
+        cudaKernel_t k = nullptr;
+        check(cudaLibraryGetKernel(&k, library_, name), std::string("finding kernel ") + name);
+        return kernels_[name] = k;
+    }
+
+    // While recording: the work so far is being recorded, not run; a host transfer in the middle
+    // cannot be recorded, so the whole recording is abandoned and the rest of the work skipped (the
+    // caller runs it again normally).
+    void capture_fails(const char* what) {
+        if (capture_failure_.empty())
+            capture_failure_ = std::string(what) + " in the middle (an op ran on the CPU)";
+    }
+    bool failed_capture() const { return capturing_ && !capture_failure_.empty(); }
+    void note_buffer(const DeviceMemory* m) {
+        if (capturing_) capture_->buffers.insert(m);
+    }
+
+    int index_;
+    DeviceInfo info_;
+    mutable std::mutex mutex_;
+    cudaStream_t stream_ = nullptr;
+    cudaLibrary_t library_ = nullptr;
+    std::map<std::string, cudaKernel_t> kernels_;
+    MemoryPool pool_;
+    const CublasApi* cublas_ = nullptr;
+    CublasApi::Handle handle_ = nullptr;
+    void* workspace_ = nullptr;
+    bool capturing_ = false;
+    std::string capture_failure_;
+    std::shared_ptr<CaptureState> capture_;
+    std::vector<std::weak_ptr<CaptureState>> captures_;
+};
+
+CudaRecording::~CudaRecording() {
+    std::lock_guard<std::mutex> lock(dev_->mutex());
+    cudaGraphExecDestroy(exec_);
+}
+
+bool CudaRecording::valid() const {
+    std::lock_guard<std::mutex> lock(dev_->mutex());
+    return state_->valid;
+}
+
+void CudaRecording::replay() { dev_->replay(exec_); }
+
+}  // namespace
+
+std::vector<DeviceInfo> list_cuda_devices(std::string* why_none) {
+    std::vector<DeviceInfo> out;
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0) {
+        cudaGetLastError();
+        if (why_none)
+            *why_none = std::string("no CUDA device: ") + (e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+        return out;
+    }
+    for (int i = 0; i < count; ++i) {
+        cudaDeviceProp p{};
+        if (cudaGetDeviceProperties(&p, i) == cudaSuccess) out.push_back(describe(i, p));
+    }
+    return out;
+}
+
+std::shared_ptr<Device> open_cuda_device(int index) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || index < 0 || index >= count) {
+        cudaGetLastError();
+        throw DarknetError("device 'cuda:" + std::to_string(index) + "' does not exist (" + std::to_string(count) +
+                           " CUDA devices found; darknet_py info lists them)");
+    }
+    return std::make_shared<CudaDevice>(index);
+}
+
+}  // namespace dn

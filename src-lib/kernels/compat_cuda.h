@@ -1,0 +1,30 @@
+// The kernel text's macros for CUDA C++ (prepended to the embedded text; the build compiles the
+// result with nvcc into a fatbin that CudaDevice loads, see src-cuda/README.md). The rules for
+// writing kernel text are at the top of compat_opencl.h.
+//
+// Kernels are extern "C" so CudaDevice finds them by their plain name (cudaLibraryGetKernel).
+// The build passes --fmad=false: a*b+c stays two roundings, as in the C++ backends and OpenCL's
+// FP_CONTRACT OFF (a contracted FMA would differ in the last bits).
+#define KERNEL(name) extern "C" __global__ void name
+#define KBUF(T, name, index) T* name
+#define KCBUF(T, name, index) const T* name
+#define KARGS(T, name, index) const T name
+#define KARGS_PARAM(T) T
+#define KTHREAD_IDS
+#define KGID ((uint)(blockIdx.x * blockDim.x + threadIdx.x))
+#define KLID ((uint)threadIdx.x)
+#define KGROUP ((uint)blockIdx.x)
+#define KGROUP_SIZE ((uint)blockDim.x)
+#define KSHARED __shared__
+#define KBARRIER() __syncthreads()
+#define KATOMIC_INC(p) atomicAdd((p), 1)
+#define KGLOBAL
+#define KCONST const
+#define KFN __device__ inline
+#define KSTATIC_ASSERT(cond, msg) static_assert(cond, msg)
+#define KNAMESPACE_BEGIN
+#define KNAMESPACE_END
+typedef unsigned int uint;
+typedef int int32_t;
+typedef unsigned int uint32_t;
+#define FLT_MAX_K 3.402823466e+38f

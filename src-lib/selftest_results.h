@@ -1,0 +1,26 @@
+// What `darknet_py selftest` leaves behind for the devices (python/darknet_py/selftest.py writes it):
+// a JSON file per device in the user's cache folder. A device with vendor fast paths (MPS, cuBLAS,
+// cuDNN) enables only those whose parity check passed on this machine, read back through here.
+// The file's other keys (ops, training, ...) are for people; the engine reads only "fast_paths":
+//   {"device": "metal", ..., "fast_paths": {"mps_gemm": true, "mps_conv": false}}
+#pragma once
+#include <map>
+#include <string>
+
+namespace dn {
+
+// The folder: $DARKNET_PY_CACHE_DIR if set, else $XDG_CACHE_HOME/darknet_py, else
+// ~/Library/Caches/darknet_py on macOS and ~/.cache/darknet_py elsewhere.
+std::string cache_dir();
+
+// cache_dir()/selftest-<device>.json, ':' in the device name written as '-' ("opencl-0").
+std::string selftest_results_path(const std::string& device);
+
+// The "fast_paths" object of that file: name -> passed. Empty when the file is missing or cannot be
+// read as such (`why`, if non-null, then says what was wrong); never throws.
+std::map<std::string, bool> selftest_fast_paths(const std::string& device, std::string* why = nullptr);
+
+// True only when the selftest ran on this device and fast path `name` passed there.
+bool fast_path_passed(const std::string& device, const std::string& name);
+
+}  // namespace dn

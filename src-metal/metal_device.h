@@ -1,0 +1,32 @@
+// MetalDevice: the Device (gpu/device.h) of Apple GPUs, in plain C++ over MetalApi (metal_api.h).
+// It compiles the MSL text once, caches pipelines by name, encodes launches, copies and MPS work into
+// command buffers committed about once per layer (metal_plan.h) and waited on only when the host
+// needs data, and offers the MPS fast paths that passed `darknet_py selftest` (metal_fast_paths.h).
+// On a Mac, metal_objc.mm provides the MetalApi; on Linux the tests drive it with FakeMetalApi.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "metal_api.h"
+#include "metal_fast_paths.h"
+
+namespace dn {
+
+// A Metal device over `api`: compiles `msl` (throws DarknetError with Metal's message when it does
+// not compile) and uses the MPS paths `paths` enables. `notes` (optional) receives each fallback
+// line the device prints once on stderr (the tests read them).
+std::shared_ptr<Device> make_metal_device(std::unique_ptr<MetalApi> api, const std::string& msl,
+                                          const MpsPathChoice& paths,
+                                          std::shared_ptr<std::vector<std::string>> notes = nullptr);
+
+#ifdef DARKNET_PY_METAL
+// The system's default Metal device (metal_objc.mm); null with the reason when there is none.
+std::unique_ptr<MetalApi> open_system_metal_api(std::string* why);
+// Its DeviceInfo without compiling anything (`darknet_py info`); false with the reason.
+bool probe_system_metal(DeviceInfo* info, std::string* why);
+// The system device with the MPS paths chosen from DARKNET_PY_MPS and the selftest file.
+std::shared_ptr<Device> open_metal_device(const std::string& msl);
+#endif
+
+}  // namespace dn

@@ -1,0 +1,132 @@
+"""The CUDA device on an NVIDIA GPU, against the CPU backend (issue "GPU engine, part 2").
+
+Every op against the reference runs in test_ops.py (BACKENDS has "cuda"); here: whole networks, real
+weights, training, recorded forwards (CUDA graphs), the memory pool, the command line. Where the
+module was built without CUDA or the machine has no NVIDIA GPU, everything here skips with
+"no CUDA device: <why>".
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+import gpu_devices
+from darknet_py import Network, _core
+from test_gpu_backend import CFG_NAMES, REL_TOL, cli, pair, rel_err, train_losses
+from test_train import small_cfg
+
+pytestmark = pytest.mark.skipif(not gpu_devices.CUDA, reason=gpu_devices.CUDA_MISSING)
+CUDA = gpu_devices.CUDA
+
+
+@pytest.mark.parametrize("name", CFG_NAMES)
+def test_reference_cfg_forward_equals_cpu(shared_cfg_dir, name, tmp_path):
+    # every layer's output at the cfg's own input size (fp32, TF32 off)
+    cpu, gpu = pair(tmp_path, (shared_cfg_dir / name).read_text(), CUDA, seed=7)
+    x = np.random.default_rng(1).uniform(0, 1, (1, cpu.channels, cpu.height, cpu.width)).astype(np.float32)
+    layers = list(range(len(cpu.layers())))
+    worst = max((rel_err(g, c), i) for i, (g, c) in enumerate(zip(gpu.forward(x, layers), cpu.forward(x, layers))))
+    assert worst[0] < REL_TOL, f"{name}: layer {worst[1]} differs by {worst[0]:.2e} (relative)"
+    assert not any(gpu.fallback_ops()), f"{name}: ops fell back to the CPU: {gpu.fallback_ops()}"
+
+
+def test_real_yolov3_tiny_detects_the_same_as_cpu(yolov3_tiny):
+    from test_real_weights import _photos
+
+    files = (yolov3_tiny["cfg"], yolov3_tiny["weights"], yolov3_tiny["names"])
+    cpu, gpu = Network(*files, device="cpu"), Network(*files, device=CUDA)
+    count = 0
+    for name, img in _photos().items():
+        want = cpu.detect(img, thresh=0.1)
+        for _ in range(3):  # eager, then recorded, then replayed: the same every time
+            got = gpu.detect(img, thresh=0.1)
+            assert [d.class_id for d in got] == [d.class_id for d in want], name
+            for g, w in zip(got, want):
+                assert abs(g.confidence - w.confidence) < 1e-4, (name, g, w)
+                assert max(abs(a - b) for a, b in zip(g.box, w.box)) < 0.5, (name, g, w)
+        assert gpu.detect(img, thresh=0.1, postproc="compare") == got, name  # device decode = host decode
+        count += len(want)
+    assert count > 10
+
+
+def test_100_training_iterations_follow_the_cpu(tmp_path):
+    cfg = small_cfg(classes=2, size=96, batch=8, filters=(8, 16, 32), head=32, anchors="8,8, 20,20, 40,40")
+    cpu, gpu = pair(tmp_path, cfg, CUDA)
+    want = train_losses(cpu, 100, 8, 96, 2, seed=5)
+    got = train_losses(gpu, 100, 8, 96, 2, seed=5)
+    rel = np.abs(got - want) / np.abs(want)
+    assert np.all(rel[:10] <= 1e-3), f"first 10 iterations\ncpu {want[:10]}\ncuda {got[:10]}"
+    # later the two runs drift apart by rounding (sums in another order), but they learn alike
+    assert np.mean(rel[10:]) < 0.05, f"cpu {want}\ncuda {got}"
+    assert got[-10:].mean() < 0.8 * got[:10].mean()  # it learned
+    assert not any(gpu.fallback_ops()), gpu.fallback_ops()
+
+
+def test_recorded_forwards_replay_exactly_and_follow_changes(tmp_path):
+    cfg = small_cfg(classes=2, size=64, batch=2, filters=(8, 16), head=16)
+    cpu, gpu = pair(tmp_path, cfg, CUDA)
+    rng = np.random.default_rng(3)
+    heads = list(gpu.yolo_layers)
+    x = rng.uniform(0, 1, (2, 3, 64, 64)).astype(np.float32)
+    runs = [gpu.forward(x, heads) for _ in range(3)]
+    assert gpu.last_forward_replayed  # the second forward recorded, the third replayed
+    for a, b in zip(runs[0], runs[2]):
+        assert np.array_equal(a, b)
+    # a new input and new weights reach the replayed pass (it reads the same buffers)
+    x2 = rng.uniform(0, 1, x.shape).astype(np.float32)
+    w = gpu.params(0)
+    w["weights"] = w["weights"] * 0.5
+    gpu.set_params(0, {"weights": w["weights"]})
+    cpu.set_params(0, {"weights": w["weights"]})
+    got = gpu.forward(x2, heads)
+    assert gpu.last_forward_replayed
+    for g, c in zip(got, cpu.forward(x2, heads)):
+        assert rel_err(g, c) < REL_TOL
+    # another batch size: runs normally first, and the old recording is not replayed on it
+    x3 = rng.uniform(0, 1, (1, 3, 64, 64)).astype(np.float32)
+    got = gpu.forward(x3, heads)
+    assert not gpu.last_forward_replayed
+    for g, c in zip(got, cpu.forward(x3, heads)):
+        assert rel_err(g, c) < REL_TOL
+    # training in between (it moves the batchnorm statistics) frees nothing a recording uses, and the
+    # replay still equals the CPU
+    for _ in range(3):
+        gpu.forward(x, heads)
+    gpu.forward_train(x, [])
+    cpu.forward_train(x, [])
+    got = gpu.forward(x, heads)
+    assert gpu.last_forward_replayed
+    for g, c in zip(got, cpu.forward(x, heads)):
+        assert rel_err(g, c) < REL_TOL
+    gpu.record_forwards = False
+    gpu.forward(x, heads)
+    assert not gpu.last_forward_replayed
+
+
+def test_memory_pool_reuses_blocks_across_iterations(tmp_path):
+    cfg = small_cfg(classes=2, size=64, batch=4, filters=(8, 16), head=16)
+    _, gpu = pair(tmp_path, cfg, CUDA)
+    train_losses(gpu, 3, 4, 64, 2, seed=1)
+    reserved = gpu.memory_stats()["reserved"]
+    train_losses(gpu, 10, 4, 64, 2, seed=2)
+    stats = gpu.memory_stats()
+    assert stats["reserved"] == reserved, stats  # steady state: no new device allocations
+    assert 0 < stats["in_use"] <= stats["reserved"] <= stats["peak_reserved"]
+
+
+def test_info_describes_the_cuda_device():
+    r = cli("info", "--json")
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    text = json.dumps(info)
+    assert CUDA in text and "compute capability" in text and "cuBLAS" in text, text
+    assert info["device auto"].startswith("cuda"), info["device auto"]
+
+
+def test_detect_on_cuda_from_the_command_line(tmp_path):
+    r = cli("detect", "--device", "cuda", "--out", str(tmp_path / "out"), "--json", str(tmp_path / "d.json"))
+    assert r.returncode == 0, r.stderr
+    assert json.loads((tmp_path / "d.json").read_text()), "the demo image holds detections"

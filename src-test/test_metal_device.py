@@ -1,0 +1,232 @@
+"""The Metal device's C++ (src-metal: MetalDevice, metal_plan, metal_fast_paths) on Linux, over
+FakeMetalApi: a fake of the Objective-C++ file that records each call and runs an MPS GEMM on the host
+exactly as its descriptor says, so wrong row bytes, offsets or transposes give wrong numbers. Nothing
+here runs Metal; what these tests prove is the decisions the .mm receives."""
+import numpy as np
+import pytest
+
+from darknet_py import _core
+
+rng = np.random.default_rng(7)
+
+
+def fake(**kw):
+    return _core.fake_metal_device(**kw)
+
+
+def rand(*shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def dispatches(dev, kernel=None):
+    return [l for l in dev.log() if l.startswith("dispatch ") and (kernel is None or l.split()[1] == kernel)]
+
+
+ALL_ON = '{"fast_paths": {"mps_gemm": true, "mps_conv2d": true, "mps_conv2d_backward": true, "mps_pool": true,' \
+         ' "mps_pool_backward": true, "mps_batchnorm": true, "mps_batchnorm_backward": true}, "seconds": 3.5}'
+
+
+# ---- group sizes, arguments, compiling ----
+
+def test_group_size_is_clamped_to_the_pipeline_limit_in_whole_simd_groups():
+    assert _core.metal_group_limit(448, 32) == 448
+    assert _core.metal_group_limit(200, 32) == 192
+    assert _core.metal_group_limit(20, 32) == 20
+    dev = fake(limits={"fill_f32": (200, 32)})
+    assert dev.max_group_size("fill_f32") == 192
+    ops = _core.Ops(dev.device)
+    dev.clear_log()
+    ops.fill([1, 1, 1, 1000], 1.0)
+    assert dispatches(dev, "fill_f32")[0].startswith("dispatch fill_f32 groups=6 group=192 ")  # ceil(1000/192)
+
+
+def test_a_launch_above_the_pipeline_limit_is_refused():
+    dev = fake(limits={"gemm_f32": (448, 32)})
+    dev.launch("gemm_f32", 1, 448, 3, 16)
+    with pytest.raises(_core.DarknetError, match="at most 448"):
+        dev.launch("gemm_f32", 1, 512, 3, 16)
+
+
+def test_arguments_bind_in_order_with_the_struct_last_by_bytes():
+    dev = fake()
+    dev.launch("k", 2, 64, 3, 24)
+    line = dispatches(dev, "k")[0]
+    assert line.split()[4:] == ["0:buf1+0", "1:buf2+0", "2:buf3+0", "3:bytes24"], line
+    with pytest.raises(_core.DarknetError, match="4096-byte setBytes"):
+        dev.launch("k", 1, 64, 1, 5000)
+
+
+def test_a_failed_compile_reports_metals_message():
+    msg = "program_source:12:5: error: use of undeclared identifier 'KGID'"
+    with pytest.raises(_core.DarknetError, match="did not compile as MSL: " + msg):
+        fake(compile_error=msg)
+
+
+def test_uploads_go_in_place_when_idle_and_through_a_staged_blit_when_busy():
+    idle = fake()
+    _core.Ops(idle.device).add_bias(rand(1, 2, 2, 2), rand(2))
+    assert not any(l.startswith("upload_staged") for l in idle.log())
+    busy = fake(busy=True)
+    _core.Ops(busy.device).add_bias(rand(1, 2, 2, 2), rand(2))
+    assert sum(l.startswith("upload_staged") for l in busy.log()) == 2
+
+
+def test_command_buffers_are_committed_every_few_commands_and_waited_on_for_downloads():
+    dev = fake()
+    ops = _core.Ops(dev.device)
+    dev.clear_log()
+    ops.fill([1, 1, 1, 10], 2.0)  # fill, download
+    log = dev.log()
+    assert log.index("wait") > log.index(dispatches(dev, "fill_f32")[0])
+    dev.clear_log()
+    ops.conv2d(rand(4, 4, 5, 5), rand(6, 2, 3, 3), 1, 1, 1, 1, 2, 5, 5)  # im2col + GEMM per image and group
+    log = dev.log()
+    assert len(dispatches(dev)) >= 16
+    assert "commit" in log and log.index("commit") < log.index("wait")
+
+
+# ---- which MPS paths are used ----
+
+def test_no_selftest_file_means_no_mps_path_and_one_line_saying_so():
+    on, note = _core.metal_mps_paths(None, None)
+    assert not any(on.values())
+    assert "darknet_py selftest --device metal" in note
+    dev = fake()
+    assert any("selftest --device metal" in n for n in dev.notes())
+
+
+def test_the_selftest_file_enables_exactly_what_passed():
+    on, note = _core.metal_mps_paths(None, '{"version": [1, {"x": "}"}], "fast_paths": {"mps_gemm": false, '
+                                           '"mps_conv2d": true}}')
+    assert on["mps_conv2d"] and not on["mps_gemm"] and not on["mps_pool"]
+    assert "mps_gemm (failed)" in note and "mps_pool (not checked)" in note
+    on, note = _core.metal_mps_paths(None, '{"fast_paths": {"mps_gemm": tru')
+    assert not any(on.values()) and "could not be read" in note
+
+
+def test_darknet_py_mps_overrides_and_rejects_unknown_names():
+    assert all(_core.metal_mps_paths("all", None)[0].values())
+    assert not any(_core.metal_mps_paths("off", ALL_ON)[0].values())
+    on, _ = _core.metal_mps_paths("mps_pool,mps_gemm", None)
+    assert [k for k, v in on.items() if v] == ["mps_gemm", "mps_pool"]
+    with pytest.raises(_core.DarknetError, match="unknown fast path 'mps_conv'"):
+        _core.metal_mps_paths("mps_conv", None)
+
+
+def test_a_path_that_failed_the_selftest_is_not_used():
+    dev = fake(selftest_json='{"fast_paths": {"mps_gemm": false, "mps_conv2d": true}}')
+    ops = _core.Ops(dev.device)
+    dev.clear_log()
+    ops.gemm(False, False, 1.0, rand(4, 5), rand(5, 6), 0.0, np.zeros((4, 6), np.float32))
+    assert dispatches(dev, "gemm_f32") and not any(l.startswith("mps_gemm") for l in dev.log())
+    dev.clear_log()
+    ops.conv2d(rand(1, 2, 5, 5), rand(3, 2, 3, 3), 1, 1, 1, 1, 1, 5, 5)
+    assert any(l.startswith("graph conv2d ") for l in dev.log()) and not dispatches(dev, "im2col_f32")
+
+
+def test_an_mps_failure_falls_back_to_our_kernels_once_and_for_all():
+    dev = fake(mps_env="all", failing_mps=["conv2d"])
+    ops = _core.Ops(dev.device)
+    for _ in range(2):
+        ops.conv2d(rand(1, 2, 5, 5), rand(3, 2, 3, 3), 1, 1, 1, 1, 1, 5, 5)
+    assert sum(l.startswith("graph conv2d ") for l in dev.log()) == 1  # not tried again
+    assert len(dispatches(dev, "im2col_f32")) == 2
+    assert [n for n in dev.notes() if "failed" in n] == [
+        "metal: MPS convolution failed (fake MPS error in conv2d): our kernels run it from now on"]
+
+
+# ---- MPS GEMM descriptors ----
+
+@pytest.mark.parametrize("ta", [False, True])
+@pytest.mark.parametrize("tb", [False, True])
+def test_gemm_with_offsets_and_transposes_maps_to_the_right_mps_descriptor(ta, tb):
+    M, N, K, lda, ldb, ldc, ao, bo, co = 3, 4, 5, 9, 7, 6, 5, 2, 3
+    a_rows, b_rows = (K if ta else M), (N if tb else K)
+    A, B, C = rand(ao + a_rows * lda), rand(bo + b_rows * ldb), rand(co + M * ldc)
+    dev = fake(mps_env="mps_gemm")
+    used, out = dev.gemm(ta, tb, M, N, K, 0.5, A, ao, lda, B, bo, ldb, 2.0, C, co, ldc)
+    assert used
+    a = A[ao:ao + a_rows * lda].reshape(a_rows, lda)[:, :(M if ta else K)]
+    b = B[bo:bo + b_rows * ldb].reshape(b_rows, ldb)[:, :(K if tb else N)]
+    want = C.copy()
+    c = want[co:co + M * ldc].reshape(M, ldc)
+    c[:, :N] = 0.5 * (a.T if ta else a) @ (b.T if tb else b) + 2.0 * c[:, :N]
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+    line = [l for l in dev.log() if l.startswith("mps_gemm")][0]
+    assert "transposeLeft=%d transposeRight=%d resultRows=3 resultColumns=4 interiorColumns=5" % (ta, tb) in line
+    assert "left=buf1+20 %s rowBytes=36" % ("5x3" if ta else "3x5") in line
+    assert "right=buf2+8 %s rowBytes=28" % ("4x5" if tb else "5x4") in line
+    assert "result=buf3+12 3x4 rowBytes=24" in line
+
+
+def test_gemm_declines_a_matrix_whose_last_row_bytes_pass_the_buffer_end():
+    dev = fake(mps_env="mps_gemm")
+    A, B = rand(2 * 8), rand(3 * 2)  # A: 2 x 3 with lda 8, and only 3 floats after the last row's start
+    used, _ = dev.gemm(False, False, 2, 2, 3, 1.0, A[:11], 0, 8, B, 0, 2, 0.0, np.zeros(4, np.float32), 0, 2)
+    assert not used
+    assert any("rowBytes 32 needs 64 bytes, its buffer has 44" in n for n in dev.notes())
+
+
+def test_1x1_convolutions_forward_and_backward_run_on_mps_gemm_per_image():
+    # the direct 1x1 path: one GEMM per image at per-image offsets, plain, A^T, B^T (beta = 1)
+    dev = fake(mps_env="mps_gemm")
+    ops = _core.Ops(dev.device)
+    x, w, dy = rand(2, 3, 4, 4), rand(5, 3, 1, 1), rand(2, 5, 4, 4)
+    W = w.reshape(5, 3)
+    y = ops.conv2d(x, w, 1, 1, 0, 1, 1, 4, 4)
+    np.testing.assert_allclose(y, np.einsum("oc,nchw->nohw", W, x), rtol=1e-5, atol=1e-5)
+    dx0 = rand(2, 3, 4, 4)
+    dx = ops.conv2d_backward_data(dy, w, dx0, 1, 1, 0, 1, 1)
+    np.testing.assert_allclose(dx, dx0 + np.einsum("oc,nohw->nchw", W, dy), rtol=1e-5, atol=1e-5)
+    dw0 = rand(5, 3, 1, 1)
+    dw = ops.conv2d_backward_weights(x, dy, dw0, 1, 1, 0, 1, 1)
+    np.testing.assert_allclose(dw, dw0 + np.einsum("nohw,nchw->oc", dy, x)[:, :, None, None], rtol=1e-4, atol=1e-4)
+    assert sum(l.startswith("mps_gemm") for l in dev.log()) == 6 and not dispatches(dev, "gemm_f32")
+
+
+# ---- MPSGraph descriptors ----
+
+def test_convolution_descriptor_and_accumulating_backward():
+    dev = fake(mps_env="all")
+    ops = _core.Ops(dev.device)
+    dev.clear_log()
+    ops.conv2d(rand(2, 4, 9, 9), rand(6, 2, 3, 3), 2, 2, 1, 1, 2, 5, 5)
+    line = [l for l in dev.log() if l.startswith("graph conv2d ")][0]
+    assert "x=2x4x9x9 w=6x2x3x3 y=2x6x5x5 stride=2,2 dilation=1,1 groups=2 pad=1,1,1,1" in line
+    dev.clear_log()
+    ops.conv2d_backward_data(rand(2, 6, 5, 5), rand(6, 2, 3, 3), rand(2, 4, 9, 9), 2, 2, 1, 1, 2)
+    log = dev.log()
+    graph = [l for l in log if l.startswith("graph conv2d_backward_data")][0]
+    dy_buf, w_buf, dx_buf, out_buf = graph.split()[-4:]
+    assert out_buf not in (dy_buf, w_buf, dx_buf)  # the sum goes to scratch, never onto an input
+    assert "copy %s+0 -> %s+0 %d bytes" % (out_buf, dx_buf, 2 * 4 * 9 * 9 * 4) in log
+
+
+def test_pool_descriptor_puts_darknets_padding_left_then_right():
+    dev = fake(mps_env="all")
+    ops = _core.Ops(dev.device)
+    dev.clear_log()
+    ops.pool("max", rand(1, 3, 13, 13), 2, 1, 1, 1, [1, 3, 13, 13])  # yolov3-tiny's stride-1 maxpool
+    line = [l for l in dev.log() if l.startswith("graph pool ")][0]
+    assert "max x=1x3x13x13 y=1x3x13x13 kernel=2x2 stride=1,1 pad=0,1,0,1 zero_pad=0" in line
+    dev.clear_log()
+    ops.pool("local_avg", rand(1, 3, 8, 8), 3, 2, 2, 3, [1, 3, 5, 5])
+    assert "avg x=1x3x8x8 y=1x3x5x5 kernel=3x3 stride=2,2 pad=1,2,1,2 zero_pad=0" in \
+        [l for l in dev.log() if l.startswith("graph pool ")][0]
+
+
+def test_pool_with_windows_wholly_in_the_padding_stays_on_our_kernels():
+    dev = fake(mps_env="all")
+    _core.Ops(dev.device).pool("max", rand(1, 1, 4, 4), 2, 2, 2, 4, [1, 1, 4, 4])
+    assert dispatches(dev, "maxpool_f32") and not any(l.startswith("graph pool") for l in dev.log())
+    assert any("lie wholly outside" in n for n in dev.notes())
+
+
+def test_batchnorm_plans_use_the_unbiased_variance():
+    dev = fake(mps_env="all")
+    _core.Ops(dev.device).batchnorm_train(rand(2, 3, 2, 2), rand(3), rand(3), 1e-5)
+    line = [l for l in dev.log() if l.startswith("graph batchnorm_train")][0]
+    assert "shape=2x3x2x2 count=8.000000 unbiased=1.142857" in line
+    dev.clear_log()
+    _core.Ops(dev.device).batchnorm_train(rand(1, 3, 1, 1), rand(3), rand(3), 1e-5)  # one value per channel
+    assert dispatches(dev, "batchnorm_stats_f32")
