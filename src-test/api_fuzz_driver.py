@@ -217,9 +217,9 @@ class Sequence:
         self.log(f"forward {x.shape} {x.dtype} {which}")
         try:
             outs = self.raw.forward(x, which)
-        except DarknetError:
+        except DarknetError as e:
             if self.valid_input(x, which):
-                raise Misuse("forward refused a valid input")
+                raise Misuse(f"forward refused a valid input: {e}")
             raise
         self.train_batch = None
         assert len(outs) == len(which)
@@ -229,9 +229,9 @@ class Sequence:
         self.log(f"forward_train {x.shape} {x.dtype} {which}")
         try:
             self.raw.forward_train(x, which)
-        except DarknetError:
+        except DarknetError as e:
             if self.valid_input(x, which):
-                raise Misuse("forward_train refused a valid input")
+                raise Misuse(f"forward_train refused a valid input: {e}")
             raise
         self.train_batch = x.shape[0]
 
