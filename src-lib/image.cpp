@@ -29,8 +29,17 @@ PlanarImage from_bgr_u8(const uint8_t* pixels, int w, int h, int channels, size_
     return im;
 }
 
-PlanarImage resize_darknet(const PlanarImage& im, int w, int h) {
+// Both resizes index the source by its size: an empty or inconsistent image must stop here.
+static void check_resize(const PlanarImage& im, int w, int h) {
     if (w <= 0 || h <= 0) throw DarknetError("cannot resize to " + std::to_string(w) + "x" + std::to_string(h));
+    if (im.w <= 0 || im.h <= 0 || im.c <= 0 || im.data.size() != (size_t)im.c * im.h * im.w)
+        throw DarknetError("cannot resize an empty or inconsistent image (" + std::to_string(im.w) + "x" +
+                           std::to_string(im.h) + "x" + std::to_string(im.c) + ", " + std::to_string(im.data.size()) +
+                           " values)");
+}
+
+PlanarImage resize_darknet(const PlanarImage& im, int w, int h) {
+    check_resize(im, w, h);
     if (im.w == w && im.h == h) return im;
     // Pass 1: horizontal, into `part` (w x im.h). Pass 2: vertical, into `out` (w x h).
     std::vector<float> part((size_t)im.c * im.h * w);
@@ -70,6 +79,7 @@ PlanarImage resize_darknet(const PlanarImage& im, int w, int h) {
 }
 
 PlanarImage letterbox_darknet(const PlanarImage& im, int w, int h) {
+    check_resize(im, w, h);
     int new_w = im.w, new_h = im.h;
     if ((float)w / im.w < (float)h / im.h) {
         new_w = w;

@@ -68,6 +68,7 @@ void Network::set_backend(std::unique_ptr<Backend> backend) {
     deltas_.clear();
     input_ = Tensor();
     recording_.reset();
+    drop_training_state("set_backend() moved the network");
 }
 
 void Network::resize_input(int width, int height) {
@@ -99,6 +100,20 @@ void Network::resize_input(int width, int height) {
     warnings = old_warnings;  // the rebuild repeats the cfg's warnings
     outputs_.clear();
     deltas_.clear();
+    input_ = Tensor();
+    recording_.reset();  // it refers to the old layers' buffers, even if a later resize comes back to its size
+    drop_training_state("resize_input() rebuilt the layers");
+}
+
+void Network::drop_training_state(const char* by) {
+    train_batch_ = 0;
+    dropped_by_ = by;
+}
+
+void Network::require_training_state(const std::string& what) const {
+    if (train_batch_ > 0 && deltas_.size() == layers.size() && outputs_.size() == layers.size()) return;
+    throw DarknetError(what + " needs the training state of a forward_train(): call forward_train(x) first (" +
+                       dropped_by_ + ")");
 }
 
 template <class F>
@@ -113,6 +128,9 @@ void Network::run_layer(size_t i, F&& f) {
 }
 
 void Network::check_input(const Shape& s) const {
+    if (s.n < 1) throw DarknetError("input batch is " + std::to_string(s.n) + ": give at least one image (Nx" +
+                                    std::to_string(options.channels) + "x" + std::to_string(options.height) + "x" +
+                                    std::to_string(options.width) + " with N >= 1)");
     if (s.c != options.channels || s.h != options.height || s.w != options.width)
         throw DarknetError("input is " + s.str() + " but the network expects Nx" + std::to_string(options.channels) +
                            "x" + std::to_string(options.height) + "x" + std::to_string(options.width));
@@ -122,6 +140,9 @@ void Network::check_input(const Shape& s) const {
 // read it there.
 void Network::load_input(const Tensor* x, const float* host, const Shape& s) {
     check_input(s);
+    // The input and then the outputs are replaced: forward_train's state (which backward() and the loss
+    // read) is gone; forward_train_loaded restores it once every layer has run.
+    drop_training_state("forward() or detect() since replaced its input and outputs");
     backend_->resize(input_, s);
     if (host)
         copy_from_host(host, input_);
@@ -208,6 +229,7 @@ const LayerOutputs& Network::forward_train(const float* x, const Shape& s) {
 
 const LayerOutputs& Network::forward_train_loaded() {
     const Shape& s = input_.shape();
+    drop_training_state("the last forward_train() failed");  // until every layer has run
     outputs_.resize(layers.size());
     deltas_.resize(layers.size());
     const Tensor* in = &input_;
@@ -220,11 +242,12 @@ const LayerOutputs& Network::forward_train_loaded() {
         run_layer(i, [&] { l.forward_train(*backend_, *in, outputs_[i], outputs_); });
         in = &outputs_[i];
     }
+    train_batch_ = s.n;
     return outputs_;
 }
 
 void Network::backward() {
-    if (deltas_.size() != layers.size()) throw DarknetError("backward() needs a forward_train() first");
+    require_training_state("backward()");
     // Darknet's get_current_iteration: the iterations completed (the train loop keeps `seen`)
     long long iteration = options.batch > 0 ? (long long)(seen / (uint64_t)options.batch) : 0;
     for (int i = (int)layers.size() - 1; i >= 0; --i) {

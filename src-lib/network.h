@@ -30,7 +30,13 @@ public:
     // Forward with training behaviour; zeroes every layer's delta for the following backward().
     const LayerOutputs& forward_train(const Tensor& x);
     const LayerOutputs& forward_train(const float* x, const Shape& s);
+    // The batch size of the last forward_train while its training state (outputs, deltas, input) is
+    // intact; 0 once forward(), resize_input() or set_backend() replaced it, or forward_train failed.
+    int train_batch() const { return train_batch_; }
+    // Throws DarknetError naming `what` and saying to call forward_train() first, unless train_batch() > 0.
+    void require_training_state(const std::string& what) const;
     // dL/d(output) of each layer; the loss fills the heads' deltas between forward_train and backward.
+    // Meaningful only while train_batch() > 0 (callers check require_training_state first).
     std::vector<Tensor>& deltas() { return deltas_; }
     const LayerOutputs& outputs() const { return outputs_; }
     // Back-propagates the deltas, accumulating parameter gradients (summed over the batch) until update().
@@ -109,6 +115,10 @@ private:
     int eager_runs_ = 0;                    // forwards of recording_shape_ so far, not recorded
     bool last_replayed_ = false;
     std::vector<Tensor> deltas_;
+    // Why the training state is gone (for require_training_state's message); train_batch_ = 0 then.
+    void drop_training_state(const char* by);
+    int train_batch_ = 0;
+    std::string dropped_by_ = "nothing has run forward_train() yet";
     std::vector<std::vector<Tensor>> momentum_, adam_v_;  // optimizer state per layer and trainable
     int updates_ = 0;
 };

@@ -24,6 +24,11 @@ float* Tensor::data() {
     return buffer_->host();
 }
 
+void Tensor::out_of_range(size_t i) const {
+    throw DarknetError("element " + std::to_string(i) + " of a " + shape_.str() + " tensor (" +
+                       std::to_string(shape_.size()) + " elements): an op was given inconsistent shapes");
+}
+
 void Tensor::resize(Shape s) {
     if (!buffer_ || buffer_->count() < s.size())
         buffer_ = std::make_shared<Buffer>(buffer_ ? buffer_->device_ptr() : nullptr, s.size());

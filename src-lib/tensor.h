@@ -64,15 +64,21 @@ public:
     // Host elements. Throws DarknetError for a device tensor: copy it to the host first.
     float* data();
     const float* data() const { return const_cast<Tensor*>(this)->data(); }
-    // One host element (for the reference backend's obvious loops; fast code takes data() once).
-    float& operator[](size_t i) { return data()[i]; }
-    float operator[](size_t i) const { return data()[i]; }
+    // One host element, bounds-checked (DarknetError past size()): for the reference backend's obvious
+    // loops, which already pay data()'s device check per element; fast code takes data() once.
+    float& operator[](size_t i) { return data()[checked(i)]; }
+    float operator[](size_t i) const { return data()[checked(i)]; }
 
     // New shape in the same memory space (host stays host, a device tensor stays on its device);
     // reallocates only when the element count grows; contents are unspecified afterwards.
     void resize(Shape s);
 
 private:
+    size_t checked(size_t i) const {
+        if (i >= shape_.size()) out_of_range(i);
+        return i;
+    }
+    [[noreturn]] void out_of_range(size_t i) const;  // out of line: keeps the check's fast path small
     Shape shape_;
     std::shared_ptr<Buffer> buffer_;
 };

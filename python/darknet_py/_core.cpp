@@ -9,6 +9,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "arg_checks.h"
 #include "backend.h"
 #include "bindings.h"
 #include "cpu/cpu_isa.h"
@@ -57,6 +58,49 @@ py::dict layer_info(const Layer& l) {
     d["params"] = l.describe();
     d["sources"] = l.sources();
     return d;
+}
+
+// Layer index i of n (negative counts from the end, as in Python), or DarknetError naming `call`.
+int layer_arg(const Network& n, int i, const std::string& call) {
+    int count = (int)n.layers.size();
+    if (i < -count || i >= count)
+        throw DarknetError(call + ": layer index " + std::to_string(i) + " is out of range: the network has " +
+                           std::to_string(count) + " layers (0.." + std::to_string(count - 1) +
+                           ", negative counts from the end)");
+    return i < 0 ? i + count : i;
+}
+
+// The outputs of layers `which` (indices checked) as NumPy copies.
+py::list layer_outputs(const Network& n, const LayerOutputs& outs, const std::vector<int>& which, const std::string& call) {
+    py::list result;
+    for (int i : which) result.append(to_numpy(outs[layer_arg(n, i, call)]));
+    return result;
+}
+
+// yolo_loss's truths: per image a (k, 5) array of x, y, w, h (relative, centre form) and class.
+std::vector<std::vector<TruthBox>> truth_boxes(const Network& n, const std::vector<FloatArray>& truths) {
+    const char* call = "yolo_loss";
+    if ((int)truths.size() != n.train_batch())
+        bad_arg(call, "truths", "one array per image of the forward_train batch (" + std::to_string(n.train_batch()) + ")",
+                std::to_string(truths.size()) + " arrays");
+    int classes = n.yolo_layers().empty() ? 0 : n.yolo(n.yolo_layers().back()).spec.classes;
+    std::vector<std::vector<TruthBox>> boxes(truths.size());
+    for (size_t b = 0; b < truths.size(); ++b) {
+        const FloatArray& t = truths[b];
+        std::string arg = "truths[" + std::to_string(b) + "]";
+        if (t.size() == 0) continue;
+        if (t.ndim() != 2 || t.shape(1) != 5) bad_arg(call, arg, "a (k, 5) array of x, y, w, h, class", dims_str(t));
+        for (py::ssize_t k = 0; k < t.shape(0); ++k) {
+            const float* r = t.data() + k * 5;
+            std::string row = arg + " row " + std::to_string(k);
+            for (int e = 0; e < 5; ++e)
+                if (!std::isfinite(r[e])) bad_arg(call, row, "finite numbers", std::to_string(r[e]));
+            if (r[4] != std::floor(r[4]) || r[4] < 0 || r[4] >= classes)
+                bad_arg(call, row + " class", "a whole number in 0.." + std::to_string(classes - 1), std::to_string(r[4]));
+            boxes[b].push_back(TruthBox{Box{r[0], r[1], r[2], r[3]}, (int)r[4]});
+        }
+    }
+    return boxes;
 }
 
 PyObject* darknet_error_type = nullptr;  // the Python DarknetError class, owned by the module
@@ -174,7 +218,10 @@ PYBIND11_MODULE(_core, m) {
         return py::make_tuple(paths, why);
     }, py::arg("device"), "The fast paths the devices read back from that file (name -> passed), and why it "
                           "is empty when it is.");
-    m.def("set_threads", [](int n) { ThreadPool::instance().set_threads(n); }, "Set the CPU thread count.");
+    m.def("set_threads", [](int n) {
+        check_range("set_threads", "n", n, 1, 1024);
+        ThreadPool::instance().set_threads(n);
+    }, "Set the CPU thread count.");
     m.def("get_threads", [] { return ThreadPool::instance().threads(); });
     m.def("cpu_isa", [] {
         py::dict d;
@@ -227,6 +274,7 @@ PYBIND11_MODULE(_core, m) {
     });
 
     m.def("preprocess", [](const py::array& img, int w, int h, bool letterbox) {
+        check_range("preprocess", "width", w, 1, 65536), check_range("preprocess", "height", h, 1, 65536);
         PlanarImage im = numpy_bgr_to_planar(img);
         PlanarImage out;
         {
@@ -238,7 +286,8 @@ PYBIND11_MODULE(_core, m) {
        "BGR uint8 image -> float32 CHW RGB in [0,1] at the network size, as Darknet's detector test prepares it.");
 
     m.def("resize_darknet", [](const FloatArray& chw, int w, int h) {
-        if (chw.ndim() != 3) throw DarknetError("resize_darknet expects a CxHxW float array");
+        check_ndim("resize_darknet", "image", chw, 3);
+        check_range("resize_darknet", "width", w, 1, 65536), check_range("resize_darknet", "height", h, 1, 65536);
         PlanarImage im;
         im.c = (int)chw.shape(0), im.h = (int)chw.shape(1), im.w = (int)chw.shape(2);
         im.data.assign(chw.data(), chw.data() + chw.size());
@@ -321,7 +370,7 @@ PYBIND11_MODULE(_core, m) {
             return d;
         }, "The [net] section's options, training ones included.")
         .def("yolo_train_options", [](const Network& n, int i) {
-            const YoloSpec& s = n.yolo(i).spec;
+            const YoloSpec& s = n.yolo(layer_arg(n, i, "yolo_train_options")).spec;
             py::dict d;
             d["jitter"] = s.jitter; d["random"] = s.random; d["resize"] = s.resize; d["max_boxes"] = s.max_boxes;
             d["ignore_thresh"] = s.ignore_thresh; d["truth_thresh"] = s.truth_thresh; d["iou_thresh"] = s.iou_thresh;
@@ -352,7 +401,7 @@ PYBIND11_MODULE(_core, m) {
             return out;
         })
         .def("yolo_info", [](const Network& n, int i) {
-            const YoloSpec& s = n.yolo(i).spec;
+            const YoloSpec& s = n.yolo(layer_arg(n, i, "yolo_info")).spec;
             py::dict d;
             d["classes"] = s.classes;
             d["mask"] = s.mask;
@@ -366,9 +415,8 @@ PYBIND11_MODULE(_core, m) {
         })
         .def("params", [](py::object self, int i) {
             Network& n = self.cast<Network&>();
-            if (i < 0 || i >= (int)n.layers.size()) throw py::index_error("layer index out of range");
             py::dict d;
-            for (const Param& p : n.layers[i]->params) {
+            for (const Param& p : n.layers[layer_arg(n, i, "params")]->params) {
                 const Shape& s = p.shape;
                 std::vector<py::ssize_t> shape;
                 for (int v : {s.n, s.c, s.h, s.w})
@@ -380,7 +428,7 @@ PYBIND11_MODULE(_core, m) {
             return d;
         }, "The layer's parameters in .weights file order: live NumPy views on the CPU, copies on a GPU.")
         .def("set_params", [](Network& n, int i, const py::dict& values) {
-            if (i < 0 || i >= (int)n.layers.size()) throw py::index_error("layer index out of range");
+            i = layer_arg(n, i, "set_params");
             Layer& l = *n.layers[i];
             for (auto item : values) {
                 std::string name = py::str(item.first);
@@ -416,52 +464,37 @@ PYBIND11_MODULE(_core, m) {
             save_weights(n, path);
         })
         .def("forward", [](Network& n, const FloatArray& x, std::vector<int> which) {
-            if (x.ndim() != 4) throw DarknetError("forward expects an NxCxHxW float32 array, got " + std::to_string(x.ndim()) + " dimensions");
+            Shape xs = nchw("forward", "x", x, 0);  // the batch and CxHxW are the network's to check
+            for (int i : which) layer_arg(n, i, "forward");  // before the work, not after
             const LayerOutputs* outs;
             {
                 py::gil_scoped_release nogil;
-                outs = &n.forward(x.data(), shape4(x));  // straight from the array to the input
+                outs = &n.forward(x.data(), xs);  // straight from the array to the input
             }
-            py::list result;
-            for (int i : which) {
-                if (i < 0) i += (int)outs->size();
-                if (i < 0 || i >= (int)outs->size()) throw py::index_error("layer index out of range");
-                result.append(to_numpy((*outs)[i]));
-            }
-            return result;
+            return layer_outputs(n, *outs, which, "forward");
         }, py::arg("x"), py::arg("layers"), "Runs the network; returns the outputs of the given layers.")
         .def("forward_train", [](Network& n, const FloatArray& x, std::vector<int> which) {
-            if (x.ndim() != 4) throw DarknetError("forward_train expects an NxCxHxW float32 array");
+            Shape xs = nchw("forward_train", "x", x, 0);
+            for (int i : which) layer_arg(n, i, "forward_train");
             const LayerOutputs* outs;
             {
                 py::gil_scoped_release nogil;
-                outs = &n.forward_train(x.data(), shape4(x));
+                outs = &n.forward_train(x.data(), xs);
             }
-            py::list result;
-            for (int i : which) result.append(to_numpy(outs->at(i < 0 ? i + (int)outs->size() : i)));
-            return result;
+            return layer_outputs(n, *outs, which, "forward_train");
         }, py::arg("x"), py::arg("layers"), "Training-mode forward; zeroes the deltas.")
         .def("set_delta", [](Network& n, int i, const FloatArray& d) {
-            Tensor& t = n.deltas().at(i);
-            if ((size_t)d.size() != t.size()) throw DarknetError("delta for layer " + std::to_string(i) + " must have " + std::to_string(t.size()) + " values");
+            n.require_training_state("set_delta()");
+            i = layer_arg(n, i, "set_delta");
+            Tensor& t = n.deltas()[i];
+            std::string arg = "the delta of layer " + std::to_string(i);
+            if (d.ndim() == 4) check_shape("set_delta", arg, nchw("set_delta", arg, d, 0), t.shape());
+            else check_size("set_delta", arg + " (" + t.shape().str() + ")", (size_t)d.size(), t.size());
             copy_from_host(d.data(), t);
         }, "Sets dL/d(output) of layer i (after forward_train, before backward).")
         .def("yolo_loss", [](Network& n, const std::vector<FloatArray>& truths) {
-            // truths[b]: (k, 5) array of x, y, w, h (relative to the network input, centre form), class
-            std::vector<std::vector<TruthBox>> boxes(truths.size());
-            for (size_t b = 0; b < truths.size(); ++b) {
-                const FloatArray& t = truths[b];
-                if (t.size() == 0) continue;
-                if (t.ndim() != 2 || t.shape(1) != 5) throw DarknetError("truth boxes must be (k, 5) arrays: x, y, w, h, class");
-                for (py::ssize_t k = 0; k < t.shape(0); ++k) {
-                    const float* r = t.data() + k * 5;
-                    boxes[b].push_back(TruthBox{Box{r[0], r[1], r[2], r[3]}, (int)r[4]});
-                }
-            }
-            if (n.outputs().size() != n.layers.size() || n.deltas().size() != n.layers.size())
-                throw DarknetError("yolo_loss needs a forward_train() first");
-            if ((int)truths.size() != n.outputs()[0].shape().n)
-                throw DarknetError("yolo_loss needs one truth array per image in the batch");
+            n.require_training_state("yolo_loss()");
+            std::vector<std::vector<TruthBox>> boxes = truth_boxes(n, truths);
             py::list result;
             std::vector<YoloLossStats> all;
             {
@@ -489,12 +522,17 @@ PYBIND11_MODULE(_core, m) {
             }
             return result;
         }, "Darknet's yolo loss for the last forward_train: fills the heads' deltas, returns per-head statistics.")
-        .def("delta", [](Network& n, int i) { return to_numpy(n.deltas().at(i)); })
+        .def("delta", [](Network& n, int i) {
+            n.require_training_state("delta()");
+            return to_numpy(n.deltas()[layer_arg(n, i, "delta")]);
+        })
         .def("backward", [](Network& n) {
             py::gil_scoped_release nogil;
             n.backward();
         })
         .def("update", [](Network& n, float lr, int batch, int t) {
+            check_min("update", "batch", batch, 1), check_min("update", "t", t, 0);
+            if (!std::isfinite(lr)) bad_arg("update", "lr", "a finite number", std::to_string(lr));
             py::gil_scoped_release nogil;
             n.update(lr, batch, t);
         }, py::arg("lr"), py::arg("batch"), py::arg("t") = 0,
@@ -502,7 +540,7 @@ PYBIND11_MODULE(_core, m) {
         .def("gradients", [](py::object self, int i) {
             Network& n = self.cast<Network&>();
             py::dict d;
-            for (const Param& p : n.layers.at(i)->params) {
+            for (const Param& p : n.layers[layer_arg(n, i, "gradients")]->params) {
                 if (!p.has_grad) continue;
                 const Shape& s = p.shape;
                 if (p.grad.on_host()) d[p.name.c_str()] = host_view(p.grad, {s.n, s.c, s.h, s.w});
@@ -512,8 +550,10 @@ PYBIND11_MODULE(_core, m) {
         }, "Gradient accumulators of layer i, 4-D (live views on the CPU, copies on a GPU).")
         .def("detect", [](Network& n, const FloatArray& x, std::vector<std::pair<int, int>> sizes, float thresh,
                           float nms_thresh, bool letterbox, const std::string& postproc) {
-            if (x.ndim() != 4) throw DarknetError("detect expects an NxCxHxW float32 array");
-            if ((int)sizes.size() != x.shape(0)) throw DarknetError("detect needs one (width, height) per image");
+            check_ndim("detect", "x", x, 4);
+            if ((int)sizes.size() != x.shape(0))
+                bad_arg("detect", "sizes", "one (width, height) per image (" + std::to_string(x.shape(0)) + ")",
+                        std::to_string(sizes.size()) + " pairs");
             if (n.yolo_layers().empty()) throw DarknetError(n.cfg_path + ": this network has no [yolo] layer, so it cannot detect");
             if (postproc != "device" && postproc != "cpu" && postproc != "compare")
                 throw DarknetError("postproc must be 'device', 'cpu' or 'compare', got '" + postproc + "'");
@@ -530,7 +570,7 @@ PYBIND11_MODULE(_core, m) {
             std::vector<std::vector<DetectionRow>> result;
             {
                 py::gil_scoped_release nogil;
-                LayerOutputs outs = n.forward(x.data(), shape4(x));
+                LayerOutputs outs = n.forward(x.data(), nchw("detect", "x", x, 0));
                 std::vector<std::vector<Detection>> dev(sizes.size()), host(sizes.size());
                 if (postproc != "cpu") {  // decode, threshold and compaction on the backend
                     Candidates c = yolo_candidates(n, outs, thresh);

@@ -17,15 +17,15 @@ using dn::Tensor;
 
 using FloatArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
 
-// The 4-D shape of an NxCxHxW array.
-inline Shape shape4(const FloatArray& a) {
-    return Shape{(int)a.shape(0), (int)a.shape(1), (int)a.shape(2), (int)a.shape(3)};
-}
-
 inline Tensor to_tensor(const FloatArray& a) {
     if (a.ndim() < 1 || a.ndim() > 4) throw dn::DarknetError("expected an array of 1 to 4 dimensions, got " + std::to_string(a.ndim()));
     int d[4] = {1, 1, 1, 1};
-    for (int i = 0; i < a.ndim(); ++i) d[4 - a.ndim() + i] = (int)a.shape(i);
+    for (int i = 0; i < a.ndim(); ++i) {
+        if (a.shape(i) > (py::ssize_t)(1 << 30))  // Shape holds ints
+            throw dn::DarknetError("array dimension " + std::to_string(i) + " is " + std::to_string(a.shape(i)) +
+                                   ", more than the engine's limit of 2^30");
+        d[4 - a.ndim() + i] = (int)a.shape(i);
+    }
     Tensor t(Shape{d[0], d[1], d[2], d[3]});
     copy_from_host(a.data(), t);
     return t;
@@ -44,11 +44,6 @@ inline py::array_t<float> host_view(const Tensor& t, const std::vector<py::ssize
     auto* keep = new std::shared_ptr<Buffer>(t.buffer());
     py::capsule owner(keep, [](void* p) { delete static_cast<std::shared_ptr<Buffer>*>(p); });
     return py::array_t<float>(shape, const_cast<Tensor&>(t).data(), owner);
-}
-
-inline Shape shape_of(const std::vector<int>& v) {
-    if (v.size() != 4) throw dn::DarknetError("shape must have 4 entries (n, c, h, w)");
-    return Shape{v[0], v[1], v[2], v[3]};
 }
 
 }  // namespace dn_py

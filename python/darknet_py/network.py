@@ -10,6 +10,7 @@ import cv2
 import numpy as np
 
 from . import _core
+from ._core import DarknetError
 from .devices import default_device, resolve
 
 if TYPE_CHECKING:
@@ -177,7 +178,7 @@ class Network:
         missing or extra detection), else returns the device's result."""
         _check_postproc(postproc)
         if not 0 <= thresh < 1:
-            raise ValueError(f"thresh must be in [0, 1), got {thresh}")
+            raise DarknetError(f"thresh must be in [0, 1), got {thresh}")
         raw = self._net.detect(np.ascontiguousarray(blob, dtype=np.float32), [tuple(map(int, s)) for s in sizes],
                                float(thresh), float(nms), bool(letterbox), postproc)
         return [[Detection(c, self.class_name(c), float(p), x, y, w, h) for (c, p, x, y, w, h) in per_image]
@@ -221,7 +222,7 @@ POSTPROC = ("device", "cpu", "compare")
 
 def _check_postproc(postproc: str) -> None:
     if postproc not in POSTPROC:
-        raise ValueError(f"postproc must be one of {', '.join(map(repr, POSTPROC))}, got {postproc!r}")
+        raise DarknetError(f"postproc must be one of {', '.join(map(repr, POSTPROC))}, got {postproc!r}")
 
 
 def _as_image(image: np.ndarray, channels: int) -> np.ndarray:
@@ -231,6 +232,11 @@ def _as_image(image: np.ndarray, channels: int) -> np.ndarray:
         raise TypeError(f"image must be a NumPy array (BGR uint8, as cv2.imread returns), got {type(image).__name__}")
     if image.dtype != np.uint8:
         raise TypeError(f"image must be uint8, got {image.dtype}")
+    # OpenCV's colour conversions below would raise cv2.error on these: say what is wrong instead
+    if image.ndim not in (2, 3) or (image.ndim == 3 and image.shape[2] not in (1, 3, 4)):
+        raise DarknetError(f"image must be HxW (grey), HxWx3 (BGR) or HxWx4 (BGRA), got shape {image.shape}")
+    if image.size == 0:
+        raise DarknetError(f"image is empty (shape {image.shape})")
     if image.ndim == 3 and image.shape[2] == 1:
         image = image[:, :, 0]
     if image.ndim == 2 and channels == 3:
