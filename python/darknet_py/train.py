@@ -339,7 +339,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
         result.last = save(path_last, iteration)
         last_saved_at = iteration
 
-    say(f"{base}: {len(raw.layers())} layers, {init_w}x{init_h}, batch {batch} (subdivisions {subdivisions}), "
+    say(f"{base}: {len(raw.layers())} layers on {device}, {init_w}x{init_h}, batch {batch} (subdivisions {subdivisions}), "
         f"{train_images} training images, seed {seed}")
     say(f"Learning Rate: {schedule.learning_rate:g}, Momentum: {opts['momentum']:g}, Decay: {opts['decay']:g}, "
         f"policy {schedule.policy}, burn_in {schedule.burn_in}, max_batches {total}")
