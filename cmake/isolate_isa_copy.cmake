@@ -1,6 +1,7 @@
 # One copy of the CPU kernels (cmake/cpu_isa.cmake) as one object whose weak functions and vtables
 # carry the copy's suffix, so the linker cannot merge them with another copy's or the baseline's.
 # In: CXX, NM, READELF, OBJCOPY, SUFFIX, OUT, OBJECTS (|-separated: a ;-list would not survive the command line).
+cmake_minimum_required(VERSION 3.18)  # a -P script starts with old policies: IN_LIST needs CMP0057
 string(REPLACE "|" ";" OBJECTS "${OBJECTS}")
 set(combined ${OUT}.combined.o)
 execute_process(COMMAND ${CXX} -r -nostdlib -o ${combined} ${OBJECTS} RESULT_VARIABLE rc)
