@@ -168,9 +168,6 @@ def test_api_fuzz_cpu(tmp_path):
         assert stats.get(action + " ok", 0) > 0 and stats.get(action + " DarknetError", 0) > 0, (action, stats)
 
 
-@pytest.mark.xfail(reason="found by this fuzz after merging main (59b7b2e..b79df18): on pocl a forward of batch >= 2 "
-                          "raises 'a 0x0x0x0 tensor on the host was passed to an op on opencl:1' (batch 1 and "
-                          "Oclgrind work); passed before that merge", strict=False)
 def test_api_fuzz_opencl_pocl(tmp_path):
     device = gpu_devices.device("pocl")
     summary = run_driver(tmp_path, max(10, COUNT // 15), SEED + 1, device)
