@@ -2,7 +2,7 @@
 // a JSON file per device in the user's cache folder. A device with vendor fast paths (MPS, cuBLAS,
 // cuDNN) enables only those whose parity check passed on this machine, read back through here.
 // The file's other keys (ops, training, ...) are for people; the engine reads only "fast_paths":
-//   {"device": "metal", ..., "fast_paths": {"mps_gemm": true, "mps_conv": false}}
+//   {"device": "metal", ..., "fast_paths": {"mps_gemm": true, "mps_conv2d": false}}
 #pragma once
 #include <map>
 #include <string>

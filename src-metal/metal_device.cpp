@@ -3,10 +3,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <mutex>
-#include <sstream>
 
 #include "errors.h"
 #include "metal_plan.h"
@@ -291,15 +289,7 @@ std::shared_ptr<Device> open_metal_device(const std::string& msl) {
     std::string why;
     auto api = open_system_metal_api(&why);
     if (!api) throw DarknetError("metal: " + why);
-    std::string path = selftest_file_path("metal");
-    std::ifstream f(path);
-    std::string text;
-    if (f) {
-        std::stringstream ss;
-        ss << f.rdbuf();
-        text = ss.str();
-    }
-    MpsPathChoice paths = choose_mps_paths(std::getenv("DARKNET_PY_MPS"), f ? &text : nullptr, path);
+    MpsPathChoice paths = choose_mps_paths(std::getenv("DARKNET_PY_SELFTEST"), std::getenv("DARKNET_PY_MPS"));
     return make_metal_device(std::move(api), msl, paths);
 }
 #endif

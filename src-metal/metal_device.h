@@ -25,7 +25,7 @@ std::shared_ptr<Device> make_metal_device(std::unique_ptr<MetalApi> api, const s
 std::unique_ptr<MetalApi> open_system_metal_api(std::string* why);
 // Its DeviceInfo without compiling anything (`darknet_py info`); false with the reason.
 bool probe_system_metal(DeviceInfo* info, std::string* why);
-// The system device with the MPS paths chosen from DARKNET_PY_MPS and the selftest file.
+// The system device with the MPS paths of choose_mps_paths (metal_fast_paths.h) from the environment.
 std::shared_ptr<Device> open_metal_device(const std::string& msl);
 #endif
 

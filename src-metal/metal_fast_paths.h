@@ -1,9 +1,13 @@
 // Which MPS fast paths a Metal device uses. A vendor library runs only where it passed its parity
-// check on this machine: `darknet_py selftest --device metal` writes the verdicts to
-// ~/.cache/darknet_py/selftest-metal.json as {"fast_paths": {"mps_gemm": true, ...}}, and the
-// device enables exactly the names marked true there. Without that file every op runs on our own
-// kernels. DARKNET_PY_MPS overrides: "off", "all" (what selftest itself uses to probe them), or a
-// comma-separated list of names.
+// check on this machine: `darknet_py selftest --device metal` records the verdicts in the selftest
+// results file (src-lib/selftest_results.h: where it lives, how it is read), and the device enables
+// exactly the names marked true there. Without that file every op runs on our own kernels.
+// The switches, in order:
+//   DARKNET_PY_SELFTEST=1  every path on: the selftest sets it while it runs, so that what it judges
+//                          is the MPS paths (it wins over DARKNET_PY_MPS, or a verdict would be
+//                          recorded for a path that never ran);
+//   DARKNET_PY_MPS         "off", "all" (unchecked), a comma-separated list of names, or "selftest"
+//                          (the default: the results file decides).
 #pragma once
 #include <array>
 #include <string>
@@ -13,7 +17,8 @@ namespace dn {
 enum class MpsPath { gemm, conv2d, conv2d_backward, pool, pool_backward, batchnorm, batchnorm_backward, count };
 constexpr int kMpsPathCount = (int)MpsPath::count;
 
-// "mps_gemm", "mps_conv2d", ... (the keys of the selftest file's "fast_paths").
+// "mps_gemm", "mps_conv2d", ... (the keys of the selftest file's "fast_paths"; selftest.FAST_PATHS
+// in Python lists the same names with the ops each one serves).
 const char* mps_path_name(MpsPath p);
 
 struct MpsPathChoice {
@@ -22,12 +27,10 @@ struct MpsPathChoice {
     bool on(MpsPath p) const { return enabled[(int)p]; }
 };
 
-// The choice from DARKNET_PY_MPS (`env`, null when unset) and the selftest file's text (`file`,
-// null when there is none; `file_path` for the messages). Throws DarknetError for an unknown name
-// in DARKNET_PY_MPS; a file that cannot be parsed turns every path off with a note saying so.
-MpsPathChoice choose_mps_paths(const char* env, const std::string* file, const std::string& file_path);
-
-// ~/.cache/darknet_py/selftest-<device_id>.json, where `darknet_py selftest` writes it.
-std::string selftest_file_path(const std::string& device_id);
+// The choice from DARKNET_PY_SELFTEST's value (`selftest_env`) and DARKNET_PY_MPS's (`mps_env`),
+// each null when unset, and the selftest results of device "metal". Throws DarknetError for an
+// unknown name in DARKNET_PY_MPS; a results file that cannot be read turns every path off, with a
+// note saying so.
+MpsPathChoice choose_mps_paths(const char* selftest_env, const char* mps_env);
 
 }  // namespace dn

@@ -10,6 +10,21 @@ from darknet_py import _core
 rng = np.random.default_rng(7)
 
 
+@pytest.fixture(autouse=True)
+def selftest_cache(tmp_path, monkeypatch):
+    """An empty results folder and none of the switches, whatever the developer's own environment holds."""
+    monkeypatch.setenv("DARKNET_PY_CACHE_DIR", str(tmp_path))
+    for name in ("DARKNET_PY_SELFTEST", "DARKNET_PY_MPS"):
+        monkeypatch.delenv(name, raising=False)
+    return tmp_path
+
+
+def write_selftest(text):
+    """The selftest results file of "metal" where the shared reader (src-lib/selftest_results) looks."""
+    with open(_core.selftest_results_path("metal"), "w") as f:
+        f.write(text)
+
+
 def fake(**kw):
     return _core.fake_metal_device(**kw)
 
@@ -88,33 +103,60 @@ def test_command_buffers_are_committed_every_few_commands_and_waited_on_for_down
 # ---- which MPS paths are used ----
 
 def test_no_selftest_file_means_no_mps_path_and_one_line_saying_so():
-    on, note = _core.metal_mps_paths(None, None)
+    on, note = _core.metal_mps_paths(None)
     assert not any(on.values())
-    assert "darknet_py selftest --device metal" in note
+    assert "darknet_py selftest --device metal" in note and _core.selftest_results_path("metal") in note
     dev = fake()
     assert any("selftest --device metal" in n for n in dev.notes())
 
 
 def test_the_selftest_file_enables_exactly_what_passed():
-    on, note = _core.metal_mps_paths(None, '{"version": [1, {"x": "}"}], "fast_paths": {"mps_gemm": false, '
-                                           '"mps_conv2d": true}}')
+    write_selftest('{"version": [1, {"x": "}"}], "fast_paths": {"mps_gemm": false, "mps_conv2d": true}}')
+    on, note = _core.metal_mps_paths(None)
     assert on["mps_conv2d"] and not on["mps_gemm"] and not on["mps_pool"]
     assert "mps_gemm (failed)" in note and "mps_pool (not checked)" in note
-    on, note = _core.metal_mps_paths(None, '{"fast_paths": {"mps_gemm": tru')
-    assert not any(on.values()) and "could not be read" in note
+    write_selftest('{"fast_paths": {"mps_gemm": tru')
+    on, note = _core.metal_mps_paths(None)
+    assert not any(on.values()) and 'no readable "fast_paths"' in note
 
 
 def test_darknet_py_mps_overrides_and_rejects_unknown_names():
-    assert all(_core.metal_mps_paths("all", None)[0].values())
-    assert not any(_core.metal_mps_paths("off", ALL_ON)[0].values())
-    on, _ = _core.metal_mps_paths("mps_pool,mps_gemm", None)
+    assert all(_core.metal_mps_paths("all")[0].values())
+    write_selftest(ALL_ON)
+    assert not any(_core.metal_mps_paths("off")[0].values())
+    on, _ = _core.metal_mps_paths("mps_pool,mps_gemm")
     assert [k for k, v in on.items() if v] == ["mps_gemm", "mps_pool"]
     with pytest.raises(_core.DarknetError, match="unknown fast path 'mps_conv'"):
-        _core.metal_mps_paths("mps_conv", None)
+        _core.metal_mps_paths("mps_conv")
+
+
+def test_while_the_selftest_runs_every_path_is_on_whatever_else_says_otherwise(monkeypatch):
+    write_selftest('{"fast_paths": {"mps_gemm": false}}')
+    monkeypatch.setenv("DARKNET_PY_SELFTEST", "1")
+    for env in (None, "off", "mps_pool"):
+        on, note = _core.metal_mps_paths(env)
+        assert all(on.values()) and note == "", env
+
+
+def test_the_selftest_registers_every_mps_path_of_the_device():
+    # the names the selftest writes for metal are the names the device reads, and each is judged by ops
+    # that exist in the parity cases
+    from darknet_py import selftest
+    from darknet_py.op_cases import CASES, TRAIN_CASES
+
+    names = set(_core.metal_mps_paths("all")[0])
+    assert set(selftest.FAST_PATHS["metal"]) == names
+    case_ops = {c.op for c in CASES + TRAIN_CASES}
+    assert all(ops and set(ops) <= case_ops for ops in selftest.FAST_PATHS["metal"].values())
 
 
 def test_a_path_that_failed_the_selftest_is_not_used():
-    dev = fake(selftest_json='{"fast_paths": {"mps_gemm": false, "mps_conv2d": true}}')
+    # written and read as the real thing: selftest.write_report, then the device through the shared reader
+    from darknet_py import selftest
+
+    selftest.write_report({"device": "metal", "fast_paths": {"mps_gemm": False, "mps_conv2d": True}},
+                          _core.selftest_results_path("metal"))
+    dev = fake()
     ops = _core.Ops(dev.device)
     dev.clear_log()
     ops.gemm(False, False, 1.0, rand(4, 5), rand(5, 6), 0.0, np.zeros((4, 6), np.float32))
@@ -168,20 +210,27 @@ def test_gemm_declines_a_matrix_whose_last_row_bytes_pass_the_buffer_end():
 
 
 def test_1x1_convolutions_forward_and_backward_run_on_mps_gemm_per_image():
-    # the direct 1x1 path: one GEMM per image at per-image offsets, plain, A^T, B^T (beta = 1)
+    # the direct 1x1 path: one GEMM per image and group at their offsets, plain, A^T, B^T (beta = 1).
+    # Two groups, because GpuBackend runs the images of an ungrouped convolution as one GEMM between
+    # swap_axes kernels, which the fake does not execute.
     dev = fake(mps_env="mps_gemm")
     ops = _core.Ops(dev.device)
-    x, w, dy = rand(2, 3, 4, 4), rand(5, 3, 1, 1), rand(2, 5, 4, 4)
-    W = w.reshape(5, 3)
-    y = ops.conv2d(x, w, 1, 1, 0, 1, 1, 4, 4)
-    np.testing.assert_allclose(y, np.einsum("oc,nchw->nohw", W, x), rtol=1e-5, atol=1e-5)
-    dx0 = rand(2, 3, 4, 4)
-    dx = ops.conv2d_backward_data(dy, w, dx0, 1, 1, 0, 1, 1)
-    np.testing.assert_allclose(dx, dx0 + np.einsum("oc,nohw->nchw", W, dy), rtol=1e-5, atol=1e-5)
-    dw0 = rand(5, 3, 1, 1)
-    dw = ops.conv2d_backward_weights(x, dy, dw0, 1, 1, 0, 1, 1)
-    np.testing.assert_allclose(dw, dw0 + np.einsum("nohw,nchw->oc", dy, x)[:, :, None, None], rtol=1e-4, atol=1e-4)
-    assert sum(l.startswith("mps_gemm") for l in dev.log()) == 6 and not dispatches(dev, "gemm_f32")
+    x, w, dy = rand(2, 4, 4, 4), rand(6, 2, 1, 1), rand(2, 6, 4, 4)
+    W = w.reshape(2, 3, 2)  # [group][cout_g][cin_g]
+
+    y = ops.conv2d(x, w, 1, 1, 0, 1, 2, 4, 4)
+    want = np.concatenate([np.einsum("oc,nchw->nohw", W[g], x[:, 2 * g:2 * g + 2]) for g in range(2)], axis=1)
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+    dx0 = rand(2, 4, 4, 4)
+    dx = ops.conv2d_backward_data(dy, w, dx0, 1, 1, 0, 1, 2)
+    want = np.concatenate([np.einsum("oc,nohw->nchw", W[g], dy[:, 3 * g:3 * g + 3]) for g in range(2)], axis=1)
+    np.testing.assert_allclose(dx, dx0 + want, rtol=1e-5, atol=1e-5)
+    dw0 = rand(6, 2, 1, 1)
+    dw = ops.conv2d_backward_weights(x, dy, dw0, 1, 1, 0, 1, 2)
+    want = np.concatenate([np.einsum("nohw,nchw->oc", dy[:, 3 * g:3 * g + 3], x[:, 2 * g:2 * g + 2])
+                           for g in range(2)], axis=0)
+    np.testing.assert_allclose(dw, dw0 + want[:, :, None, None], rtol=1e-4, atol=1e-4)
+    assert sum(l.startswith("mps_gemm") for l in dev.log()) == 12 and not dispatches(dev, "gemm_f32")
 
 
 # ---- MPSGraph descriptors ----

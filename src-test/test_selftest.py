@@ -82,3 +82,15 @@ def test_results_path_and_unreadable_files(tmp_path, monkeypatch):
         assert paths == {} and 'no readable "fast_paths"' in why, text
     bad.write_text('{"passed": true, "fast_paths": {}}')
     assert _core.selftest_fast_paths("metal") == ({}, "")
+
+
+def test_metal_fast_path_verdicts_follow_the_ops_each_path_serves():
+    # a failed convolution case cannot tell MPSGraph's convolution from the MPS GEMM it may fall back to:
+    # both are judged failed; every other path keeps its own op's verdict
+    ops = [selftest.OpResult(op, "forward", cases=1) for op in
+           ("gemm", "conv2d", "conv2d_backward_data", "conv2d_backward_weights", "pool", "pool_backward",
+            "batchnorm_train", "batchnorm_backward")]
+    assert all(selftest.fast_path_results("metal", ops).values())
+    ops[1].failed = ops[5].failed = 1  # conv2d, pool_backward
+    failed = {k for k, v in selftest.fast_path_results("metal", ops).items() if not v}
+    assert failed == {"mps_gemm", "mps_conv2d", "mps_pool_backward"}

@@ -8,6 +8,7 @@
 //                                  with the CPU backend: proves GpuBackend's fast-path plumbing.
 #include <pybind11/stl.h>
 
+#include <cstdlib>
 #include <map>
 #include <mutex>
 
@@ -175,8 +176,7 @@ void bind_test_devices(py::module_& m) {
         });
 
     m.def("fake_metal_device", [](const std::string& compile_error, std::map<std::string, py::tuple> limits,
-                                  std::vector<std::string> failing_mps, bool busy, py::object mps_env,
-                                  py::object selftest_json) {
+                                  std::vector<std::string> failing_mps, bool busy, py::object mps_env) {
         FakeMetalOptions o;
         o.compile_error = compile_error;
         for (auto& [k, v] : limits) o.limits[k] = limits_of(v);
@@ -184,17 +184,15 @@ void bind_test_devices(py::module_& m) {
         o.busy = busy;
         auto t = std::make_unique<TestDevice>();
         std::string env = mps_env.is_none() ? "" : mps_env.cast<std::string>();
-        std::string file = selftest_json.is_none() ? "" : selftest_json.cast<std::string>();
-        MpsPathChoice paths = choose_mps_paths(mps_env.is_none() ? nullptr : env.c_str(),
-                                               selftest_json.is_none() ? nullptr : &file, "selftest-metal.json");
+        MpsPathChoice paths = choose_mps_paths(std::getenv("DARKNET_PY_SELFTEST"),
+                                               mps_env.is_none() ? nullptr : env.c_str());
         t->device = make_metal_device(std::make_unique<FakeMetalApi>(o, t->log), "// msl", paths, t->notes);
         return t;
     }, py::arg("compile_error") = "", py::arg("limits") = std::map<std::string, py::tuple>{},
        py::arg("failing_mps") = std::vector<std::string>{}, py::arg("busy") = false, py::arg("mps_env") = py::none(),
-       py::arg("selftest_json") = py::none(),
        "MetalDevice over FakeMetalApi. limits: kernel -> (maxTotalThreadsPerThreadgroup, threadExecutionWidth); "
-       "failing_mps: 'gemm' or graph op names whose MPS call fails; mps_env: DARKNET_PY_MPS's value; "
-       "selftest_json: the selftest file's text (None: no file).");
+       "failing_mps: 'gemm' or graph op names whose MPS call fails; mps_env: DARKNET_PY_MPS's value. The MPS "
+       "paths are chosen as the real device's: DARKNET_PY_SELFTEST and the selftest results file of 'metal'.");
 
     m.def("host_fast_path_device", [](const std::string& id) {
         auto t = std::make_unique<TestDevice>();
@@ -204,15 +202,14 @@ void bind_test_devices(py::module_& m) {
         return t;
     }, "Device `id` with every vendor fast path claimed and computed on the host (CPU backend).");
 
-    m.def("metal_mps_paths", [](py::object env, py::object selftest_json) {
+    m.def("metal_mps_paths", [](py::object env) {
         std::string e = env.is_none() ? "" : env.cast<std::string>();
-        std::string f = selftest_json.is_none() ? "" : selftest_json.cast<std::string>();
-        MpsPathChoice c = choose_mps_paths(env.is_none() ? nullptr : e.c_str(), selftest_json.is_none() ? nullptr : &f,
-                                           "selftest-metal.json");
+        MpsPathChoice c = choose_mps_paths(std::getenv("DARKNET_PY_SELFTEST"), env.is_none() ? nullptr : e.c_str());
         py::dict on;
         for (int i = 0; i < kMpsPathCount; ++i) on[mps_path_name((MpsPath)i)] = c.enabled[i];
         return py::make_tuple(on, c.note);
-    }, py::arg("env"), py::arg("selftest_json"), "The Metal device's MPS path choice: ({name: on}, note).");
+    }, py::arg("env"), "The Metal device's MPS path choice with DARKNET_PY_MPS=env (None: unset), "
+       "DARKNET_PY_SELFTEST and the selftest results file: ({name: on}, note).");
 
     m.def("metal_group_limit", [](uint32_t max_threads, uint32_t width) {
         return metal_plan::group_limit(MetalPipelineLimits{max_threads, width});

@@ -18,13 +18,14 @@ not see it). The path and the reading are C++ (src-lib/selftest_results.h), so t
     {"format": 1, "device": "metal", "device_name": "...", "darknet_py": "0.1.0", "date": "...",
      "quick": false, "passed": true, "ops": [{"op": "gemm", "direction": "forward", "cases": 52,
      "failed": 0, "max_error": 1.2e-06, "worst_ratio": 0.02, "passed": true, "failure": ""}, ...],
-     "training": {...}, "fast_paths": {"mps_gemm": true, "mps_conv": false}}
+     "training": {...}, "fast_paths": {"mps_gemm": true, "mps_conv2d": false, ...}}
 
-"fast_paths" maps each vendor fast path of the device (FAST_PATHS below, by device kind; none on
-OpenCL or the CPU today) to whether every case of every op it serves passed. The engine reads only
-that key: `fast_path_passed(device, name)` in C++, `_core.selftest_fast_paths(device)` in Python. A
+"fast_paths" maps each vendor fast path of the device (FAST_PATHS below, by device kind: the MPS
+paths on Metal; none on OpenCL or the CPU) to whether every case of every op it serves passed. The
+engine reads only that key: `fast_path_passed(device, name)` in C++, `_core.selftest_fast_paths(device)` in Python. A
 device enables a fast path only where it passed; while the selftest itself runs, the environment
-variable DARKNET_PY_SELFTEST=1 tells it to enable all of them, so that they are the ones judged.
+variable DARKNET_PY_SELFTEST=1 tells it to enable all of them, so that they are the ones judged (the
+one convention for every device; it wins over a device's own switch such as DARKNET_PY_MPS).
 """
 from __future__ import annotations
 
@@ -39,8 +40,22 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
-# Vendor fast paths per device kind: name -> the ops it serves. A device that adds one lists it here.
-FAST_PATHS: Dict[str, Dict[str, List[str]]] = {}
+# Vendor fast paths per device kind: name -> the ops whose cases judge it (a path is enabled only when
+# every case of every op listed passed). A device that adds one lists it here.
+_CONV_OPS = ["conv2d", "conv2d_backward_data", "conv2d_backward_weights"]
+FAST_PATHS: Dict[str, Dict[str, List[str]]] = {
+    # src-metal/metal_fast_paths.h. A convolution that MPSGraph declines (or a 1x1 one) runs as GEMMs
+    # on MPS, so the convolution ops judge mps_gemm too: their failure cannot tell the two apart.
+    "metal": {
+        "mps_gemm": ["gemm"] + _CONV_OPS,
+        "mps_conv2d": ["conv2d"],
+        "mps_conv2d_backward": ["conv2d_backward_data", "conv2d_backward_weights"],
+        "mps_pool": ["pool"],
+        "mps_pool_backward": ["pool_backward"],
+        "mps_batchnorm": ["batchnorm_train"],
+        "mps_batchnorm_backward": ["batchnorm_backward"],
+    },
+}
 
 SELFTEST_ENV = "DARKNET_PY_SELFTEST"
 QUICK_CASES_PER_OP = 2
