@@ -67,7 +67,7 @@ const Tensor& column_matrix(GpuBackend& be, const Tensor& x, const Shape& ys, co
         swap_axes(be, x, xo, run, s.K, s.out_plane, col, 0, false);
         return col;
     }
-    Im2colImageArgs a{(int32_t)((size_t)s.K * run * s.out_plane), (int32_t)xo, 0, s.cin_g, xs.h, xs.w, g.kh, g.kw,
+    Im2colImageArgs a{(int32_t)((size_t)s.cin_g * run * s.out_plane), (int32_t)xo, 0, s.cin_g, xs.h, xs.w, g.kh, g.kw,
                       g.pad, g.stride_y, g.stride_x, g.dilation, ys.h, ys.w, run, (int32_t)((size_t)xs.c * xs.plane())};
     be.launch("im2col_f32", (size_t)a.n, {be.buf(col), be.buf(x)}, a);
     return col;

@@ -99,8 +99,8 @@ KSTATIC_ASSERT(sizeof(MaxpoolDepthArgs) == 16, "MaxpoolDepthArgs layout");
 typedef struct { int32_t n; int32_t groups; int32_t group_size; int32_t sample; float temperature; } SoftmaxArgs;
 KSTATIC_ASSERT(sizeof(SoftmaxArgs) == 20, "SoftmaxArgs layout");
 
-// im2col of a run of `images` images (or one channel group of each): n = channels*kh*kw * images *
-// out_h*out_w. The first image starts at element im_offset of the input buffer, the next ones
+// im2col of a run of `images` images (or one channel group of each): n = channels * images *
+// out_h*out_w (one thread per channel and output pixel). The first image starts at element im_offset of the input buffer, the next ones
 // image_stride further each; the column matrix [channels*kh*kw, images * out_h*out_w] (one GEMM
 // convolves the whole run) at col_offset of the output.
 typedef struct {
