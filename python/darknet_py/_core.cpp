@@ -95,8 +95,10 @@ std::vector<std::vector<TruthBox>> truth_boxes(const Network& n, const std::vect
             std::string row = arg + " row " + std::to_string(k);
             for (int e = 0; e < 5; ++e)
                 if (!std::isfinite(r[e])) bad_arg(call, row, "finite numbers", std::to_string(r[e]));
-            if (r[4] != std::floor(r[4]) || r[4] < 0 || r[4] >= classes)
-                bad_arg(call, row + " class", "a whole number in 0.." + std::to_string(classes - 1), std::to_string(r[4]));
+            // a class outside 0..classes-1 is skipped by the loss, as Darknet's yolo layer skips it
+            if (r[4] != std::floor(r[4]) || std::fabs(r[4]) > 1e9f)
+                bad_arg(call, row + " class", "a whole number (0.." + std::to_string(classes - 1) + "; others are skipped)",
+                        std::to_string(r[4]));
             boxes[b].push_back(TruthBox{Box{r[0], r[1], r[2], r[3]}, (int)r[4]});
         }
     }
