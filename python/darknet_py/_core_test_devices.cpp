@@ -3,6 +3,8 @@
 // every op of the contract on:
 //   _core.fake_metal_device(...)   MetalDevice over FakeMetalApi: the Metal device's C++ with a fake
 //                                  of its Objective-C++ file; the fake records every call it gets.
+//   _core.HostMemoryPool(capacity)  the CUDA device's caching pool over host malloc with a capacity
+//                                  (what cudaMalloc would refuse), for src-test/test_memory_pool.py.
 //   _core.host_fast_path_device(id) an OpenCL device that also claims every vendor fast path
 //                                  (convolution, pooling, batchnorm) and computes it on the host
 //                                  with the CPU backend: proves GpuBackend's fast-path plumbing.
@@ -15,6 +17,7 @@
 #include "bindings.h"
 #include "devices.h"
 #include "fake_metal_api.h"
+#include "memory_pool.h"
 #include "metal_device.h"
 #include "metal_plan.h"
 
@@ -210,6 +213,41 @@ void bind_test_devices(py::module_& m) {
         return py::make_tuple(on, c.note);
     }, py::arg("env"), "The Metal device's MPS path choice with DARKNET_PY_MPS=env (None: unset), "
        "DARKNET_PY_SELFTEST and the selftest results file: ({name: on}, note).");
+
+    // MemoryPool over malloc, refusing allocations beyond `capacity` bytes in all (as a full GPU would).
+    struct HostMemoryPool {
+        size_t capacity, allocated = 0;
+        std::map<void*, size_t> sizes;
+        MemoryPool pool;
+        explicit HostMemoryPool(size_t cap)
+            : capacity(cap),
+              pool([this](size_t n) -> void* {
+                       if (allocated + n > capacity) return nullptr;
+                       void* p = std::malloc(n);
+                       if (p) allocated += n, sizes[p] = n;
+                       return p;
+                   },
+                   [this](void* p) {
+                       allocated -= sizes[p];
+                       sizes.erase(p);
+                       std::free(p);
+                   }) {}
+    };
+    py::class_<HostMemoryPool>(m, "HostMemoryPool", "The CUDA device's caching pool over host memory (tests).")
+        .def(py::init<size_t>(), py::arg("capacity"))
+        .def("take", [](HostMemoryPool& h, size_t n) { return (uintptr_t)h.pool.take(n); },
+             "A block's address, 0 when out of memory.")
+        .def("give", [](HostMemoryPool& h, uintptr_t p) { h.pool.give((void*)p); })
+        .def("release_cached", [](HostMemoryPool& h) { h.pool.release_cached(); })
+        .def_property_readonly("raw_allocated", [](const HostMemoryPool& h) { return h.allocated; })
+        .def("stats", [](const HostMemoryPool& h) {
+            const MemoryStats& s = h.pool.stats();
+            py::dict d;
+            d["in_use"] = s.in_use, d["reserved"] = s.reserved, d["peak_in_use"] = s.peak_in_use;
+            d["peak_reserved"] = s.peak_reserved;
+            return d;
+        })
+        .def_static("rounded", &MemoryPool::rounded);
 
     m.def("metal_group_limit", [](uint32_t max_threads, uint32_t width) {
         return metal_plan::group_limit(MetalPipelineLimits{max_threads, width});
