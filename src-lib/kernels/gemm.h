@@ -61,14 +61,19 @@ KERNEL(col2im_f32)(KCBUF(float, col, 0), KBUF(float, dx, 1), KARGS(Col2imArgs, a
     int span = out_plane * a.images;  // one row of the column matrix
     float sum = 0.0f;
     for (int ky = 0; ky < a.kh; ++ky) {
-        int ty = iy + a.pad - ky * a.dilation;  // = oy * stride_y for the output row that reads iy
-        if (ty < 0 || ty % a.stride_y != 0 || ty / a.stride_y >= a.out_h) continue;
-        int oy = ty / a.stride_y;
+        // ty = oy * stride_y for the output row that reads iy (stride 1, the common case, needs no
+        // division: integer divisions dominated this kernel on the H100)
+        int ty = iy + a.pad - ky * a.dilation;
+        if (ty < 0) continue;
+        int oy = a.stride_y == 1 ? ty : ty / a.stride_y;
+        if (oy * a.stride_y != ty || oy >= a.out_h) continue;
         for (int kx = 0; kx < a.kw; ++kx) {
             int tx = ix + a.pad - kx * a.dilation;
-            if (tx < 0 || tx % a.stride_x != 0 || tx / a.stride_x >= a.out_w) continue;
+            if (tx < 0) continue;
+            int ox = a.stride_x == 1 ? tx : tx / a.stride_x;
+            if (ox * a.stride_x != tx || ox >= a.out_w) continue;
             int row = (c * a.kh + ky) * a.kw + kx;
-            sum += col[a.col_offset + row * span + image * out_plane + oy * a.out_w + tx / a.stride_x];
+            sum += col[a.col_offset + row * span + image * out_plane + oy * a.out_w + ox];
         }
     }
     dx[a.im_offset + image * a.image_stride + (int)i] += sum;
