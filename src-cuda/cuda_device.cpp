@@ -353,7 +353,7 @@ private:
     mutable std::mutex mutex_;
     cudaStream_t stream_ = nullptr;
     cudaLibrary_t library_ = nullptr;
-    std::map<std::string, cudaKernel_t> kernels_;
+    std::map<std::string, cudaKernel_t, std::less<>> kernels_;  // transparent: no string per launch
     MemoryPool pool_;
     const CublasApi* cublas_ = nullptr;
     CublasApi::Handle handle_ = nullptr;

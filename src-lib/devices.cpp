@@ -1,5 +1,6 @@
 #include "devices.h"
 
+#include <functional>
 #include <map>
 #include <mutex>
 
@@ -29,30 +30,29 @@ bool parse_indexed(const std::string& name, const std::string& kind, int* index)
     return true;
 }
 
-// An opened OpenCL device is shared by every backend on it (the kernel text compiles once), and
-// closed when the last tensor and backend on it are gone.
-std::shared_ptr<Device> opencl_device(int index) {
+// An opened device is shared by every backend on it (its kernels compile or load once; CUDA's pool
+// and stream are one) and closed when the last tensor and backend on it are gone. Keyed by device id.
+std::shared_ptr<Device> shared_device(const std::string& id, const std::function<std::shared_ptr<Device>()>& open) {
     static std::mutex mutex;
-    static std::map<int, std::weak_ptr<Device>> opened;
+    static std::map<std::string, std::weak_ptr<Device>> opened;
     std::lock_guard<std::mutex> lock(mutex);
-    if (auto d = opened[index].lock()) return d;
-    size_t prelude_lines = 0;
-    std::string source = kernel_source("opencl", &prelude_lines);
-    auto d = open_opencl_device(index, source, prelude_lines);
-    opened[index] = d;
+    if (auto d = opened[id].lock()) return d;
+    auto d = open();
+    opened[id] = d;
     return d;
 }
 
-// An opened CUDA device is shared likewise (one stream, one pool, the kernels loaded once).
+std::shared_ptr<Device> opencl_device(int index) {
+    return shared_device("opencl:" + std::to_string(index), [index] {
+        size_t prelude_lines = 0;
+        std::string source = kernel_source("opencl", &prelude_lines);
+        return open_opencl_device(index, source, prelude_lines);
+    });
+}
+
 std::shared_ptr<Device> cuda_device(int index) {
 #ifdef DARKNET_PY_HAS_CUDA
-    static std::mutex mutex;
-    static std::map<int, std::weak_ptr<Device>> opened;
-    std::lock_guard<std::mutex> lock(mutex);
-    if (auto d = opened[index].lock()) return d;
-    auto d = open_cuda_device(index);
-    opened[index] = d;
-    return d;
+    return shared_device("cuda:" + std::to_string(index), [index] { return open_cuda_device(index); });
 #else
     throw DarknetError("device 'cuda:" + std::to_string(index) +
                        "' is not built into this module (it was built without a CUDA toolkit; darknet_py info says more)");
@@ -60,15 +60,9 @@ std::shared_ptr<Device> cuda_device(int index) {
 }
 
 #ifdef DARKNET_PY_METAL
-// The Metal device, shared like OpenCL's: the MSL (its prelude, then the kernel text) compiles once.
+// The MSL (its prelude, then the kernel text) compiles once.
 std::shared_ptr<Device> metal_device() {
-    static std::mutex mutex;
-    static std::weak_ptr<Device> opened;
-    std::lock_guard<std::mutex> lock(mutex);
-    if (auto d = opened.lock()) return d;
-    auto d = open_metal_device(kernel_source("metal"));
-    opened = d;
-    return d;
+    return shared_device("metal", [] { return open_metal_device(kernel_source("metal")); });
 }
 #endif
 

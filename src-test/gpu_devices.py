@@ -15,8 +15,11 @@ MISSING = ('no {} OpenCL runtime found: pip install ".[test]" brings it (pyopenc
            "`darknet_py info` says what was found")
 
 
+_ALL = _core.devices()  # enumerating opens every runtime: once per session
+
+
 def _find(match) -> Optional[str]:
-    for d in _core.devices():
+    for d in _ALL:
         if d["found"] and d["kind"] == "opencl" and match(d):
             return d["id"]
     return None
@@ -25,8 +28,8 @@ def _find(match) -> Optional[str]:
 OCLGRIND = _find(lambda d: "Oclgrind" in d["name"])
 POCL = _find(lambda d: "Oclgrind" not in d["name"] and not d["is_gpu"])  # pocl's "pthread-<cpu>"
 GPU = _find(lambda d: d["is_gpu"])  # a real OpenCL GPU, where the machine has one (never in CI)
-CUDA = next((d["id"] for d in _core.devices() if d["found"] and d["kind"] == "cuda"), None)
-_WHY_NO_CUDA = next((d["why"] for d in _core.devices() if d["kind"] == "cuda" and not d["found"]), "")
+CUDA = next((d["id"] for d in _ALL if d["found"] and d["kind"] == "cuda"), None)
+_WHY_NO_CUDA = next((d["why"] for d in _ALL if d["kind"] == "cuda" and not d["found"]), "")
 CUDA_MISSING = _WHY_NO_CUDA if _WHY_NO_CUDA.startswith("no CUDA device") else "no CUDA device: " + _WHY_NO_CUDA
 DEVICES = {"oclgrind": OCLGRIND, "pocl": POCL, "opencl_gpu": GPU, "cuda": CUDA}
 

@@ -193,20 +193,20 @@ void bind_ops(py::module_& m) {
                                            int stride_y, int stride_x, int pad, int dilation, int groups) {
             const char* op = "Ops.conv2d_backward_weights";
             Shape xs = nchw(op, "x", x), ws = nchw(op, "dw", dw), ys = nchw(op, "dy", dy);
-            check_shape(op, "dy", ys, conv_output(op, xs, ws, ConvGeom{ws.h, ws.w, stride_y, stride_x, pad, dilation, groups},
-                                                  ys.h, ys.w, "dy's HxW"));
+            ConvGeom g{ws.h, ws.w, stride_y, stride_x, pad, dilation, groups};
+            check_shape(op, "dy", ys, conv_output(op, xs, ws, g, ys.h, ys.w, "dy's HxW"));
             Tensor tx = o.in(x), tdy = o.in(dy), tdw = o.in(dw);
-            o.be->conv2d_backward_weights(tx, tdy, ConvGeom{tdw.shape().h, tdw.shape().w, stride_y, stride_x, pad, dilation, groups}, tdw);
+            o.be->conv2d_backward_weights(tx, tdy, g, tdw);
             return to_numpy(tdw);
         })
         .def("conv2d_backward_data", [](Ops& o, const FloatArray& dy, const FloatArray& w, const FloatArray& dx,
                                         int stride_y, int stride_x, int pad, int dilation, int groups) {
             const char* op = "Ops.conv2d_backward_data";
             Shape xs = nchw(op, "dx", dx), ws = nchw(op, "w", w), ys = nchw(op, "dy", dy);
-            check_shape(op, "dy", ys, conv_output(op, xs, ws, ConvGeom{ws.h, ws.w, stride_y, stride_x, pad, dilation, groups},
-                                                  ys.h, ys.w, "dy's HxW"));
+            ConvGeom g{ws.h, ws.w, stride_y, stride_x, pad, dilation, groups};
+            check_shape(op, "dy", ys, conv_output(op, xs, ws, g, ys.h, ys.w, "dy's HxW"));
             Tensor tdy = o.in(dy), tw = o.in(w), tdx = o.in(dx);
-            o.be->conv2d_backward_data(tdy, tw, ConvGeom{tw.shape().h, tw.shape().w, stride_y, stride_x, pad, dilation, groups}, tdx);
+            o.be->conv2d_backward_data(tdy, tw, g, tdx);
             return to_numpy(tdx);
         })
         .def("bias_backward", [](Ops& o, const FloatArray& dy, const FloatArray& db) {

@@ -162,7 +162,7 @@ private:
     std::string name_;
     std::unique_ptr<Backend> cpu_;          // for fallbacks, made on first use
     std::map<std::string, int> fallbacks_;
-    std::map<std::string, uint32_t> group_sizes_;
+    std::map<std::string, uint32_t, std::less<>> group_sizes_;  // transparent: no string per launch
     uint32_t group_limit_ = 256;
     std::map<int, Tensor> scratch_;  // by slot; a map, so that a new slot leaves references to the others valid
 };
