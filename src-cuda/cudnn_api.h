@@ -71,7 +71,8 @@ struct CudnnApi {
     std::string version() const;  // "9.19.0"
 };
 
-// The process-wide cuDNN, or null with *why set. DARKNET_PY_CUDNN=0 turns it off; otherwise it looks at
+// The process-wide cuDNN, or null with *why set. DARKNET_PY_CUDNN=0 turns it off (=heuristic: see
+// cudnn_convolutions.h); otherwise it looks at
 // DARKNET_PY_CUDNN_LIBRARY (set by darknet_py for pip's nvidia-cudnn-cu13), the loader's search path,
 // then the toolkit it was built with.
 const CudnnApi* cudnn_api(std::string* why);

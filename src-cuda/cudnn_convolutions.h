@@ -17,8 +17,9 @@ enum class ConvPass { forward = 0, backward_data = 1, backward_weights = 2 };
 
 class CudnnConvolutions {
 public:
-    // How an algorithm is chosen: cuDNN's heuristics (no GPU work), or by timing every algorithm
-    // once per shape (DARKNET_PY_CUDNN=find: seconds at start, for long training runs).
+    // How an algorithm is chosen: by timing every algorithm once per shape and pass (the default;
+    // yolov4-tiny batch 64 on an H100: training 977 img/s, heuristics 839), or by cuDNN's heuristics
+    // (DARKNET_PY_CUDNN=heuristic: no GPU work).
     enum class Choice { heuristic, measured };
 
     // Null with *why when cuDNN is missing or its handle cannot be made.
