@@ -125,6 +125,10 @@ public:
         free_locked(m);
     }
     void free_locked(DeviceMemory* m) {
+        invalidate_recordings(m);
+        pool_.give(m);
+    }
+    void invalidate_recordings(const DeviceMemory* m) {
         for (auto it = captures_.begin(); it != captures_.end();) {
             auto s = it->lock();
             if (!s) {
@@ -134,7 +138,6 @@ public:
             if (s->buffers.count(m)) s->valid = false;
             ++it;
         }
-        pool_.give(m);
     }
 
     void upload(DeviceMemory* dst, size_t offset, const void* src, size_t bytes) override {
@@ -349,7 +352,10 @@ private:
         if (need < 0) return false;
         if ((size_t)need > conv_workspace_bytes_) {
             if (capturing_) return false;
-            if (conv_workspace_) free_locked(conv_workspace_);  // invalidates the recordings that used it
+            if (conv_workspace_) {  // outgrown: back to the device, not kept reserved by the cache
+                invalidate_recordings(conv_workspace_);
+                pool_.release(conv_workspace_);
+            }
             conv_workspace_ = to_memory(pool_.take((size_t)need));
             conv_workspace_bytes_ = conv_workspace_ ? (size_t)need : 0;
             if (!conv_workspace_) return false;  // out of memory for it: our kernels need less
