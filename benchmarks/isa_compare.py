@@ -1,6 +1,23 @@
 """Two builds of darknet_py side by side, e.g. the run-time dispatched build against a
 -march=native one (DARKNET_PY_NATIVE=ON), or two forced copies of one build.
 
+The issue-11 check (the dispatched build within 3 % of the native one), end to end, from the
+repository root in an environment with the test extra (pip install ".[test]"), offline:
+
+    tools/isa_native_vs_dispatch.sh                  # both builds into /tmp/darknet_isa, then this script
+
+or by hand (with the index reachable: pip fetches the build requirements and numpy/opencv):
+
+    python -m venv /tmp/darknet_isa/venv-native && python -m venv /tmp/darknet_isa/venv-dispatch
+    /tmp/darknet_isa/venv-native/bin/pip install . -Cbuild-dir=/tmp/darknet_isa/build-native \
+        -Ccmake.define.DARKNET_PY_NATIVE=ON
+    /tmp/darknet_isa/venv-dispatch/bin/pip install . -Cbuild-dir=/tmp/darknet_isa/build-dispatch \
+        -Ccmake.define.DARKNET_PY_NATIVE=OFF
+    python benchmarks/isa_compare.py --a /tmp/darknet_isa/venv-native/bin/python \
+        --b /tmp/darknet_isa/venv-dispatch/bin/python       # B/A <= 1.03 is the target
+
+(the separate build dirs keep the two configurations, and the checkout's build/, apart). General form:
+
     python benchmarks/isa_compare.py --a /path/venv_native/bin/python --b /path/venv_dispatch/bin/python
         [--b-env DARKNET_PY_ISA=avx2] [--models yolov4-tiny,yolov3-tiny] [--threads 2] [--blocks 6] [--runs 10]
 
