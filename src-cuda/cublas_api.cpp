@@ -1,20 +1,14 @@
 #include "cublas_api.h"
 
-#include <dlfcn.h>
-
 #include <cstdlib>
 #include <mutex>
 #include <vector>
 
+#include "dynamic_library.h"
+
 namespace dn {
 
 namespace {
-
-template <class F>
-bool bind(void* lib, const char* name, F* fn) {
-    *fn = reinterpret_cast<F>(dlsym(lib, name));
-    return *fn != nullptr;
-}
 
 CublasApi* open_cublas(std::string* why) {
     std::vector<std::string> candidates;
@@ -25,22 +19,18 @@ CublasApi* open_cublas(std::string* why) {
     candidates.push_back(std::string(DARKNET_PY_CUDA_LIB_DIR) + "/libcublas.so.13");
 #endif
     candidates.push_back("/usr/local/cuda/lib64/libcublas.so.13");
-    std::string tried;
-    for (const std::string& path : candidates) {
-        void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-        if (!lib) {
-            tried += (tried.empty() ? "" : ", ") + path;
-            continue;
-        }
+    std::string path, tried;
+    void* lib = open_first_library(candidates, &path, &tried);
+    if (lib) {
         auto* api = new CublasApi();  // process lifetime, as the library stays loaded
         api->path = path;
-        bool ok = bind(lib, "cublasCreate_v2", &api->cublasCreate_v2) &&
-                  bind(lib, "cublasDestroy_v2", &api->cublasDestroy_v2) &&
-                  bind(lib, "cublasSetStream_v2", &api->cublasSetStream_v2) &&
-                  bind(lib, "cublasSetMathMode", &api->cublasSetMathMode) &&
-                  bind(lib, "cublasGetProperty", &api->cublasGetProperty) &&
-                  bind(lib, "cublasSetWorkspace_v2", &api->cublasSetWorkspace_v2) &&
-                  bind(lib, "cublasSgemm_v2", &api->cublasSgemm_v2);
+        bool ok = bind_symbol(lib, "cublasCreate_v2", &api->cublasCreate_v2) &&
+                  bind_symbol(lib, "cublasDestroy_v2", &api->cublasDestroy_v2) &&
+                  bind_symbol(lib, "cublasSetStream_v2", &api->cublasSetStream_v2) &&
+                  bind_symbol(lib, "cublasSetMathMode", &api->cublasSetMathMode) &&
+                  bind_symbol(lib, "cublasGetProperty", &api->cublasGetProperty) &&
+                  bind_symbol(lib, "cublasSetWorkspace_v2", &api->cublasSetWorkspace_v2) &&
+                  bind_symbol(lib, "cublasSgemm_v2", &api->cublasSgemm_v2);
         if (ok) return api;
         *why = path + " lacks a cuBLAS entry point this build uses";
         delete api;

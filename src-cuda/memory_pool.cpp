@@ -45,6 +45,15 @@ void MemoryPool::give(void* p) {
     in_use_.erase(it);
 }
 
+void MemoryPool::release(void* p) {
+    auto it = in_use_.find(p);
+    if (it == in_use_.end()) return;
+    stats_.in_use -= it->second;
+    stats_.reserved -= it->second;
+    in_use_.erase(it);
+    raw_free_(p);
+}
+
 void MemoryPool::release_cached() {
     for (auto& [size, p] : cached_) {
         raw_free_(p);

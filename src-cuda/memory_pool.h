@@ -34,6 +34,9 @@ public:
     void* take(size_t bytes);
     // Returns a block from take() to the cache.
     void give(void* p);
+    // Returns a block from take() to the device, not the cache: for a block that will not be asked
+    // for again (an outgrown workspace), which the cache would otherwise keep reserved.
+    void release(void* p);
     // Gives every cached block back to the device.
     void release_cached();
     const MemoryStats& stats() const { return stats_; }

@@ -68,7 +68,8 @@ def test_batchnorm_training_forward_and_backward_take_the_fast_path(dev, ref):
     dy, xn, var = rand(3, 4, 5, 5), rand(3, 4, 5, 5), np.abs(rand(4)) + 0.5
     close(ops.batchnorm_backward(dy, xn, scale, var, 1e-5), ref.batchnorm_backward(dy, xn, scale, var, 1e-5))
     assert dev.calls()["batchnorm_train"] == 1 and dev.calls()["batchnorm_backward"] == 1
-    assert not kernels(dev) & {"batchnorm_stats_f32", "batchnorm_normalize_f32", "batchnorm_backward_reduce_f32",
+    assert not kernels(dev) & {"batchnorm_partial_stats_f32", "batchnorm_combine_stats_f32", "batchnorm_normalize_f32",
+                               "batchnorm_backward_partial_f32", "batchnorm_backward_combine_f32",
                                "batchnorm_backward_data_f32"}
 
 

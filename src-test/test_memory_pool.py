@@ -52,3 +52,14 @@ def test_giving_back_twice_or_a_foreign_pointer_is_harmless():
     assert pool.stats()["in_use"] == 0
     pool.release_cached()
     assert pool.raw_allocated == 0 and pool.stats()["reserved"] == 0
+
+
+def test_a_released_block_goes_back_to_the_device_not_the_cache():
+    pool = _core.HostMemoryPool(64 * MiB)
+    a, b = pool.take(4 * MiB), pool.take(MiB - 1)  # rounded: 4 MiB and 1 MiB
+    pool.release(a)
+    pool.release(a)  # twice: harmless
+    assert pool.raw_allocated == MiB
+    s = pool.stats()
+    assert (s["in_use"], s["reserved"], s["peak_reserved"]) == (MiB, MiB, 5 * MiB)
+    assert pool.take(4 * MiB) not in (0, b) and pool.raw_allocated == 5 * MiB  # a new allocation

@@ -278,4 +278,4 @@ def test_batchnorm_plans_use_the_unbiased_variance():
     assert "shape=2x3x2x2 count=8.000000 unbiased=1.142857" in line
     dev.clear_log()
     _core.Ops(dev.device).batchnorm_train(rand(1, 3, 1, 1), rand(3), rand(3), 1e-5)  # one value per channel
-    assert dispatches(dev, "batchnorm_stats_f32")
+    assert dispatches(dev, "batchnorm_partial_stats_f32")

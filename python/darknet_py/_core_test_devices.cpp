@@ -238,6 +238,7 @@ void bind_test_devices(py::module_& m) {
         .def("take", [](HostMemoryPool& h, size_t n) { return (uintptr_t)h.pool.take(n); },
              "A block's address, 0 when out of memory.")
         .def("give", [](HostMemoryPool& h, uintptr_t p) { h.pool.give((void*)p); })
+        .def("release", [](HostMemoryPool& h, uintptr_t p) { h.pool.release((void*)p); })
         .def("release_cached", [](HostMemoryPool& h) { h.pool.release_cached(); })
         .def_property_readonly("raw_allocated", [](const HostMemoryPool& h) { return h.allocated; })
         .def("stats", [](const HostMemoryPool& h) {

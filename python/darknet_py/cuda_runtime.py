@@ -1,22 +1,27 @@
-"""Where the CUDA device finds cuBLAS when it comes from pip rather than a CUDA toolkit.
+"""Where the CUDA device finds cuBLAS and cuDNN when they come from pip rather than a CUDA toolkit.
 
-The engine opens cuBLAS at run time (src-cuda/cublas_api.cpp) from DARKNET_PY_CUBLAS_LIBRARY, the
-loader's search path, or the toolkit it was built with. PyTorch and `pip install nvidia-cublas` put it
-in site-packages (nvidia/cu13/lib or nvidia/cublas/lib), where the loader does not look: this points
+The engine opens both at run time (src-cuda/cublas_api.cpp, cudnn_api.cpp) from
+DARKNET_PY_CUBLAS_LIBRARY / DARKNET_PY_CUDNN_LIBRARY, the loader's search path, or the toolkit it was
+built with. PyTorch and `pip install nvidia-cublas nvidia-cudnn-cu13` put them in site-packages
+(nvidia/cu13/lib, nvidia/cublas/lib, nvidia/cudnn/lib), where the loader does not look: this points
 the engine there. Must run before the first CUDA device is opened.
 """
 import glob
 import os
 import sys
 
-ENV = "DARKNET_PY_CUBLAS_LIBRARY"
+# environment variable -> the library file it names
+LIBRARIES = {"DARKNET_PY_CUBLAS_LIBRARY": "libcublas.so.13", "DARKNET_PY_CUDNN_LIBRARY": "libcudnn.so.9"}
 
 
 def configure_environment() -> None:
-    if os.environ.get(ENV) or not sys.platform.startswith("linux"):
+    if not sys.platform.startswith("linux"):
         return
-    for folder in sys.path:
-        found = sorted(glob.glob(os.path.join(folder, "nvidia", "*", "lib", "libcublas.so.13")))
-        if found:
-            os.environ[ENV] = found[0]
-            return
+    for env, name in LIBRARIES.items():
+        if os.environ.get(env):
+            continue
+        for folder in sys.path:
+            found = sorted(glob.glob(os.path.join(folder, "nvidia", "*", "lib", name)))
+            if found:
+                os.environ[env] = found[0]
+                break

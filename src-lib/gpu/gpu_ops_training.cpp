@@ -1,6 +1,9 @@
 // GpuBackend's training ops: backward passes and batchnorm statistics, one or a few launches of
 // the kernels in kernels/reduce.h and kernels/backward.h (launch geometry documented there).
-// Reductions run one group per reduced value with a fixed-order tree: deterministic results.
+// Reductions add in a fixed order (fixed trees within a group, splits combined in order):
+// deterministic results.
+#include <algorithm>
+
 #include "../kernels/args_forward.h"
 #include "../kernels/args_training.h"
 #include "gpu_backend.h"
@@ -9,6 +12,15 @@ namespace dn {
 
 namespace {
 int32_t i32(size_t v) { return (int32_t)v; }
+
+// How a per-channel reduction is split over the batch (kernels/reduce.h): enough groups to fill a
+// large GPU (~1024) where there are few channels, each split a whole number of images, none empty.
+ChannelSplitArgs channel_splits(const Shape& s) {
+    const int target_groups = 1024;
+    int splits = std::max(1, std::min(s.n, (target_groups + s.c - 1) / s.c));
+    int per = (s.n + splits - 1) / splits;
+    return ChannelSplitArgs{s.n, s.c, i32(s.plane()), (s.n + per - 1) / per};
+}
 }  // namespace
 
 void GpuBackend::bias_backward(const Tensor& dy, Tensor& db) {
@@ -23,7 +35,10 @@ void GpuBackend::batchnorm_train(Tensor& y, Tensor& mean, Tensor& var, Tensor& x
         return;
     const Shape& s = y.shape();
     BatchnormTrainArgs a{i32(y.size()), s.n, s.c, i32(s.plane()), eps};
-    launch_groups("batchnorm_stats_f32", s.c, {buf(y), buf(mean), buf(var)}, a);
+    ChannelSplitArgs split = channel_splits(s);
+    Tensor& partial = scratch(3, 2 * (size_t)s.c * split.splits);
+    launch_groups("batchnorm_partial_stats_f32", (size_t)s.c * split.splits, {buf(y), buf(partial)}, split);
+    launch("batchnorm_combine_stats_f32", s.c, {buf(partial), buf(mean), buf(var)}, split);
     launch("batchnorm_normalize_f32", y.size(), {buf(y), buf(x_norm), buf(mean), buf(var), buf(scale), buf(bias)}, a);
 }
 
@@ -36,7 +51,11 @@ void GpuBackend::batchnorm_backward(Tensor& dy, const Tensor& x_norm, const Tens
     const Shape& s = dy.shape();
     Tensor& sums = scratch(1, 2 * (size_t)s.c);
     BatchnormTrainArgs a{i32(dy.size()), s.n, s.c, i32(s.plane()), eps};
-    launch_groups("batchnorm_backward_reduce_f32", s.c, {buf(dy), buf(x_norm), buf(dscale), buf(dbias), buf(sums)}, a);
+    ChannelSplitArgs split = channel_splits(s);
+    Tensor& partial = scratch(3, 2 * (size_t)s.c * split.splits);
+    launch_groups("batchnorm_backward_partial_f32", (size_t)s.c * split.splits, {buf(dy), buf(x_norm), buf(partial)},
+                  split);
+    launch("batchnorm_backward_combine_f32", s.c, {buf(partial), buf(dscale), buf(dbias), buf(sums)}, split);
     launch("batchnorm_backward_data_f32", dy.size(), {buf(dy), buf(x_norm), buf(scale), buf(var), buf(sums)}, a);
 }
 

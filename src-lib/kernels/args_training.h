@@ -39,6 +39,10 @@ KSTATIC_ASSERT(sizeof(BiasBackwardArgs) == 12, "BiasBackwardArgs layout");
 typedef struct { int32_t n; int32_t batch; int32_t channels; int32_t plane; float eps; } BatchnormTrainArgs;
 KSTATIC_ASSERT(sizeof(BatchnormTrainArgs) == 20, "BatchnormTrainArgs layout");
 
+// A per-channel reduction split over the batch (reduce.h): `splits` groups per channel
+typedef struct { int32_t batch; int32_t channels; int32_t plane; int32_t splits; } ChannelSplitArgs;
+KSTATIC_ASSERT(sizeof(ChannelSplitArgs) == 16, "ChannelSplitArgs layout");
+
 // n = elements; act = an elementwise Activation's enum value
 typedef struct { int32_t n; int32_t act; } ActivateBackwardArgs;
 KSTATIC_ASSERT(sizeof(ActivateBackwardArgs) == 8, "ActivateBackwardArgs layout");

@@ -25,10 +25,10 @@ public:
         be.gemm(false, true, batch, outputs, inputs, 1.0f, x, inputs, weights(), inputs, 0.0f, y, outputs);
         trainer_.forward(be, y, params, norm_, activation);
     }
-    void backward(Backend& be, const Tensor& x, const Tensor&, Tensor& dy, Tensor* dx, const LayerOutputs&,
+    void backward(Backend& be, const Tensor& x, const Tensor& y, Tensor& dy, Tensor* dx, const LayerOutputs&,
                   std::vector<Tensor>&) override {
         int batch = x.shape().n, inputs = (int)in.sample(), outputs = out.c;
-        trainer_.backward(be, dy, params, norm_, activation);
+        trainer_.backward(be, y, dy, params, norm_, activation);
         // dW[outputs, inputs] += dY^T X ; dX[batch, inputs] += dY W
         be.gemm(true, false, outputs, inputs, batch, 1.0f, dy, outputs, x, inputs, 1.0f, params[weights_].grad, inputs);
         if (dx) be.gemm(false, false, batch, inputs, outputs, 1.0f, dy, outputs, weights(), inputs, 1.0f, *dx, inputs);

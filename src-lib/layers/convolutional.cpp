@@ -29,9 +29,9 @@ public:
         trainer_.forward(be, y, params, norm_, activation);
     }
 
-    void backward(Backend& be, const Tensor& x, const Tensor&, Tensor& dy, Tensor* dx, const LayerOutputs&,
+    void backward(Backend& be, const Tensor& x, const Tensor& y, Tensor& dy, Tensor* dx, const LayerOutputs&,
                   std::vector<Tensor>&) override {
-        trainer_.backward(be, dy, params, norm_, activation);
+        trainer_.backward(be, y, dy, params, norm_, activation);
         be.conv2d_backward_weights(x, dy, geom, params[weights_].grad);
         if (dx) be.conv2d_backward_data(dy, weights(), geom, *dx);
     }

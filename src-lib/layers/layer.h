@@ -79,13 +79,31 @@ protected:
     }
 };
 
-// Training forward tail: keeps the pre-activation (activate_backward needs it), then activates y.
-inline void keep_pre_activation(Backend& be, Tensor& y, Activation a, Tensor& pre) {
-    if (a == Activation::linear) return;
-    be.resize(pre, y.shape());
-    be.copy_channels(y, 0, pre, 0, y.shape().c);
-    be.activate(y, a);
-}
+// The activation of a layer in training: forward activates y in place, keeping what backward needs.
+// For leaky and relu that is nothing: their output has the sign of their input, so the derivative read
+// off the output is the same (as Darknet's gradient_array computes it), and backward reads the layer's
+// output. Other activations keep a copy of the pre-activation: one activation-sized tensor per layer
+// and a copy per forward that leaky layers do without.
+class TrainingActivation {
+public:
+    static bool derivative_from_output(Activation a) { return a == Activation::leaky || a == Activation::relu; }
+
+    void forward(Backend& be, Tensor& y, Activation a) {
+        if (a == Activation::linear) return;
+        if (!derivative_from_output(a)) {
+            be.resize(pre_, y.shape());
+            be.copy_channels(y, 0, pre_, 0, y.shape().c);
+        }
+        be.activate(y, a);
+    }
+    // dy: dL/d(output) in, dL/d(pre-activation) out; y: the layer's output from forward.
+    void backward(Backend& be, const Tensor& y, Tensor& dy, Activation a) {
+        if (a != Activation::linear) be.activate_backward(derivative_from_output(a) ? y : pre_, dy, a);
+    }
+
+private:
+    Tensor pre_;
+};
 
 // Builds the layer for section `s`, or throws DarknetError naming file and line.
 std::unique_ptr<Layer> make_layer(const Section& s, const BuildContext& ctx);

@@ -29,12 +29,13 @@ public:
         } else {
             be.add_bias(y, p[k.biases].value);
         }
-        keep_pre_activation(be, y, a, pre_activation_);
+        activation_.forward(be, y, a);
     }
 
     // dy: dL/d(layer output) in, dL/d(linear map output) out; accumulates the bias and scale gradients.
-    void backward(Backend& be, Tensor& dy, std::vector<Param>& p, const NormParams& k, Activation a) {
-        if (a != Activation::linear) be.activate_backward(pre_activation_, dy, a);
+    // y: the layer's output from forward.
+    void backward(Backend& be, const Tensor& y, Tensor& dy, std::vector<Param>& p, const NormParams& k, Activation a) {
+        activation_.backward(be, y, dy, a);
         if (k.batch_normalize())
             be.batchnorm_backward(dy, x_norm_, p[k.scales].value, var_, kEps, p[k.scales].grad, p[k.biases].grad);
         else
@@ -45,7 +46,8 @@ public:
 
 private:
     Tensor mean_, var_;  // this batch's statistics
-    Tensor x_norm_, pre_activation_;
+    Tensor x_norm_;
+    TrainingActivation activation_;
 };
 
 }  // namespace dn

@@ -15,11 +15,11 @@ public:
     }
     void forward_train(Backend& be, const Tensor& x, Tensor& y, const LayerOutputs& outputs) override {
         be.scale_channels(x, outputs[from], scale_wh, y);
-        keep_pre_activation(be, y, activation, pre_activation_);
+        activation_.forward(be, y, activation);
     }
-    void backward(Backend& be, const Tensor& x, const Tensor&, Tensor& dy, Tensor* dx, const LayerOutputs& outputs,
+    void backward(Backend& be, const Tensor& x, const Tensor& y, Tensor& dy, Tensor* dx, const LayerOutputs& outputs,
                   std::vector<Tensor>& deltas) override {
-        if (activation != Activation::linear) be.activate_backward(pre_activation_, dy, activation);
+        activation_.backward(be, y, dy, activation);
         if (!dx) be.resize(scratch_, x.shape());
         be.scale_channels_backward(x, outputs[from], scale_wh, dy, dx ? *dx : scratch_, deltas[from]);
     }
@@ -30,7 +30,8 @@ public:
     Activation activation = Activation::linear;
 
 private:
-    Tensor pre_activation_, scratch_;
+    TrainingActivation activation_;
+    Tensor scratch_;
 };
 
 class Sam final : public Layer {
@@ -42,11 +43,11 @@ public:
     }
     void forward_train(Backend& be, const Tensor& x, Tensor& y, const LayerOutputs& outputs) override {
         be.mul(x, outputs[from], y);
-        keep_pre_activation(be, y, activation, pre_activation_);
+        activation_.forward(be, y, activation);
     }
-    void backward(Backend& be, const Tensor& x, const Tensor&, Tensor& dy, Tensor* dx, const LayerOutputs& outputs,
+    void backward(Backend& be, const Tensor& x, const Tensor& y, Tensor& dy, Tensor* dx, const LayerOutputs& outputs,
                   std::vector<Tensor>& deltas) override {
-        if (activation != Activation::linear) be.activate_backward(pre_activation_, dy, activation);
+        activation_.backward(be, y, dy, activation);
         if (!dx) be.resize(scratch_, x.shape());
         be.mul_backward(x, outputs[from], dy, dx ? *dx : scratch_, deltas[from]);
     }
@@ -56,7 +57,8 @@ public:
     Activation activation = Activation::linear;
 
 private:
-    Tensor pre_activation_, scratch_;
+    TrainingActivation activation_;
+    Tensor scratch_;
 };
 
 }  // namespace

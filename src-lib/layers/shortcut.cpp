@@ -20,11 +20,11 @@ public:
         std::vector<const Tensor*> inputs;
         for (int i : from) inputs.push_back(&outputs[i]);
         be.shortcut(x, inputs, weights(), weights_type, weights_norm, y);
-        keep_pre_activation(be, y, activation, pre_activation_);
+        activation_.forward(be, y, activation);
     }
-    void backward(Backend& be, const Tensor& x, const Tensor&, Tensor& dy, Tensor* dx, const LayerOutputs& outputs,
+    void backward(Backend& be, const Tensor& x, const Tensor& y, Tensor& dy, Tensor* dx, const LayerOutputs& outputs,
                   std::vector<Tensor>& deltas) override {
-        if (activation != Activation::linear) be.activate_backward(pre_activation_, dy, activation);
+        activation_.backward(be, y, dy, activation);
         std::vector<const Tensor*> inputs;
         std::vector<Tensor*> dfrom;
         for (int i : from) inputs.push_back(&outputs[i]), dfrom.push_back(&deltas[i]);
@@ -49,7 +49,8 @@ public:
     ShortcutNorm weights_norm = ShortcutNorm::none;
 
 private:
-    Tensor pre_activation_, scratch_;
+    TrainingActivation activation_;
+    Tensor scratch_;
 };
 
 }  // namespace

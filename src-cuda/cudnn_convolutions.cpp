@@ -1,0 +1,143 @@
+#include "cudnn_convolutions.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "errors.h"
+
+namespace dn {
+
+struct CudnnConvolutions::Shape {
+    const CudnnApi* api;
+    CudnnApi::TensorDesc x = nullptr, y = nullptr;
+    CudnnApi::FilterDesc w = nullptr;
+    CudnnApi::ConvDesc conv = nullptr;
+    // Per pass: the algorithm and its workspace; algo -1 = not chosen yet, -2 = none usable.
+    int algo[3] = {-1, -1, -1};
+    size_t workspace[3] = {0, 0, 0};
+
+    explicit Shape(const CudnnApi* a) : api(a) {}
+    ~Shape() {
+        if (x) api->cudnnDestroyTensorDescriptor(x);
+        if (y) api->cudnnDestroyTensorDescriptor(y);
+        if (w) api->cudnnDestroyFilterDescriptor(w);
+        if (conv) api->cudnnDestroyConvolutionDescriptor(conv);
+    }
+};
+
+std::unique_ptr<CudnnConvolutions> CudnnConvolutions::open(cudaStream_t stream, bool tf32, std::string* why) {
+    const CudnnApi* api = cudnn_api(why);
+    if (!api) return nullptr;
+    CudnnApi::Handle handle = nullptr;
+    int status = api->cudnnCreate(&handle);
+    if (status != 0) {
+        *why = std::string("cudnnCreate failed: ") + api->cudnnGetErrorString(status);
+        return nullptr;
+    }
+    api->cudnnSetStream(handle, stream);
+    const char* mode = std::getenv("DARKNET_PY_CUDNN");
+    Choice choice = mode && std::strcmp(mode, "heuristic") == 0 ? Choice::heuristic : Choice::measured;
+    return std::unique_ptr<CudnnConvolutions>(new CudnnConvolutions(api, handle, tf32, choice));
+}
+
+CudnnConvolutions::CudnnConvolutions(const CudnnApi* api, CudnnApi::Handle handle, bool tf32, Choice choice)
+    : api_(api), handle_(handle), tf32_(tf32), choice_(choice) {}
+
+CudnnConvolutions::~CudnnConvolutions() {
+    shapes_.clear();
+    api_->cudnnDestroy(handle_);
+}
+
+std::string CudnnConvolutions::describe() const {
+    return "cuDNN " + api_->version() + " (convolutions, " +
+           (choice_ == Choice::measured ? "measured" : "heuristic") + " algorithms)";
+}
+
+void CudnnConvolutions::check(int status, const char* what) const {
+    if (status != 0) throw DarknetError(std::string("cuDNN: ") + what + " failed: " + api_->cudnnGetErrorString(status));
+}
+
+CudnnConvolutions::Shape& CudnnConvolutions::shape(const ConvParams& p) {
+    std::array<int, 15> key{p.x.n, p.x.c, p.x.h, p.x.w, p.y.n, p.y.c, p.y.h, p.y.w, p.kh, p.kw,
+                            p.stride_y, p.stride_x, p.pad, p.dilation, p.groups};
+    auto it = shapes_.find(key);
+    if (it != shapes_.end()) return *it->second;
+    auto s = std::make_unique<Shape>(api_);
+    const CudnnApi& a = *api_;
+    check(a.cudnnCreateTensorDescriptor(&s->x), "a tensor descriptor");
+    check(a.cudnnCreateTensorDescriptor(&s->y), "a tensor descriptor");
+    check(a.cudnnCreateFilterDescriptor(&s->w), "a filter descriptor");
+    check(a.cudnnCreateConvolutionDescriptor(&s->conv), "a convolution descriptor");
+    check(a.cudnnSetTensor4dDescriptor(s->x, CudnnApi::kNchw, CudnnApi::kFloat, p.x.n, p.x.c, p.x.h, p.x.w), "x");
+    check(a.cudnnSetTensor4dDescriptor(s->y, CudnnApi::kNchw, CudnnApi::kFloat, p.y.n, p.y.c, p.y.h, p.y.w), "y");
+    check(a.cudnnSetFilter4dDescriptor(s->w, CudnnApi::kFloat, CudnnApi::kNchw, p.y.c, p.x.c / p.groups, p.kh, p.kw),
+          "weights");
+    // Darknet pads symmetrically; its output size formula is cuDNN's.
+    check(a.cudnnSetConvolution2dDescriptor(s->conv, p.pad, p.pad, p.stride_y, p.stride_x, p.dilation, p.dilation,
+                                            CudnnApi::kCrossCorrelation, CudnnApi::kFloat),
+          "the convolution");
+    check(a.cudnnSetConvolutionGroupCount(s->conv, p.groups), "the group count");
+    // FMA math: plain fp32 (as cuBLAS's default math); TF32 tensor cores only when asked.
+    check(a.cudnnSetConvolutionMathType(s->conv, tf32_ ? CudnnApi::kDefaultMath : CudnnApi::kFmaMath), "math type");
+    return *(shapes_[key] = std::move(s));
+}
+
+long long CudnnConvolutions::workspace_for(const ConvParams& p, ConvPass pass, bool may_choose) {
+    Shape& s = shape(p);
+    const int k = (int)pass;
+    if (s.algo[k] == -1) {
+        if (!may_choose) return -1;
+        const CudnnApi& a = *api_;
+        constexpr int kMax = 16;
+        CudnnApi::AlgoPerf perf[kMax];
+        int n = 0;
+        bool measured = choice_ == Choice::measured;
+        int status;
+        if (pass == ConvPass::forward)
+            status = (measured ? a.cudnnFindConvolutionForwardAlgorithm : a.cudnnGetConvolutionForwardAlgorithm_v7)(
+                handle_, s.x, s.w, s.conv, s.y, kMax, &n, perf);
+        else if (pass == ConvPass::backward_data)
+            status = (measured ? a.cudnnFindConvolutionBackwardDataAlgorithm
+                               : a.cudnnGetConvolutionBackwardDataAlgorithm_v7)(handle_, s.w, s.y, s.conv, s.x, kMax,
+                                                                                &n, perf);
+        else
+            status = (measured ? a.cudnnFindConvolutionBackwardFilterAlgorithm
+                               : a.cudnnGetConvolutionBackwardFilterAlgorithm_v7)(handle_, s.x, s.y, s.conv, s.w,
+                                                                                  kMax, &n, perf);
+        s.algo[k] = -2;  // none usable: GpuBackend's kernels (cuDNN refuses e.g. some dilated shapes)
+        if (status != 0) n = 0;
+        // Best first; the first that works within the workspace limit. Plain fp32 asked for: an
+        // algorithm reporting tensor-op math (TF32) is skipped unless TF32 is on.
+        for (int i = 0; i < n; ++i) {
+            if (perf[i].status != 0 || perf[i].memory > kMaxWorkspace) continue;
+            if (!tf32_ && perf[i].math_type != CudnnApi::kFmaMath && perf[i].math_type != CudnnApi::kDefaultMath)
+                continue;
+            s.algo[k] = perf[i].algo;
+            s.workspace[k] = perf[i].memory;
+            break;
+        }
+    }
+    return s.algo[k] < 0 ? -1 : (long long)s.workspace[k];
+}
+
+void CudnnConvolutions::run(const ConvParams& p, ConvPass pass, const void* in_a, const void* in_b, void* out,
+                            void* workspace, size_t workspace_bytes) {
+    Shape& s = shape(p);
+    const int k = (int)pass;
+    const float one = 1.0f, zero = 0.0f;
+    const CudnnApi& a = *api_;
+    if (pass == ConvPass::forward)
+        check(a.cudnnConvolutionForward(handle_, &one, s.x, in_a, s.w, in_b, s.conv, s.algo[k], workspace,
+                                        workspace_bytes, &zero, s.y, out),
+              "convolution forward");
+    else if (pass == ConvPass::backward_data)
+        check(a.cudnnConvolutionBackwardData(handle_, &one, s.w, in_b, s.y, in_a, s.conv, s.algo[k], workspace,
+                                             workspace_bytes, &one, s.x, out),
+              "convolution backward (data)");
+    else
+        check(a.cudnnConvolutionBackwardFilter(handle_, &one, s.x, in_a, s.y, in_b, s.conv, s.algo[k], workspace,
+                                               workspace_bytes, &one, s.w, out),
+              "convolution backward (weights)");
+}
+
+}  // namespace dn

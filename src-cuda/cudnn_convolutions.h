@@ -1,0 +1,56 @@
+// Convolutions through cuDNN for CudaDevice: descriptors and the algorithm of each pass, made once
+// per convolution shape and kept; the device owns the workspace and the stream. Forward overwrites
+// y; the backward passes accumulate (+=) into dx and dw, as the Device contract asks (device.h).
+#pragma once
+#include <array>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cudnn_api.h"
+#include "gpu/device.h"
+
+namespace dn {
+
+enum class ConvPass { forward = 0, backward_data = 1, backward_weights = 2 };
+
+class CudnnConvolutions {
+public:
+    // How an algorithm is chosen: by timing every algorithm once per shape and pass (the default;
+    // yolov4-tiny batch 64 on an H100: training 977 img/s, heuristics 839), or by cuDNN's heuristics
+    // (DARKNET_PY_CUDNN=heuristic: no GPU work).
+    enum class Choice { heuristic, measured };
+
+    // Null with *why when cuDNN is missing or its handle cannot be made.
+    static std::unique_ptr<CudnnConvolutions> open(cudaStream_t stream, bool tf32, std::string* why);
+    ~CudnnConvolutions();
+
+    // The workspace bytes the pass's algorithm needs, or -1 where cuDNN has none for it (or it is
+    // not chosen yet and !may_choose). Chosen on the first call per shape and pass (a choice whose
+    // workspace exceeds kMaxWorkspace is skipped); choosing may run work on the GPU
+    // (Choice::measured), so never while recording.
+    long long workspace_for(const ConvParams& p, ConvPass pass, bool may_choose);
+    // Runs a pass whose workspace_for() was asked before. Inputs: forward (x, w) -> y;
+    // backward_data (dy, w) -> dx; backward_weights (x, dy) -> dw.
+    void run(const ConvParams& p, ConvPass pass, const void* in_a, const void* in_b, void* out, void* workspace,
+             size_t workspace_bytes);
+
+    std::string describe() const;  // "cuDNN 9.19.0 (convolutions, heuristic algorithms)"
+
+    static constexpr size_t kMaxWorkspace = size_t(512) << 20;
+
+private:
+    struct Shape;  // the descriptors and choices of one convolution shape
+    CudnnConvolutions(const CudnnApi* api, CudnnApi::Handle handle, bool tf32, Choice choice);
+    Shape& shape(const ConvParams& p);
+    void check(int status, const char* what) const;
+
+    const CudnnApi* api_;
+    CudnnApi::Handle handle_;
+    bool tf32_;
+    Choice choice_;
+    std::map<std::array<int, 15>, std::unique_ptr<Shape>> shapes_;
+};
+
+}  // namespace dn

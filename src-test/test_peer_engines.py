@@ -1,0 +1,157 @@
+"""benchmarks/compare.py's engine adapters (benchmarks/peer_engines.py) on a tiny yolov4-tiny-like cfg:
+each peer engine loads the model as compare.py gives it (OpenCV: the Darknet files; ONNX Runtime and
+OpenVINO: our ONNX export), runs the same blob on 2 threads, and its outputs must equal ours by the
+check compare.py applies before timing; that check must also catch a perturbed output. An engine whose
+package is not installed is skipped with the reason (openvino is not in the test extra: it skips in CI).
+"""
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import darknet_py
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import bench_common as bc  # noqa: E402
+import peer_engines as pe  # noqa: E402
+
+# conv+bn+leaky, maxpool, a grouped route (CSP), upsample and two [yolo] heads: the layer kinds of the
+# benchmarked tiny models, at 64x64 so that every engine loads and runs it in milliseconds
+TINY = """[net]
+width=64
+height=64
+channels=3
+
+[convolutional]
+batch_normalize=1
+filters=16
+size=3
+stride=2
+pad=1
+activation=leaky
+
+[convolutional]
+batch_normalize=1
+filters=32
+size=3
+stride=1
+pad=1
+activation=leaky
+
+[route]
+layers=-1
+groups=2
+group_id=1
+
+[convolutional]
+batch_normalize=1
+filters=16
+size=3
+stride=1
+pad=1
+activation=leaky
+
+[route]
+layers=-1,-3
+
+[maxpool]
+size=2
+stride=2
+
+[convolutional]
+batch_normalize=1
+filters=32
+size=3
+stride=1
+pad=1
+activation=leaky
+
+[convolutional]
+size=1
+stride=1
+pad=1
+filters=21
+activation=linear
+
+[yolo]
+mask=3,4,5
+anchors=10,14, 23,27, 37,58, 81,82, 135,169, 344,319
+classes=2
+num=6
+scale_x_y=1.05
+
+[route]
+layers=-3
+
+[upsample]
+stride=2
+
+[route]
+layers=-1,-7
+
+[convolutional]
+size=1
+stride=1
+pad=1
+filters=21
+activation=linear
+
+[yolo]
+mask=0,1,2
+anchors=10,14, 23,27, 37,58, 81,82, 135,169, 344,319
+classes=2
+num=6
+"""
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    d = tmp_path_factory.mktemp("peer")
+    cfg = d / "tiny.cfg"
+    cfg.write_text(TINY)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        net = darknet_py.Network(str(cfg), device="cpu")
+    bc.fill_random(net, seed=3)  # what compare.py gives every engine
+    weights = d / "tiny.weights"
+    net.save_weights(str(weights))
+    return net, str(cfg), str(weights), d
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+@pytest.mark.parametrize("engine", ["opencv", "onnxruntime", "openvino"])
+def test_peer_outputs_equal_ours(model, engine, batch):
+    why = pe.missing(engine)
+    if why:
+        pytest.skip(f"{engine}: {why}")
+    net, cfg, weights, d = model
+    work = d / f"{engine}-{batch}"
+    work.mkdir()
+    files = pe.prepare(net, cfg, weights, batch, str(work), need_onnx=engine != "opencv")
+    blob = bc.input_blob(net, batch, seed=5)
+    pe.set_threads(2)
+    ours = [o.copy() for o in net.forward(blob)]
+    assert len(ours) == 2 and all(o.shape[0] == batch for o in ours)
+    assert all(o.std() > 1e-3 for o in ours), "degenerate outputs: the comparison would be trivial"
+    theirs = pe.load(engine, files, threads=2)(blob)
+
+    bad = pe.mismatch(engine, files, ours, theirs)
+    worst = bad.pop("worst")
+    assert not bad, f"{engine} differs from ours: {bad}"
+    assert 0 <= worst <= pe.TOL
+
+    # the check must be able to fail: one output value of ours off by 1 % of the tensor's scale
+    wrong = [o.copy() for o in ours]
+    wrong[1].reshape(-1)[wrong[1].size // 2 + 7] += 0.01 * np.abs(wrong[1]).max() + 0.01
+    bad = pe.mismatch(engine, files, wrong, theirs)
+    bad.pop("worst")
+    assert bad, f"{engine}: a perturbed output passed the check"
+
+
+def test_missing_engine_has_a_reason():
+    assert pe.missing("ours") is None
+    assert "unknown engine" in pe.missing("tensorrt")
