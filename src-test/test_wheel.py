@@ -1,14 +1,19 @@
-"""Wheels that run anywhere: the cibuildwheel config, the libraries the module links, and (opt-in,
-it compiles) a wheel built by `pip wheel`, installed into a fresh venv and put through the op
-parity tests with every CPU kernel copy this machine runs forced in turn.
+"""Wheels that run anywhere: the cibuildwheel config, the libraries the module links, and a wheel
+built by `pip wheel`, installed into a fresh venv and put through the op parity tests (cpu against
+reference) and the dispatch tests with every CPU kernel copy this machine runs forced in turn.
 
-DARKNET_PY_WHEEL_TEST=1 builds the wheel from this checkout's build tree (build/<wheel tag>,
-incremental after `pip install .`: about a minute); =fresh builds it from scratch in a temporary
-directory (several minutes on 2 cores: too long for every CI run). Both need scikit-build-core
-and pybind11 installed (the build runs without isolation: nothing is downloaded).
+The wheel test runs by default. It builds from the tree `pip install .` left under build/<wheel
+tag> (pyproject's build-dir), without isolation and without the index (scikit-build-core and
+pybind11 come with the test extra), so only what changed is rebuilt: after the isolated
+`pip install ".[test]"` of CI the binding files, whose pybind11 headers were in pip's deleted build
+environment (about 90 s on 2 busy cores; the whole test about 2 minutes), after a
+`--no-build-isolation` install nothing (seconds).
+DARKNET_PY_WHEEL_TEST=0 skips it; =fresh builds from scratch in a temporary directory (several
+minutes on 2 cores).
 """
 import glob
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -74,14 +79,84 @@ def test_core_links_only_system_libraries():
     _check_links(Path(_core.__file__))
 
 
-def _pip_wheel(out: Path, fresh: bool) -> Path:
+WHEEL_TEST = os.environ.get("DARKNET_PY_WHEEL_TEST", "1").strip().lower()
+
+# The op parity tests on the cpu and reference backends (the GPU backend's runtimes are not ISA
+# copies) and the dispatch tests, run with each copy forced. About 10 s per copy on 2 cores.
+PARITY_TESTS = ["test_ops.py", "test_isa_dispatch.py"]
+PARITY_SELECTION = "not oclgrind and not pocl and not opencl and not cuda"
+
+
+def _build_tools():
     for mod in ("scikit_build_core", "pybind11"):
         if importlib.util.find_spec(mod) is None:
-            pytest.skip(f"{mod} is not installed: the wheel is built without isolation (pip install scikit-build-core pybind11)")
-    cmd = [sys.executable, "-m", "pip", "wheel", str(REPO), "--no-build-isolation", "--no-deps", "-q", "-w", str(out)]
+            pytest.skip(f"{mod} is not installed: the wheel is built without isolation, so nothing is downloaded "
+                        f"(pip install '.[test]' brings it)")
+    for tool in ("cmake", "ninja"):
+        if importlib.util.find_spec(tool) is None and shutil.which(tool) is None:
+            pytest.skip(f"{tool} is neither on PATH nor installed in Python (pip install {tool}): the wheel is built "
+                        f"without isolation, which would otherwise fetch it")
+
+
+def _build_tree() -> Path:
+    """The tree `pip install .` left for this interpreter: build/<wheel tag> (pyproject's build-dir)."""
+    interpreter = f"cp{sys.version_info.major}{sys.version_info.minor}-"
+    trees = []
+    for info in REPO.glob(f"build/{interpreter}*/.skbuild-info.json"):
+        try:
+            source = json.loads(info.read_text()).get("source_dir")
+        except (OSError, ValueError):
+            continue
+        if source and Path(source).resolve() == REPO:
+            trees.append(info.parent)
+    if not trees:
+        pytest.skip(f"no build tree of `pip install .` for this Python under {REPO / 'build'}: install first, or set "
+                    f"DARKNET_PY_WHEEL_TEST=fresh to build the wheel from scratch (several minutes)")
+    return max(trees, key=lambda t: (t / ".skbuild-info.json").stat().st_mtime)
+
+
+def _cached(tree: Path, name: str):
+    for line in (tree / "CMakeCache.txt").read_text(errors="replace").splitlines():
+        if line.startswith(name + ":"):
+            return line.split("=", 1)[1]
+    return None
+
+
+def _adopt_build_tree(tree: Path) -> str:
+    """Let this environment's scikit-build-core reuse a tree another one configured.
+
+    scikit-build-core deletes the CMake cache and CMakeFiles/ (every object file) when the tree
+    was configured by another install of itself: after CI's `pip install ".[test]"`, the isolated
+    build environment that pip has deleted since, because the cache may point into it. What it
+    cached from there is pybind11's location (CMake searches again when the cached directory is
+    gone, and ninja recompiles the files whose headers vanished: the bindings) and the build
+    tool (passed anew on each run). So the tree is marked as this environment's: 5 of the 71
+    build steps run again instead of all. Not when the cmake that configured it is gone too:
+    then scikit-build-core starts over (minutes, still right)."""
+    import scikit_build_core
+
+    info_file = tree / ".skbuild-info.json"
+    info = json.loads(info_file.read_text())
+    here = str(Path(scikit_build_core.__file__).parent.resolve())
+    if info.get("skbuild_path") == here:
+        return "configured by this environment"
+    cmake = _cached(tree, "CMAKE_COMMAND") if (tree / "CMakeCache.txt").is_file() else None
+    if not cmake or not Path(cmake).is_file():
+        return f"configured with a cmake that is gone ({cmake}): rebuilt from scratch"
+    other = info.get("skbuild_path")
+    info["skbuild_path"] = here
+    info_file.write_text(json.dumps(info, indent=2))
+    return f"configured by another scikit-build-core ({other}): reused"
+
+
+def _pip_wheel(out: Path, fresh: bool) -> Path:
+    # --no-index: the build may not download; what it needs is installed (the test extra)
+    cmd = [sys.executable, "-m", "pip", "wheel", str(REPO), "--no-build-isolation", "--no-deps", "--no-index",
+           "-q", "-w", str(out)]
     if fresh:
         cmd += ["-C", f"build-dir={out / 'build'}"]
-    subprocess.run(cmd, check=True, cwd=REPO)
+    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    assert r.returncode == 0, f"pip wheel failed:\n{r.stdout[-4000:]}{r.stderr[-4000:]}"
     wheels = glob.glob(str(out / "darknet_py-*.whl"))
     assert len(wheels) == 1, wheels
     return Path(wheels[0])
@@ -103,15 +178,33 @@ def _see_outer_packages(purelib: Path):
     (purelib / "_outer_env.pth").write_text("\n".join(outer) + "\n")
 
 
-@pytest.mark.skipif(not os.environ.get("DARKNET_PY_WHEEL_TEST"),
-                    reason="builds a wheel (a minute from this checkout's build tree, several from scratch): "
-                           "set DARKNET_PY_WHEEL_TEST=1 (reuse build/) or =fresh")
+# Runs pytest in the wheel's venv after checking, in the same process, that darknet_py is the
+# wheel's (the outer venv's own install is on the path behind it).
+_RUN_PARITY = r"""
+import sys, pytest
+from pathlib import Path
+import darknet_py._core as core
+venv = Path(sys.argv[1]).resolve()
+if not Path(core.__file__).resolve().is_relative_to(venv):
+    sys.exit(f"imported {core.__file__}, not the wheel's (in {venv})")
+sys.exit(pytest.main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.skipif(WHEEL_TEST in ("0", "no", "off", "false"),
+                    reason="DARKNET_PY_WHEEL_TEST=0: the wheel build, its install into a fresh venv and its op "
+                           "parity runs per forced ISA are skipped")
 def test_wheel_installs_and_passes_op_parity_with_each_isa(tmp_path):
+    fresh = WHEEL_TEST == "fresh"
+    _build_tools()
+    how = "built from scratch" if fresh else "build tree " + _adopt_build_tree(_build_tree())
     t0 = time.perf_counter()
-    wheel = _pip_wheel(tmp_path / "dist", os.environ["DARKNET_PY_WHEEL_TEST"] == "fresh")
+    wheel = _pip_wheel(tmp_path / "dist", fresh)
     t_build = time.perf_counter() - t0
     libs = [n for n in zipfile.ZipFile(wheel).namelist() if n.endswith((".so", ".dylib", ".pyd")) or ".so." in n]
     assert len(libs) == 1 and libs[0].startswith("darknet_py/_core"), f"unexpected native files in the wheel: {libs}"
+    # the module as the wheel carries it, before any install step could touch it
+    _check_links(Path(zipfile.ZipFile(wheel).extract(libs[0], tmp_path / "unpacked")))
 
     py, purelib = _fresh_venv(tmp_path / "venv")
     subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "--no-deps", "--no-index", "-q",
@@ -123,11 +216,28 @@ def test_wheel_installs_and_passes_op_parity_with_each_isa(tmp_path):
     assert Path(where).resolve().is_relative_to((tmp_path / "venv").resolve()), f"imported {where}, not the wheel's"
     _check_links(Path(where))
 
+    tests = [str(REPO / "src-test" / t) for t in PARITY_TESTS]
     for isa in runnable.split(","):
-        r = subprocess.run([str(py), "-m", "pytest", str(REPO / "src-test" / "test_ops.py"), "-q", "-x",
-                            "-p", "no:cacheprovider", "-k", "not oclgrind and not pocl and not opencl"],
-                           capture_output=True, text=True, cwd=REPO, env=dict(os.environ, DARKNET_PY_ISA=isa))
+        r = subprocess.run([str(py), "-c", _RUN_PARITY, str(tmp_path / "venv"), *tests, "-q", "-x",
+                            "-p", "no:cacheprovider", "-k", PARITY_SELECTION],
+                           capture_output=True, text=True, cwd=tmp_path, env=dict(os.environ, DARKNET_PY_ISA=isa))
+        last = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
         assert r.returncode == 0, f"DARKNET_PY_ISA={isa}:\n{r.stdout[-4000:]}{r.stderr[-2000:]}"
-        assert " passed" in r.stdout.splitlines()[-1], r.stdout[-500:]
-        print(f"DARKNET_PY_ISA={isa}: {r.stdout.splitlines()[-1]}")
-    print(f"wheel built in {t_build:.0f} s, whole test {time.perf_counter() - t0:.0f} s")
+        assert " passed" in last and "failed" not in last, r.stdout[-500:]
+        print(f"DARKNET_PY_ISA={isa}: {last}")
+    print(f"wheel {how} in {t_build:.0f} s; whole test {time.perf_counter() - t0:.0f} s")
+
+
+def test_build_tree_is_adopted_only_while_its_cmake_exists(tmp_path):
+    pytest.importorskip("scikit_build_core")
+    import scikit_build_core
+
+    here = str(Path(scikit_build_core.__file__).parent.resolve())
+    info = tmp_path / ".skbuild-info.json"
+    for cmake, adopted in ((sys.executable, True), (str(tmp_path / "gone" / "cmake"), False)):
+        info.write_text(json.dumps({"source_dir": str(REPO), "skbuild_path": "/tmp/pip-build-env-x/scikit_build_core"}))
+        (tmp_path / "CMakeCache.txt").write_text(f"# cache\nCMAKE_COMMAND:INTERNAL={cmake}\n")
+        how = _adopt_build_tree(tmp_path)
+        assert (json.loads(info.read_text())["skbuild_path"] == here) == adopted, how
+        assert ("reused" in how) == adopted, how
+    assert _adopt_build_tree(tmp_path).startswith("configured with a cmake that is gone")
