@@ -48,11 +48,6 @@ CudnnConvolutions::~CudnnConvolutions() {
     api_->cudnnDestroy(handle_);
 }
 
-std::string CudnnConvolutions::describe() const {
-    return "cuDNN " + api_->version() + " (convolutions, " +
-           (choice_ == Choice::measured ? "measured" : "heuristic") + " algorithms)";
-}
-
 void CudnnConvolutions::check(int status, const char* what) const {
     if (status != 0) throw DarknetError(std::string("cuDNN: ") + what + " failed: " + api_->cudnnGetErrorString(status));
 }

@@ -36,8 +36,6 @@ public:
     void run(const ConvParams& p, ConvPass pass, const void* in_a, const void* in_b, void* out, void* workspace,
              size_t workspace_bytes);
 
-    std::string describe() const;  // "cuDNN 9.19.0 (convolutions, heuristic algorithms)"
-
     static constexpr size_t kMaxWorkspace = size_t(512) << 20;
 
 private:
