@@ -101,10 +101,13 @@ def input_blob(net: "darknet_py.Network", batch: int = 1, seed: int = 1) -> np.n
 
 
 def set_threads(n: int) -> None:
-    """The same thread count for both engines."""
-    import cv2
-
+    """Our engine's and OpenCV's process-wide thread counts (ONNX Runtime and OpenVINO fix theirs per
+    session); OpenCV's only where it is installed."""
     _core.set_threads(n)
+    try:
+        import cv2
+    except ImportError:
+        return
     cv2.setNumThreads(n)
 
 

@@ -85,7 +85,7 @@ def bench_model(model: bc.Model, batch: int, engines: List[str], threads: int, r
         need_onnx = any(e in ("onnxruntime", "openvino") for e in engines)
         files = pe.prepare(net, cfg, weights, batch, d, need_onnx)
         blob = bc.input_blob(net, batch)
-        pe.set_threads(threads)
+        bc.set_threads(threads)
         runners = load_engines(files, engines, threads, blob)  # every engine has read its files now
     if model.rounds:  # yolov4: slow, one run
         rounds, per_block = model.rounds, 1

@@ -102,19 +102,9 @@ Runner = Callable[[np.ndarray], List[np.ndarray]]
 
 def load(engine: str, files: ModelFiles, threads: int) -> Runner:
     """A function blob -> outputs (one per yolo head, in net.yolo_layers order) for `engine` on `threads`
-    threads. Our engine's and OpenCV's thread counts are process-wide: set_threads before running."""
+    threads. Our engine's and OpenCV's thread counts are process-wide: bench_common.set_threads first."""
     return {"ours": _ours, "opencv": _opencv, "onnxruntime": _onnxruntime, "openvino": _openvino}[engine](
         files, threads)
-
-
-def set_threads(n: int) -> None:
-    """Our engine's and OpenCV's process-wide thread counts (the runtimes fix theirs per session)."""
-    _core.set_threads(n)
-    try:
-        import cv2
-        cv2.setNumThreads(n)
-    except ImportError:
-        pass
 
 
 def _ours(files: ModelFiles, threads: int) -> Runner:

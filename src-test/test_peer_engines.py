@@ -133,7 +133,7 @@ def test_peer_outputs_equal_ours(model, engine, batch):
     work.mkdir()
     files = pe.prepare(net, cfg, weights, batch, str(work), need_onnx=engine != "opencv")
     blob = bc.input_blob(net, batch, seed=5)
-    pe.set_threads(2)
+    bc.set_threads(2)
     ours = [o.copy() for o in net.forward(blob)]
     assert len(ours) == 2 and all(o.shape[0] == batch for o in ours)
     assert all(o.std() > 1e-3 for o in ours), "degenerate outputs: the comparison would be trivial"
