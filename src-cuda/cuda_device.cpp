@@ -1,4 +1,5 @@
-// CudaDevice: the thin Device of NVIDIA GPUs. One in-order stream per device; kernels from the
+// CudaDevice: the thin Device of NVIDIA GPUs. One in-order stream per device for the work (plus
+// one for upload_ahead's copies); kernels from the
 // embedded fatbin, looked up by name; cuBLAS (opened at run time) for GEMM and cuDNN (likewise, when
 // found) for convolutions; allocations from a caching pool (memory_pool.h); recording as CUDA
 // graphs. Everything above it lives in GpuBackend.
@@ -83,6 +84,9 @@ public:
         check(cudaGetDeviceProperties(&p, index), "cudaGetDeviceProperties");
         info_ = describe(index, p);
         check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+        check(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+        check(cudaEventCreateWithFlags(&upload_point_, cudaEventDisableTiming), "cudaEventCreate");
+        check(cudaEventCreateWithFlags(&ahead_done_, cudaEventDisableTiming), "cudaEventCreate");
         check(cudaLibraryLoadData(&library_, cuda_kernels_fatbin(), nullptr, nullptr, 0, nullptr, nullptr, 0),
               "loading the kernels (built for other GPU architectures? rebuild with DARKNET_PY_CUDA_ARCHS)");
         open_cublas();
@@ -93,6 +97,7 @@ public:
     ~CudaDevice() override {
         cudaSetDevice(index_);
         cudaStreamSynchronize(stream_);
+        cudaStreamSynchronize(copy_stream_);
         if (cublas_) cublas_->cublasDestroy_v2(handle_);
         cudnn_.reset();
         if (workspace_) pool_.give(workspace_);
@@ -103,6 +108,9 @@ public:
         }
         pool_.release_cached();
         cudaLibraryUnload(library_);
+        cudaEventDestroy(upload_point_);
+        cudaEventDestroy(ahead_done_);
+        cudaStreamDestroy(copy_stream_);
         cudaStreamDestroy(stream_);
     }
 
@@ -143,13 +151,29 @@ public:
     void upload(DeviceMemory* dst, size_t offset, const void* src, size_t bytes) override {
         std::lock_guard<std::mutex> lock(mutex_);
         if (capturing_) return capture_fails("an upload from the host");
-        if (bytes < kStagingBytes) {
-            // From pageable memory this returns once `src` has been staged, so the caller may reuse it.
-            check(cudaMemcpyAsync(to_ptr(dst) + offset, src, bytes, cudaMemcpyHostToDevice, stream_), "upload");
-        } else {
-            staged_upload(to_ptr(dst) + offset, static_cast<const char*>(src), bytes);
-        }
-        bytes_uploaded += bytes;
+        mark_upload_point();
+        copy_to_device(to_ptr(dst) + offset, src, bytes, stream_);
+    }
+
+    // On copy_stream_, so that it runs beside the kernels still queued on stream_: it waits only for
+    // the work queued before the previous upload (upload_point_; the caller promises that nothing
+    // queued since uses dst), and stream_ waits for it before its next work.
+    // DARKNET_PY_UPLOAD_AHEAD=0 turns it off (every upload in order, as before).
+    bool can_upload_ahead() const override {
+        static const bool off = [] {
+            const char* env = std::getenv("DARKNET_PY_UPLOAD_AHEAD");
+            return env && std::strcmp(env, "0") == 0;
+        }();
+        return !off;
+    }
+    void upload_ahead(DeviceMemory* dst, size_t offset, const void* src, size_t bytes) override {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (capturing_) return capture_fails("an upload from the host");
+        check(cudaStreamWaitEvent(copy_stream_, upload_point_, 0), "upload");
+        mark_upload_point();
+        copy_to_device(to_ptr(dst) + offset, src, bytes, copy_stream_);
+        check(cudaEventRecord(ahead_done_, copy_stream_), "upload");
+        check(cudaStreamWaitEvent(stream_, ahead_done_, 0), "upload");
     }
 
     void download(const DeviceMemory* src, size_t offset, void* dst, size_t bytes) override {
@@ -314,7 +338,18 @@ private:
     // cudaMemcpy does the same staging with one thread and half the speed (7 GB/s measured on an H100
     // host). Returns when the last chunk is staged (the caller may reuse `src`).
     static constexpr size_t kStagingBytes = size_t(8) << 20;
-    void staged_upload(char* dst, const char* src, size_t bytes) {
+    void copy_to_device(char* dst, const void* src, size_t bytes, cudaStream_t stream) {
+        if (bytes < kStagingBytes) {
+            // From pageable memory this returns once `src` has been staged, so the caller may reuse it.
+            check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream), "upload");
+        } else {
+            staged_upload(dst, static_cast<const char*>(src), bytes, stream);
+        }
+        bytes_uploaded += bytes;
+    }
+    void mark_upload_point() { check(cudaEventRecord(upload_point_, stream_), "upload"); }
+
+    void staged_upload(char* dst, const char* src, size_t bytes, cudaStream_t stream) {
         for (int k = 0; k < 2 && !pinned_[k]; ++k) {
             check(cudaHostAlloc(&pinned_[k], kStagingBytes, cudaHostAllocDefault), "pinned staging buffer");
             check(cudaEventCreateWithFlags(&staged_[k], cudaEventDisableTiming), "staging event");
@@ -327,8 +362,8 @@ private:
             const char* from = src + done;
             ThreadPool::instance().parallel_for(n, [&](size_t a, size_t b) { std::memcpy(pinned + a, from + a, b - a); },
                                                 size_t(1) << 20);
-            check(cudaMemcpyAsync(dst + done, pinned, n, cudaMemcpyHostToDevice, stream_), "upload");
-            check(cudaEventRecord(staged_[k], stream_), "upload");
+            check(cudaMemcpyAsync(dst + done, pinned, n, cudaMemcpyHostToDevice, stream), "upload");
+            check(cudaEventRecord(staged_[k], stream), "upload");
         }
     }
 
@@ -412,6 +447,9 @@ private:
     DeviceInfo info_;
     mutable std::mutex mutex_;
     cudaStream_t stream_ = nullptr;
+    cudaStream_t copy_stream_ = nullptr;  // upload_ahead's
+    cudaEvent_t upload_point_ = nullptr;  // stream_'s work queued before the last upload
+    cudaEvent_t ahead_done_ = nullptr;    // the last upload_ahead's copy
     cudaLibrary_t library_ = nullptr;
     std::map<std::string, cudaKernel_t, std::less<>> kernels_;  // transparent: no string per launch
     MemoryPool pool_;

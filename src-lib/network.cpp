@@ -66,8 +66,8 @@ void Network::set_backend(std::unique_ptr<Backend> backend) {
                 if (!t.empty()) t = backend_->adopt(t);
     outputs_.clear();
     deltas_.clear();
-    input_ = Tensor();
-    recording_.reset();
+    input_ = train_input_ = spare_train_input_ = Tensor();
+    forget_recording();
     drop_training_state("set_backend() moved the network");
 }
 
@@ -100,9 +100,15 @@ void Network::resize_input(int width, int height) {
     warnings = old_warnings;  // the rebuild repeats the cfg's warnings
     outputs_.clear();
     deltas_.clear();
-    input_ = Tensor();
-    recording_.reset();  // it refers to the old layers' buffers, even if a later resize comes back to its size
+    input_ = train_input_ = spare_train_input_ = Tensor();
+    forget_recording();  // it refers to the old layers' buffers, even if a later resize comes back to its size
     drop_training_state("resize_input() rebuilt the layers");
+}
+
+void Network::forget_recording() {
+    recording_.reset();
+    recording_shape_ = Shape();
+    eager_runs_ = 0;
 }
 
 void Network::drop_training_state(const char* by) {
@@ -136,18 +142,33 @@ void Network::check_input(const Shape& s) const {
                            "x" + std::to_string(options.height) + "x" + std::to_string(options.width));
 }
 
-// The input goes to one place that stays put (input_): backward of layer 0 and a recorded forward
-// read it there.
-void Network::load_input(const Tensor* x, const float* host, const Shape& s) {
+// The input goes to one place that stays put: input_ for forward() (a recorded forward reads it
+// there), train_input_ for forward_train() (backward of layer 0 reads it). Training batches from the
+// host alternate between train_input_ and spare_train_input_ where the device can upload ahead:
+// batch i+1 then goes up while batch i's backward, which reads batch i's input, still runs.
+void Network::load_input(const Tensor* x, const float* host, const Shape& s, bool training) {
     check_input(s);
     // The input and then the outputs are replaced: forward_train's state (which backward() and the loss
     // read) is gone; forward_train_loaded restores it once every layer has run.
     drop_training_state("forward() or detect() since replaced its input and outputs");
-    backend_->resize(input_, s);
-    if (host)
-        copy_from_host(host, input_);
-    else if (x->buffer() != input_.buffer())
-        copy_tensor(*x, input_);
+    Tensor& dst = training ? train_input_ : input_;
+    if (!host && x->on_host() && x->buffer() != dst.buffer()) host = x->data();
+    Device* dev = backend_->device().get();
+    bool ahead = false;
+    if (training && host && dev && dev->can_upload_ahead()) {
+        std::swap(train_input_, spare_train_input_);
+        // Upload ahead only into a kept buffer (not just allocated) whose last use was queued before
+        // the previous load, which was an upload: then Device::upload_ahead's promise holds.
+        ahead = last_load_uploaded_ && dst.shape() == s;
+    }
+    backend_->resize(dst, s);
+    if (ahead)
+        dev->upload_ahead(dst.memory(), 0, host, s.size() * sizeof(float));
+    else if (host)
+        copy_from_host(host, dst);
+    else if (x->buffer() != dst.buffer())
+        copy_tensor(*x, dst);
+    last_load_uploaded_ = host != nullptr;
 }
 
 const LayerOutputs& Network::forward(const Tensor& x) {
@@ -218,21 +239,21 @@ bool Network::replay_or_record(const Shape& s) {
 }
 
 const LayerOutputs& Network::forward_train(const Tensor& x) {
-    load_input(&x, nullptr, x.shape());
+    load_input(&x, nullptr, x.shape(), true);
     return forward_train_loaded();
 }
 
 const LayerOutputs& Network::forward_train(const float* x, const Shape& s) {
-    load_input(nullptr, x, s);
+    load_input(nullptr, x, s, true);
     return forward_train_loaded();
 }
 
 const LayerOutputs& Network::forward_train_loaded() {
-    const Shape& s = input_.shape();
+    const Shape& s = train_input_.shape();
     drop_training_state("the last forward_train() failed");  // until every layer has run
     outputs_.resize(layers.size());
     deltas_.resize(layers.size());
-    const Tensor* in = &input_;
+    const Tensor* in = &train_input_;
     for (size_t i = 0; i < layers.size(); ++i) {
         Layer& l = *layers[i];
         Shape os{s.n, l.out.c, l.out.h, l.out.w};
@@ -254,7 +275,7 @@ void Network::backward() {
         const LayerTraining& t = layers[i]->training;
         if (t.stopbackward == 1 || t.stopbackward > iteration) break;
         if (t.onlyforward) continue;
-        const Tensor& x = i == 0 ? input_ : outputs_[i - 1];
+        const Tensor& x = i == 0 ? train_input_ : outputs_[i - 1];
         Tensor* dx = i == 0 ? nullptr : &deltas_[i - 1];
         run_layer(i, [&] { layers[i]->backward(*backend_, x, outputs_[i], deltas_[i], dx, outputs_, deltas_); });
     }

@@ -99,17 +99,22 @@ private:
     void check_input(const Shape& s) const;  // throws unless s matches the [net] input
     template <class F>
     void run_layer(size_t i, F&& f);          // f(), noting the ops that fell back to the CPU
-    void load_input(const Tensor* x, const float* host, const Shape& s);  // into input_, checked
+    // Into input_ (training: train_input_), checked.
+    void load_input(const Tensor* x, const float* host, const Shape& s, bool training = false);
     const LayerOutputs& forward_loaded();     // forward() of input_
     const LayerOutputs& forward_train_loaded();
     void run_forward(const Shape& s);         // the layers of forward(), from input_
     bool replay_or_record(const Shape& s);    // true when the pass ran as a recording
+    void forget_recording();                  // drops it; the next forwards of any shape may record again
     CfgFile cfg_;  // kept for resize_input
     std::unique_ptr<Backend> backend_;
     LayerOutputs outputs_;
     std::vector<double> layer_ms_;
     std::vector<std::set<std::string>> fallback_ops_;
-    Tensor input_;  // the last input (backward of layer 0 reads it; a recorded forward reads it from here)
+    Tensor input_;             // forward()'s input (a recorded forward reads it from here)
+    Tensor train_input_;       // forward_train()'s (backward of layer 0 reads it)
+    Tensor spare_train_input_; // the one before, while the next batch may go up ahead (load_input)
+    bool last_load_uploaded_ = false;  // the last load_input came from the host
     std::unique_ptr<Recording> recording_;  // the recorded forward of recording_shape_, if any
     Shape recording_shape_;
     int eager_runs_ = 0;                    // forwards of recording_shape_ so far, not recorded

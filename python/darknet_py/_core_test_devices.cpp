@@ -8,6 +8,9 @@
 //   _core.host_fast_path_device(id) an OpenCL device that also claims every vendor fast path
 //                                  (convolution, pooling, batchnorm) and computes it on the host
 //                                  with the CPU backend: proves GpuBackend's fast-path plumbing.
+//   _core.upload_ahead_device(id)   an OpenCL device that offers upload_ahead (as a plain upload) and
+//                                  checks every caller keeps its promise (src-test/test_upload_ahead.py);
+//                                  _core.run_network_on(net, device) puts a Network on it.
 #include <pybind11/stl.h>
 
 #include <cstdlib>
@@ -17,9 +20,11 @@
 #include "bindings.h"
 #include "devices.h"
 #include "fake_metal_api.h"
+#include "gpu/gpu_backend.h"
 #include "memory_pool.h"
 #include "metal_device.h"
 #include "metal_plan.h"
+#include "network.h"
 
 using namespace dn;
 using namespace dn_py;
@@ -32,6 +37,86 @@ struct TestDevice {
     std::shared_ptr<std::vector<std::string>> log = std::make_shared<std::vector<std::string>>();
     std::shared_ptr<std::vector<std::string>> notes = std::make_shared<std::vector<std::string>>();
     std::shared_ptr<std::map<std::string, int>> calls = std::make_shared<std::map<std::string, int>>();
+};
+
+// ---- upload_ahead's promise, checked over a real device ----
+
+// Offers Device::upload_ahead and checks, at each call, what the CUDA device relies on: no op since
+// the previous upload used the destination, and it was not allocated since. Every op gets a
+// sequence number; a broken promise is written to `notes`, each upload_ahead counted in `calls`.
+class UploadAheadCheckingDevice final : public Device {
+public:
+    UploadAheadCheckingDevice(std::shared_ptr<Device> inner, TestDevice& t)
+        : inner_(std::move(inner)), notes_(t.notes), calls_(t.calls) {}
+
+    const DeviceInfo& info() const override { return inner_->info(); }
+    DeviceMemory* alloc(size_t bytes) override {
+        DeviceMemory* m = inner_->alloc(bytes);
+        std::lock_guard<std::mutex> lock(mutex_);
+        allocated_[m] = last_use_[m] = ++seq_;
+        return m;
+    }
+    void free(DeviceMemory* m) override {
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            allocated_.erase(m), last_use_.erase(m);
+        }
+        inner_->free(m);
+    }
+    void upload(DeviceMemory* d, size_t o, const void* s, size_t b) override {
+        uploaded(d);
+        inner_->upload(d, o, s, b);
+    }
+    bool can_upload_ahead() const override { return true; }
+    void upload_ahead(DeviceMemory* d, size_t o, const void* s, size_t b) override {
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            ++(*calls_)["upload_ahead"];
+            if (last_use_[d] >= upload_point_)
+                notes_->push_back("upload_ahead into a buffer used since the previous upload (op " +
+                                  std::to_string(last_use_[d]) + ", upload at op " + std::to_string(upload_point_) + ")");
+            if (allocated_[d] >= upload_point_) notes_->push_back("upload_ahead into a buffer allocated since the previous upload");
+        }
+        uploaded(d);
+        inner_->upload(d, o, s, b);
+    }
+    void download(const DeviceMemory* s, size_t o, void* d, size_t b) override {
+        used({s});
+        inner_->download(s, o, d, b);
+    }
+    void copy(const DeviceMemory* s, size_t so, DeviceMemory* d, size_t dof, size_t b) override {
+        used({s, d});
+        inner_->copy(s, so, d, dof, b);
+    }
+    void launch(const char* name, LaunchDims dims, const std::vector<KernelArg>& args) override {
+        std::vector<const DeviceMemory*> bufs;
+        for (const KernelArg& a : args)
+            if (a.buffer) bufs.push_back(a.buffer);
+        used(bufs);
+        inner_->launch(name, dims, args);
+    }
+    uint32_t max_group_size(const char* name) override { return inner_->max_group_size(name); }
+    void synchronize() override { inner_->synchronize(); }
+
+private:
+    void used(std::initializer_list<const DeviceMemory*> ms) { used(std::vector<const DeviceMemory*>(ms)); }
+    void used(const std::vector<const DeviceMemory*>& ms) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        ++seq_;
+        for (const DeviceMemory* m : ms) last_use_[m] = seq_;
+    }
+    void uploaded(const DeviceMemory* d) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        upload_point_ = ++seq_;
+        last_use_[d] = seq_;
+    }
+
+    std::shared_ptr<Device> inner_;
+    std::shared_ptr<std::vector<std::string>> notes_;
+    std::shared_ptr<std::map<std::string, int>> calls_;
+    std::mutex mutex_;
+    uint64_t seq_ = 0, upload_point_ = 0;
+    std::map<const DeviceMemory*, uint64_t> allocated_, last_use_;
 };
 
 // ---- host fast paths over a real device ----
@@ -204,6 +289,16 @@ void bind_test_devices(py::module_& m) {
         t->device = std::make_shared<HostFastPathDevice>(be->device(), t->calls);
         return t;
     }, "Device `id` with every vendor fast path claimed and computed on the host (CPU backend).");
+
+    m.def("upload_ahead_device", [](const std::string& id) {
+        auto t = std::make_unique<TestDevice>();
+        auto be = make_backend(id);
+        if (!be->device()) throw DarknetError(id + " is not a device");
+        t->device = std::make_shared<UploadAheadCheckingDevice>(be->device(), *t);
+        return t;
+    }, "Device `id` offering upload_ahead (a plain upload) and noting every broken promise of its callers.");
+    m.def("run_network_on", [](Network& n, std::shared_ptr<Device> d) { n.set_backend(std::make_unique<GpuBackend>(d)); },
+          "Moves a Network onto a test device (GpuBackend over it).");
 
     m.def("metal_mps_paths", [](py::object env) {
         std::string e = env.is_none() ? "" : env.cast<std::string>();

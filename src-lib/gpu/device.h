@@ -92,6 +92,15 @@ public:
     // Host <-> device copies; offsets and sizes in bytes. download waits for queued work.
     virtual void upload(DeviceMemory* dst, size_t offset, const void* src, size_t bytes) = 0;
     virtual void download(const DeviceMemory* src, size_t offset, void* dst, size_t bytes) = 0;
+    // Optional: an upload that may run while queued work still runs (CUDA: a second stream), for the
+    // next training batch. It waits only for the work queued before the previous upload of either
+    // kind; the caller promises that no work queued since then uses dst's bytes (and that dst was
+    // not allocated since: the pool may hand out memory that queued work still reads). Work queued
+    // after it sees the data. Where not offered (can_upload_ahead false) it is a plain upload.
+    virtual bool can_upload_ahead() const { return false; }
+    virtual void upload_ahead(DeviceMemory* dst, size_t offset, const void* src, size_t bytes) {
+        upload(dst, offset, src, bytes);
+    }
     virtual void copy(const DeviceMemory* src, size_t src_offset, DeviceMemory* dst, size_t dst_offset,
                       size_t bytes) = 0;
 
