@@ -17,6 +17,7 @@ set(DARKNET_CPU_ISA_SOURCES
   src-lib/cpu/cpu_backend.cpp
   src-lib/cpu/conv2d.cpp
   src-lib/cpu/gemm.cpp
+  src-lib/cpu/maxpool.cpp
   src-lib/cpu/training_ops.cpp
   src-lib/cpu/winograd.cpp
   src-lib/cpu/isa_entry.cpp)

@@ -31,6 +31,8 @@ SHAPES = [
     (1, 17, 20, 11, 9, 3, 1, 2),     # pad 2: output larger than the input
     (1, 32, 7, 5, 24, 3, 1, 0),      # pad 0
     (1, 19, 31, 29, 21, 3, 2, 1),    # stride 2: the GEMM's even-lane packing
+    (1, 5, 20, 64, 12, 3, 2, 1),     # stride 2, 32-pixel rows: every panel vector reads one row segment
+    (1, 3, 18, 130, 32, 3, 2, 1),    # stride 2, K = 27 (a first layer), 65-pixel rows: both packings
     (2, 21, 27, 53, 10, 1, 1, 0),    # 1x1 stride 1: B is the image itself, N not a multiple of 48
     (1, 9, 12, 50, 13, 5, 1, 2),     # 5x5: more taps than the segment loads handle at once
 ]

@@ -155,3 +155,40 @@ def test_peer_outputs_equal_ours(model, engine, batch):
 def test_missing_engine_has_a_reason():
     assert pe.missing("ours") is None
     assert "unknown engine" in pe.missing("tensorrt")
+
+
+def test_layer_profile_maps_onnx_runtime_nodes_to_our_layers(model, capsys):
+    """benchmarks/layer_profile.py on the tiny cfg: one table row per layer, our time for each, ONNX
+    Runtime's for every layer that has a node (conv, maxpool, route, upsample, yolo), totals that add up."""
+    why = pe.missing("onnxruntime")
+    if why:
+        pytest.skip(f"onnxruntime: {why}")
+    import layer_profile as lp
+
+    assert lp.node_layer("l12_conv_node") == 12 and lp.node_layer("l3_route_from1_node_2") == 3
+    assert lp.node_layer("reorder_token_7") is None and lp.node_layer("xl1_conv") is None
+    net, cfg, weights, d = model
+    assert lp.main(["--cfg", cfg, "--threads", "2", "--runs", "2", "--rounds", "1"]) == 0
+    out = capsys.readouterr().out
+    rows = {}
+    for line in out.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 5 and cells[0].isdigit():
+            rows[int(cells[0])] = cells
+    assert sorted(rows) == list(range(len(net.layers))), out
+    for i, (_, what, ours, theirs, _) in rows.items():
+        assert what.split()[0] == net.layers[i]["type"]
+        assert float(ours) >= 0
+        if net.layers[i]["type"] in ("conv", "max", "yolo", "upsample"):
+            assert float(theirs) > 0, f"layer {i} ({what}) got no ONNX Runtime time: {out}"
+    total = next(line for line in out.splitlines() if line.startswith("| total |")).split("|")
+    ours_sum = sum(float(r[2]) for r in rows.values())
+    assert abs(float(total[3]) - ours_sum) <= 0.05 * ours_sum + 0.01 * len(rows)  # medians of sums vs sums of medians
+
+
+def test_layer_profile_says_when_onnx_runtime_is_missing(monkeypatch, capsys):
+    import layer_profile as lp
+
+    monkeypatch.setattr(pe, "missing", lambda engine: "the onnxruntime package is not installed (test)")
+    assert lp.main(["--cfg", "unused.cfg"]) == 2
+    assert "not installed" in capsys.readouterr().err

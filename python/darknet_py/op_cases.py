@@ -275,6 +275,27 @@ def pool_cases() -> List[Case]:
     return out
 
 
+prng = np.random.default_rng(20261123)  # own stream: the cases drawn before these keep their values
+
+
+def maxpool_wide_cases() -> List[Case]:
+    """Max pooling on rows wide enough for the CPU backend's vector path (src-lib/cpu/maxpool.cpp: several
+    vectors of interior outputs plus a tail, at 8 and 16 floats per vector), in the shapes the models use
+    (size 2 stride 2; size 2 stride 1 at 13x13; the SPP block's sizes 5, 9, 13 at stride 1), at even and
+    odd widths (odd ones clip the last window), and unusual geometry (no padding, unequal strides,
+    windows of padding only)."""
+    out = []
+    for n, c, h, w, k, sy, sx, pad in [(1, 3, 40, 40, 2, 2, 2, 1), (1, 2, 41, 37, 2, 2, 2, 1), (2, 3, 13, 13, 2, 1, 1, 1),
+                                       (1, 2, 13, 13, 5, 1, 1, 4), (1, 2, 13, 13, 9, 1, 1, 8), (1, 2, 13, 13, 13, 1, 1, 12),
+                                       (1, 2, 21, 45, 5, 1, 1, 4), (1, 2, 19, 70, 3, 2, 2, 2), (1, 2, 17, 35, 2, 2, 2, 0),
+                                       (1, 2, 9, 50, 3, 1, 2, 2), (1, 1, 6, 40, 2, 3, 1, 5), (1, 2, 5, 3, 4, 1, 1, 3)]:
+        oh, ow = pool_out(h, k, sy, pad), pool_out(w, k, sx, pad)
+        x = prng.uniform(-2.0, 2.0, size=(n, c, h, w)).astype(np.float32)
+        out.append(Case(f"pool-max-wide-n{n}c{c}-{h}x{w}-k{k}-s{sy}{sx}-p{pad}", "pool",
+                        ("max", x, k, sy, sx, pad, [n, c, oh, ow])))
+    return out
+
+
 def data_movement_cases() -> List[Case]:
     out = []
     # copy_channels: route slices (groups/group_id) into a wider output
@@ -344,7 +365,7 @@ def head_cases() -> List[Case]:
 
 
 CASES = gemm_cases() + conv_cases() + conv_affine_act_cases() + elementwise_cases() + pool_cases() + data_movement_cases() + reorg_cases() + \
-    head_cases()
+    head_cases() + maxpool_wide_cases()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@
 #include "../yolo/loss.h"
 #include "conv2d.h"
 #include "gemm.h"
+#include "maxpool.h"
 #include "simd.h"
 #include "thread_pool.h"
 #include "shortcut_weights.h"
@@ -114,8 +115,10 @@ public:
         });
     }
 
-    template <bool kMax>
-    void pool(const Tensor& x, const PoolGeom& g, Tensor& y) {
+    // max pooling: maxpool.cpp (separable, vectorized)
+    void maxpool(const Tensor& x, const PoolGeom& g, Tensor& y) override { cpu::maxpool_forward(x, g, y); }
+
+    void avgpool_local(const Tensor& x, const PoolGeom& g, Tensor& y) override {
         const Shape &xs = x.shape(), &ys = y.shape();
         int off = -g.padding / 2;
         parallel_for_each((size_t)ys.n * ys.c, [&](size_t nc) {
@@ -127,22 +130,17 @@ public:
                 for (int ox = 0; ox < ys.w; ++ox) {
                     int x0 = ox * g.stride_x + off;
                     int kx0 = std::max(0, -x0), kx1 = std::min(g.size, xs.w - x0);
-                    float best = -FLT_MAX, sum = 0;
+                    float sum = 0;
                     for (int ky = ky0; ky < ky1; ++ky) {
                         const float* row = src + (size_t)(y0 + ky) * xs.w + x0;
-                        for (int kx = kx0; kx < kx1; ++kx) {
-                            best = std::max(best, row[kx]);
-                            sum += row[kx];
-                        }
+                        for (int kx = kx0; kx < kx1; ++kx) sum += row[kx];
                     }
                     int count = std::max(0, ky1 - ky0) * std::max(0, kx1 - kx0);
-                    dst[(size_t)oy * ys.w + ox] = kMax ? best : (count ? sum / count : 0.0f);
+                    dst[(size_t)oy * ys.w + ox] = count ? sum / count : 0.0f;
                 }
             }
         });
     }
-    void maxpool(const Tensor& x, const PoolGeom& g, Tensor& y) override { pool<true>(x, g, y); }
-    void avgpool_local(const Tensor& x, const PoolGeom& g, Tensor& y) override { pool<false>(x, g, y); }
 
     void avgpool_global(const Tensor& x, Tensor& y) override {
         const Shape& s = x.shape();

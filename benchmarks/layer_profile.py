@@ -1,0 +1,248 @@
+"""Per-layer milliseconds of our engine next to ONNX Runtime's per-node times, on the same network.
+
+    python benchmarks/layer_profile.py [--model yolov4-tiny] [--threads 2] [--runs 20] [--batch 1]
+                                       [--rounds 2] [--cfg FILE.cfg]
+
+The network is built as compare.py builds it (the model's cfg at its benchmark size, seeded random
+weights, seeded input); ONNX Runtime runs our ONNX export of it (peer_engines: spinning off,
+intra-op threads = --threads) after its outputs were checked against ours. Ours: `_core.Net.layer_ms()`
+after each forward (wall time of each layer, its parallel loops included). ONNX Runtime:
+SessionOptions.enable_profiling, the `*_kernel_time` events of each timed run. The exporter names
+every node of layer i `l<i>_...` (onnx_layers.LayerSpec.hint), and ONNX Runtime's fusions keep the
+name of the node they fuse into, so a node name gives its layer; nodes it adds itself (layout
+reorders of its NCHWc transformer) have no layer and are listed as 'unattributed'.
+
+Runs alternate between the engines in --rounds blocks of --runs / --rounds forwards each (blocks,
+not single runs: one engine's idle threads then cannot steal the cores from the other's run). Every
+figure is the median over the timed runs; the totals are the medians of the per-run sums, and the
+wall time per forward of each engine is given too (profiling adds a little to ONNX Runtime's).
+Needs onnx and onnxruntime; OpenCV is not needed. --cfg profiles any cfg instead of a named model
+(at its own [net] size).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from collections import defaultdict
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_common as bc  # noqa: E402
+import peer_engines as pe  # noqa: E402
+
+import darknet_py  # noqa: E402
+from darknet_py import _core  # noqa: E402
+
+NODE_LAYER = re.compile(r"^l(\d+)_")
+PAUSE_S = 0.3
+
+
+def node_layer(name: str) -> Optional[int]:
+    """The layer index our exporter encoded in a node name (l<i>_...), or None for a node it did not make."""
+    m = NODE_LAYER.match(name)
+    return int(m.group(1)) if m else None
+
+
+def build(model: Optional[str], cfg: Optional[str], batch: int, workdir: str):
+    """(net, ModelFiles) as compare.py prepares them: seeded random weights, the ONNX export at `batch`."""
+    if cfg:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            net = darknet_py.Network(cfg, device="cpu")
+        bc.fill_random(net)
+        weights = os.path.join(workdir, "model.weights")
+        net.save_weights(weights)
+    else:
+        net, cfg, weights = bc.random_model(bc.find_model(model), workdir)
+    return net, pe.prepare(net, cfg, weights, batch, workdir, need_onnx=True)
+
+
+def ort_session(onnx_path: str, threads: int, workdir: str):
+    """An ONNX Runtime session as peer_engines makes it, with profiling on."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    so.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    so.log_severity_level = 3
+    so.enable_profiling = True
+    so.profile_file_prefix = os.path.join(workdir, "ort_profile")
+    return ort.InferenceSession(onnx_path, so, providers=["CPUExecutionProvider"])
+
+
+def ort_per_run(events: List[dict], timed: List[Tuple[float, float]]) -> List[Dict[object, float]]:
+    """Per timed run (given as (start, end) in the profile's microseconds), ms per layer index, with the
+    unattributed nodes under ('unattributed', op type)."""
+    runs: List[Dict[object, float]] = [defaultdict(float) for _ in timed]
+    for e in events:
+        if e.get("cat") != "Node" or not e.get("name", "").endswith("_kernel_time"):
+            continue
+        ts = float(e["ts"])
+        k = next((i for i, (b, end) in enumerate(timed) if b <= ts <= end), None)
+        if k is None:
+            continue  # a warm-up run
+        name = e["name"][: -len("_kernel_time")]
+        layer = node_layer(name)
+        key = layer if layer is not None else ("unattributed", e.get("args", {}).get("op_name", "?"))
+        runs[k][key] += float(e["dur"]) / 1e3
+    return runs
+
+
+def median_by_key(runs: List[Dict[object, float]]) -> Dict[object, float]:
+    keys = {k for r in runs for k in r}
+    return {k: statistics.median(r.get(k, 0.0) for r in runs) for k in keys}
+
+
+def summary(layer: dict) -> str:
+    """type and shape of one layer, short: 'conv 3x3/2 3x416x416 -> 32x208x208'."""
+    c, h, w = layer["input"]
+    oc, oh, ow = layer["output"]
+    kind = layer["type"]
+    params = layer.get("params") or ""
+    m = re.search(r"(\d+)\s*x\s*(\d+)\s*/\s*(\d+)", params)
+    if m and kind in ("conv", "max", "avg"):
+        kind += f" {m.group(1)}x{m.group(2)}/{m.group(3)}"
+    return f"{kind} {c}x{h}x{w} -> {oc}x{oh}x{ow}"
+
+
+def profile(net, files: pe.ModelFiles, threads: int, runs: int, rounds: int, workdir: str) -> dict:
+    blob = bc.input_blob(net, files.batch)
+    bc.set_threads(threads)
+    ours = [o.copy() for o in net.forward(blob)]
+    sess = ort_session(files.onnx, threads, workdir)
+    names = [o.name for o in sess.get_outputs()]
+
+    def ort_run(x):
+        return sess.run(names, {"input": x})
+
+    bad = pe.mismatch("onnxruntime", files, ours, ort_run(blob))
+    worst = bad.pop("worst")
+    if bad:
+        raise SystemExit("ONNX Runtime's outputs differ from ours (relative error > "
+                         f"{pe.TOL}): " + ", ".join(f"{k} {v:.2e}" for k, v in bad.items()))
+    for _ in range(2):  # first runs allocate buffers and pick kernels
+        net.forward(blob), ort_run(blob)
+
+    per_block = max(1, runs // rounds)
+    ours_layers: List[List[float]] = []
+    ours_wall: List[float] = []
+    ort_wall: List[float] = []
+    ort_windows: List[Tuple[float, float]] = []  # perf_counter times of the timed ONNX Runtime runs
+    for _ in range(rounds):
+        for _ in range(per_block):
+            t = time.perf_counter()
+            net.forward(blob)
+            ours_wall.append(time.perf_counter() - t)
+            ours_layers.append(list(net._net.layer_ms()))
+        time.sleep(PAUSE_S)
+        for _ in range(per_block):
+            t = time.perf_counter()
+            ort_run(blob)
+            t1 = time.perf_counter()
+            ort_wall.append(t1 - t)
+            ort_windows.append((t, t1))
+        time.sleep(PAUSE_S)
+    prof_path = sess.end_profiling()
+    events = json.loads(Path(prof_path).read_text(encoding="utf-8"))
+    # the profile's timestamps are microseconds since the session started: place our windows on that
+    # clock through the model_run events (one per sess.run, in order; the last len(ort_windows) are ours)
+    model_runs = sorted((float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in events
+                        if e.get("cat") == "Session" and e.get("name") == "model_run")
+    if len(model_runs) < len(ort_windows):
+        raise SystemExit(f"ONNX Runtime's profile holds {len(model_runs)} runs, expected >= {len(ort_windows)}")
+    ort_runs = ort_per_run(events, model_runs[-len(ort_windows):])
+    return {"ours": [statistics.median(col) for col in zip(*ours_layers)],
+            "ours_total": statistics.median(sum(r) for r in ours_layers),
+            "ours_wall": statistics.median(ours_wall) * 1e3,
+            "ort": median_by_key(ort_runs),
+            "ort_total": statistics.median(sum(r.values()) for r in ort_runs),
+            "ort_wall": statistics.median(ort_wall) * 1e3,
+            "worst": worst, "runs": per_block * rounds}
+
+
+def table(layers: List[dict], res: dict) -> str:
+    lines = ["| layer | type and shape | ours ms | ONNX Runtime ms | ours / ORT |", "|---|---|---|---|---|"]
+    ort = res["ort"]
+
+    def ratio(a: float, b: float) -> str:
+        return f"{a / b:.2f}" if b > 0 else "-"
+
+    for i, l in enumerate(layers):
+        mine, theirs = res["ours"][i], ort.get(i, 0.0)
+        cell = f"{theirs:.3f}" if i in ort else "none (no node)"
+        lines.append(f"| {i} | {summary(l)} | {mine:.3f} | {cell} | {ratio(mine, theirs)} |")
+    for key in sorted(k for k in ort if not isinstance(k, int)):
+        lines.append(f"| - | unattributed: {key[1]} (ONNX Runtime's own nodes) | - | {ort[key]:.3f} | - |")
+    lines.append(f"| total | sum of the layers (median of per-run sums) | {res['ours_total']:.2f} | "
+                 f"{res['ort_total']:.2f} | {ratio(res['ours_total'], res['ort_total'])} |")
+    lines.append(f"| wall | one forward, median | {res['ours_wall']:.2f} | {res['ort_wall']:.2f} | "
+                 f"{ratio(res['ours_wall'], res['ort_wall'])} |")
+    return "\n".join(lines)
+
+
+def by_type(layers: List[dict], res: dict) -> str:
+    """The same times summed per layer type: where the gap is, at a glance."""
+    ours: Dict[str, float] = defaultdict(float)
+    theirs: Dict[str, float] = defaultdict(float)
+    for i, l in enumerate(layers):
+        ours[l["type"]] += res["ours"][i]
+        theirs[l["type"]] += res["ort"].get(i, 0.0)
+    lines = ["| type | ours ms | ONNX Runtime ms | ours - ORT ms |", "|---|---|---|---|"]
+    for t in sorted(ours, key=lambda t: ours[t] - theirs[t], reverse=True):
+        lines.append(f"| {t} | {ours[t]:.2f} | {theirs[t]:.2f} | {ours[t] - theirs[t]:+.2f} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="yolov4-tiny", help=f"one of {', '.join(m.name for m in bc.MODELS)}")
+    p.add_argument("--cfg", help="profile this cfg (at its own size) instead of --model")
+    p.add_argument("--threads", type=int, default=bc.usable_cpus())
+    p.add_argument("--runs", type=int, default=20, help="timed forwards per engine")
+    p.add_argument("--rounds", type=int, default=2, help="blocks per engine, alternating")
+    p.add_argument("--batch", type=int, default=1)
+    a = p.parse_args(argv)
+    if a.batch < 1 or a.runs < 1 or a.rounds < 1 or a.threads < 1:
+        p.error("--batch, --runs, --rounds and --threads must be >= 1")
+    why = pe.missing("onnxruntime")
+    if why:
+        print(f"ONNX Runtime cannot run: {why}", file=sys.stderr)
+        return 2
+    load_before = bc_loadavg()
+    with tempfile.TemporaryDirectory() as d:
+        net, files = build(None if a.cfg else a.model, a.cfg, a.batch, d)
+        res = profile(net, files, a.threads, a.runs, max(1, min(a.rounds, a.runs)), d)
+    layers = list(net.layers)
+    what = a.cfg or f"{a.model} {net.input_size[0]}x{net.input_size[1]}"
+    print(f"{what}, batch {a.batch}, {a.threads} threads, {res['runs']} timed runs per engine, "
+          f"ours {_core.cpu_isa()['active']} kernels, ONNX Runtime {pe.version('onnxruntime')} "
+          f"(outputs equal ours: worst relative error {res['worst']:.1e}); "
+          f"load average before {load_before}, after {bc_loadavg()}")
+    print()
+    print(table(layers, res))
+    print()
+    print(by_type(layers, res))
+    return 0
+
+
+def bc_loadavg() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "unknown"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
