@@ -18,6 +18,7 @@ set(DARKNET_CPU_ISA_SOURCES
   src-lib/cpu/conv2d.cpp
   src-lib/cpu/gemm.cpp
   src-lib/cpu/maxpool.cpp
+  src-lib/cpu/copy_ops.cpp
   src-lib/cpu/training_ops.cpp
   src-lib/cpu/winograd.cpp
   src-lib/cpu/isa_entry.cpp)

@@ -324,6 +324,12 @@ def data_movement_cases() -> List[Case]:
                              ((1, 4, 13, 7), 3, -0.5), ((1, 1, 2, 2), 2, 1.0)]:
         # odd sizes: the rows/columns beyond out*stride are not part of any block
         out.append(Case(f"downsample_sum-{s}-s{stride}-x{scale}", "downsample_sum", (rand(*s), stride, scale)))
+    # large enough for the CPU backend to split them over its threads (copy_ops.cpp: 64 KB and more
+    # per thread), the copy's split falling inside a sample's block
+    out.append(Case("copy_channels-3x40->56-32x32-s7d20c25-parallel", "copy_channels",
+                    (rand(3, 40, 32, 32), 7, rand(3, 56, 32, 32), 20, 25)))
+    for s, stride, scale in [((2, 24, 16, 16), 2, 1.5), ((1, 20, 9, 11), 3, 0.5)]:
+        out.append(Case(f"upsample-{s}-s{stride}-x{scale}-parallel", "upsample", (rand(*s), stride, scale)))
     return out
 
 

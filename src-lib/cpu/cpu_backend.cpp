@@ -11,6 +11,7 @@
 #include "../yolo/detect.h"
 #include "../yolo/loss.h"
 #include "conv2d.h"
+#include "copy_ops.h"
 #include "gemm.h"
 #include "maxpool.h"
 #include "simd.h"
@@ -168,12 +169,13 @@ public:
         });
     }
 
+    // Routes: one contiguous block of count planes per sample, copied in parallel (copy_ops.cpp).
     void copy_channels(const Tensor& x, int src_c0, Tensor& y, int dst_c0, int count) override {
         const Shape &xs = x.shape(), &ys = y.shape();
         size_t block = (size_t)count * xs.plane();
-        for (int n = 0; n < xs.n; ++n)
-            std::memcpy(y.data() + ((size_t)n * ys.c + dst_c0) * ys.plane(),
-                        x.data() + ((size_t)n * xs.c + src_c0) * xs.plane(), block * sizeof(float));
+        const float* src = x.data() + (size_t)src_c0 * xs.plane();
+        float* dst = y.data() + (size_t)dst_c0 * ys.plane();
+        cpu::copy_blocks(src, xs.sample(), dst, ys.sample(), block, xs.n);
     }
 
     void shortcut(const Tensor& x, const std::vector<const Tensor*>& from, const Tensor* weights_t,
@@ -203,17 +205,9 @@ public:
         });
     }
 
+    // copy_ops.cpp: each input row widened once, then copied to the other output rows
     void upsample(const Tensor& x, int stride, float scale, Tensor& y) override {
-        const Shape &xs = x.shape(), &ys = y.shape();
-        parallel_for_each((size_t)ys.n * ys.c, [&](size_t nc) {
-            const float* src = x.data() + nc * xs.plane();
-            float* dst = y.data() + nc * ys.plane();
-            for (int i = 0; i < ys.h; ++i) {
-                const float* row = src + (size_t)(i / stride) * xs.w;
-                float* d = dst + (size_t)i * ys.w;
-                for (int j = 0; j < ys.w; ++j) d[j] = scale * row[j / stride];
-            }
-        });
+        cpu::upsample_nearest(x, stride, scale, y);
     }
 
     void downsample_sum(const Tensor& x, int stride, float scale, Tensor& y) override {
