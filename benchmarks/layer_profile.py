@@ -65,23 +65,6 @@ def build(model: Optional[str], cfg: Optional[str], batch: int, workdir: str):
     return net, pe.prepare(net, cfg, weights, batch, workdir, need_onnx=True)
 
 
-def ort_session(onnx_path: str, threads: int, workdir: str):
-    """An ONNX Runtime session as peer_engines makes it, with profiling on."""
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    so.add_session_config_entry("session.inter_op.allow_spinning", "0")
-    so.log_severity_level = 3
-    so.enable_profiling = True
-    so.profile_file_prefix = os.path.join(workdir, "ort_profile")
-    return ort.InferenceSession(onnx_path, so, providers=["CPUExecutionProvider"])
-
-
 def ort_per_run(events: List[dict], timed: List[Tuple[float, float]]) -> List[Dict[object, float]]:
     """Per timed run (given as (start, end) in the profile's microseconds), ms per layer index, with the
     unattributed nodes under ('unattributed', op type)."""
@@ -121,7 +104,7 @@ def profile(net, files: pe.ModelFiles, threads: int, runs: int, rounds: int, wor
     blob = bc.input_blob(net, files.batch)
     bc.set_threads(threads)
     ours = [o.copy() for o in net.forward(blob)]
-    sess = ort_session(files.onnx, threads, workdir)
+    sess = pe.ort_session(files.onnx, threads, os.path.join(workdir, "ort_profile"))
     names = [o.name for o in sess.get_outputs()]
 
     def ort_run(x):

@@ -128,7 +128,8 @@ def _opencv(files: ModelFiles, threads: int) -> Runner:
     return run
 
 
-def _onnxruntime(files: ModelFiles, threads: int) -> Runner:
+def ort_session(onnx_path: str, threads: int, profile_prefix: str = ""):
+    """ONNX Runtime's CPU session as the race runs it (profiling on with a file prefix)."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
@@ -140,7 +141,14 @@ def _onnxruntime(files: ModelFiles, threads: int) -> Runner:
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     so.add_session_config_entry("session.inter_op.allow_spinning", "0")
     so.log_severity_level = 3
-    sess = ort.InferenceSession(files.onnx, so, providers=["CPUExecutionProvider"])
+    if profile_prefix:
+        so.enable_profiling = True
+        so.profile_file_prefix = profile_prefix
+    return ort.InferenceSession(onnx_path, so, providers=["CPUExecutionProvider"])
+
+
+def _onnxruntime(files: ModelFiles, threads: int) -> Runner:
+    sess = ort_session(files.onnx, threads)
     names = [o.name for o in sess.get_outputs()]
     return lambda blob: sess.run(names, {"input": blob})
 
