@@ -197,30 +197,16 @@ def sized_cfg(name: str, size: int, batch: int) -> str:
 
 
 # ---- timing ------------------------------------------------------------------------------------
-def timed(fn, sync, warmup: int, min_runs: int, min_s: float) -> float:
-    """Median seconds per call over at least min_runs calls and min_s seconds."""
+def timed(fn, sync, warmup: int, min_runs: int, min_s: float, steps: int = 1) -> float:
+    """Median seconds per call over at least min_runs blocks of `steps` calls and min_s seconds, synchronized
+    once per block. steps > 1 times calls as a training loop runs them: the next step's host work (and
+    upload) may overlap the last step's GPU work."""
     for _ in range(warmup):
         fn()
     sync()
     times = []
     start = time.perf_counter()
     while len(times) < min_runs or time.perf_counter() - start < min_s:
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
-
-
-def timed_steps(fn, sync, warmup: int, steps: int, min_blocks: int, min_s: float) -> float:
-    """Median seconds per call over blocks of `steps` calls, synchronized once per block, as a training
-    loop runs them: the next step's host work (and upload) may overlap the last step's GPU work."""
-    for _ in range(warmup):
-        fn()
-    sync()
-    times = []
-    start = time.perf_counter()
-    while len(times) < min_blocks or time.perf_counter() - start < min_s:
         t0 = time.perf_counter()
         for _ in range(steps):
             fn()
@@ -287,7 +273,7 @@ def run_ours_train(name: str, size: int, args) -> dict:
         raw.backward()
         raw.update(1e-4, batch)
 
-    return {"train_img_s": batch / timed_steps(step, raw.synchronize, 2, 4, 3, 3.0),
+    return {"train_img_s": batch / timed(step, raw.synchronize, 2, 3, 3.0, steps=4),
             "peak_train_bytes": raw.memory_stats()["peak_reserved"]}
 
 
@@ -346,7 +332,7 @@ def run_torch(name: str, size: int, args) -> dict:
         loss.backward()
         opt.step()
 
-    out["train_img_s"] = len(xt) / timed_steps(step, sync, 2, 4, 3, 3.0)
+    out["train_img_s"] = len(xt) / timed(step, sync, 2, 3, 3.0, steps=4)
     out["peak_train_bytes"] = torch.cuda.max_memory_reserved()
     out["versions"] = f"PyTorch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}"
     return out

@@ -75,9 +75,8 @@ void upsample_nearest(const Tensor& x, int stride, float scale, Tensor& y) {
             }
         }
     };
-    size_t per = planes_per_task(ys.plane());
-    if (planes <= per) return run(0, planes);
-    ThreadPool::instance().parallel_for(planes, run, per);
+    // parallel_for runs it on the caller when it is one task's worth
+    ThreadPool::instance().parallel_for(planes, run, planes_per_task(ys.plane()));
 }
 
 }  // namespace cpu
