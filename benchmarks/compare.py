@@ -21,7 +21,9 @@ median over all timed runs. Blocks rather than interleaved single runs: one engi
 threads then cannot steal the cores from the next engine's run.
 
 The table: ms per batch for each engine, ours / the best peer and the issue's target (ours <= 0.9x
-the best of the three peers). GFLOP/s counts the network's convolution FLOPs (Darknet's BFLOPs, times
+the best of the three peers); 'per round' is the lowest and highest ratio of ours to that peer
+within one round (their blocks seconds apart), which shows how far one run's ratio can be trusted on
+a machine whose speed drifts. GFLOP/s counts the network's convolution FLOPs (Darknet's BFLOPs, times
 the batch) over our median (Winograd layers count their direct-convolution FLOPs: an effective
 rate); '% of peak' divides it by the FMA peak measured on the same threads (bench_common.fma_peak,
 before and after the runs, the higher kept). --scaling also times our engine on 1 thread. The
@@ -103,12 +105,15 @@ def bench_model(model: bc.Model, batch: int, engines: List[str], threads: int, r
     for run in runners.values():  # first runs allocate buffers and pick kernels
         run(blob), run(blob)
     times: Dict[str, List[float]] = {e: [] for e in runners}
+    round_ms: Dict[str, List[float]] = {e: [] for e in runners}  # each round's block median
     if scaling:
         times["ours 1 thread"] = []
     names = list(runners)
     for r in range(rounds):
         for e in names[r % len(names):] + names[:r % len(names)]:  # rotate: no engine always follows another
-            times[e] += block(runners[e])
+            b = block(runners[e])
+            times[e] += b
+            round_ms[e].append(statistics.median(b) * 1e3)
             time.sleep(PAUSE_S)
         if scaling:
             _core.set_threads(1)
@@ -117,13 +122,21 @@ def bench_model(model: bc.Model, batch: int, engines: List[str], threads: int, r
             _core.set_threads(threads)
             time.sleep(PAUSE_S)
     res = {e: statistics.median(t) * 1e3 for e, t in times.items()}
-    return {"ms": res, "gflop": net._net.total_bflops() * batch, "runs": per_block * rounds}
+    return {"ms": res, "round_ms": round_ms, "gflop": net._net.total_bflops() * batch, "runs": per_block * rounds}
+
+
+def round_ratios(row: dict, peer: str) -> List[float]:
+    """ours / peer within each round: the two blocks ran seconds apart, so a slow drift of the machine
+    (other tenants of a VM, clock changes) cancels out; their spread shows what one run's ratio is worth."""
+    rm = row.get("round_ms", {})
+    return [o / p for o, p in zip(rm.get("ours", []), rm.get(peer, []))]
 
 
 def table(rows: List[dict], engines: List[str], peak: float, scaling: bool) -> str:
     peers = [e for e in engines if e in PEERS]
     head = (["model", "input", "batch", "runs"] + [f"{pe.LABELS[e]} ms" for e in engines]
-            + (["ours / best peer", f"target <= {TARGET}"] if peers else []) + ["GFLOP", "ours GFLOP/s", "% of peak"])
+            + (["ours / best peer", "per round", f"target <= {TARGET}"] if peers else [])
+            + ["GFLOP", "ours GFLOP/s", "% of peak"])
     if scaling:
         head += ["ours 1-thread ms", "speed-up"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -136,9 +149,11 @@ def table(rows: List[dict], engines: List[str], peak: float, scaling: bool) -> s
             if timed and "ours" in ms:
                 best = min(timed, key=timed.get)
                 ratio = ms["ours"] / timed[best]
-                cells += [f"{ratio:.2f} ({pe.LABELS[best]})", "met" if ratio <= TARGET else "missed"]
+                per_round = round_ratios(r, best)
+                spread = f"{min(per_round):.2f}-{max(per_round):.2f}" if len(per_round) > 1 else "-"
+                cells += [f"{ratio:.2f} ({pe.LABELS[best]})", spread, "met" if ratio <= TARGET else "missed"]
             else:
-                cells += ["-", "-"]
+                cells += ["-", "-", "-"]
         gfs = r["gflop"] / (ms["ours"] / 1e3) if "ours" in ms else 0
         cells += [f"{r['gflop']:.2f}", f"{gfs:.0f}", f"{100 * gfs / peak:.0f}%"]
         if scaling:

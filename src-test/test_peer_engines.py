@@ -192,3 +192,44 @@ def test_layer_profile_says_when_onnx_runtime_is_missing(monkeypatch, capsys):
     monkeypatch.setattr(pe, "missing", lambda engine: "the onnxruntime package is not installed (test)")
     assert lp.main(["--cfg", "unused.cfg"]) == 2
     assert "not installed" in capsys.readouterr().err
+
+
+def _table_cells(table: str, header: str) -> list:
+    lines = [line.strip().strip("|").split("|") for line in table.splitlines()]
+    col = [c.strip() for c in lines[0]].index(header)
+    return [cells[col].strip() for cells in lines[2:]]
+
+
+def test_compare_table_gives_the_per_round_spread_of_the_ratio():
+    """compare.py's 'per round' column: ours / the best peer within each round (blocks seconds apart),
+    lowest-highest, against the peer that is best overall; '-' with one round or no peer timed."""
+    import compare
+
+    row = {"model": "m", "size": 64, "batch": 1, "runs": 6, "gflop": 1.0,
+           "ms": {"ours": 11.0, "onnxruntime": 10.0, "openvino": 12.0},
+           "round_ms": {"ours": [10.0, 12.0, 11.0], "onnxruntime": [10.0, 10.0, 10.0], "openvino": [5.0, 20.0, 12.0]}}
+    one_round = dict(row, round_ms={e: v[:1] for e, v in row["round_ms"].items()})
+    no_peer = dict(row, ms={"ours": 11.0}, round_ms={"ours": [11.0]})
+    tab = compare.table([row, one_round, no_peer], ["ours", "onnxruntime", "openvino"], peak=100.0, scaling=False)
+    assert _table_cells(tab, "ours / best peer") == ["1.10 (ONNX Runtime)", "1.10 (ONNX Runtime)", "-"]
+    assert _table_cells(tab, "per round") == ["1.00-1.20", "-", "-"]  # against ONNX Runtime, not OpenVINO's 0.55
+    assert compare.round_ratios(row, "openvino") == [2.0, 0.6, 11.0 / 12.0]
+
+
+def test_compare_bench_model_times_every_round(tmp_path):
+    """bench_model on yolov4-tiny at 64x64 (milliseconds a forward): each engine's block median is kept per
+    round, and the table row says how far apart the rounds were."""
+    why = pe.missing("onnxruntime")
+    if why:
+        pytest.skip(f"onnxruntime: {why}")
+    import compare
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = compare.bench_model(bc.Model("yolov4-tiny", 64), 1, ["ours", "onnxruntime"], threads=2, rounds=3,
+                                runs=2, scaling=False)
+    assert sorted(r["round_ms"]) == ["onnxruntime", "ours"]
+    assert all(len(v) == 3 and min(v) > 0 for v in r["round_ms"].values())
+    r.update(model="yolov4-tiny", size=64, batch=1)
+    lo, hi = (float(v) for v in _table_cells(compare.table([r], ["ours", "onnxruntime"], 100.0, False), "per round")[0].split("-"))
+    assert 0 < lo <= hi
