@@ -128,8 +128,8 @@ def bench_model(model: bc.Model, batch: int, engines: List[str], threads: int, r
 def round_ratios(row: dict, peer: str) -> List[float]:
     """ours / peer within each round: the two blocks ran seconds apart, so a slow drift of the machine
     (other tenants of a VM, clock changes) cancels out; their spread shows what one run's ratio is worth."""
-    rm = row.get("round_ms", {})
-    return [o / p for o, p in zip(rm.get("ours", []), rm.get(peer, []))]
+    rm = row["round_ms"]  # bench_model keeps a list for every engine it timed
+    return [o / p for o, p in zip(rm["ours"], rm[peer])]
 
 
 def table(rows: List[dict], engines: List[str], peak: float, scaling: bool) -> str:
