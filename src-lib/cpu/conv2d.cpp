@@ -105,11 +105,6 @@ template <int SX>
 void pack_one_segment(const float* img, long plane, long row_step, int d, int kh, int kw, int k0, int kc,
                       const long* in, float* __restrict dst) {
     using namespace simd;
-    static const ivec even = [] {
-        ivec m;
-        for (int l = 0; l < VW; ++l) m[l] = 2 * l;
-        return m;
-    }();
     const int taps = kh * kw;
     int c = k0 / taps, t = k0 - c * taps, ky = t / kw, kx = t - ky * kw;
     const float* row = img + c * plane + ky * row_step;  // the tap's (channel, ky) row, kx = 0
@@ -120,7 +115,7 @@ void pack_one_segment(const float* img, long plane, long row_step, int d, int kh
             __builtin_prefetch(q + 2 * NR * SX);
             vec x;
             if (SX == 1) x = load(q);
-            else x = __builtin_shuffle(load(q), load(q + VW), even);
+            else x = even_lanes(load(q), load(q + VW));
             store(dst + v * VW, x);
         }
         if (++kx == kw) {
@@ -178,11 +173,6 @@ void cpu_conv2d(const Tensor& x, const Tensor& w, const ConvGeom& g, const float
                 int oy = j / ow, ox = j - oy * ow;
                 base[jj] = direct ? j : oy * sy * p.wp + ox * sx;
             }
-            static const ivec even = [] {
-                ivec m;
-                for (int l = 0; l < VW; ++l) m[l] = 2 * l;
-                return m;
-            }();
             int c = k0 / taps, t = k0 - c * taps, ky = t / kw, kx = t - ky * kw;
             for (int k = 0; k < kc; ++k) {
                 const float* src = img + c * p.plane + (long)ky * d * p.wp + kx * d;
@@ -196,9 +186,9 @@ void cpu_conv2d(const Tensor& x, const Tensor& w, const ConvGeom& g, const float
                         x = load(src + ps.in[0]);
                         for (int q = 1; q < ps.n; ++q) x = ps.mask[q] ? load(src + ps.in[q]) : x;
                     } else {
-                        x = __builtin_shuffle(load(src + ps.in[0]), load(src + ps.in[0] + VW), even);
+                        x = even_lanes(load(src + ps.in[0]), load(src + ps.in[0] + VW));
                         for (int q = 1; q < ps.n; ++q)
-                            x = ps.mask[q] ? __builtin_shuffle(load(src + ps.in[q]), load(src + ps.in[q] + VW), even) : x;
+                            x = ps.mask[q] ? even_lanes(load(src + ps.in[q]), load(src + ps.in[q] + VW)) : x;
                     }
                     store(o + v * VW, x);
                 }

@@ -8,7 +8,11 @@
 #include "thread_pool.h"
 
 #if defined(__APPLE__) && defined(DARKNET_PY_ACCELERATE)
+#ifdef DARKNET_PY_APPLE_API_DECLS  // the macOS cross-compile in CI, which has no Apple SDK
+#include "../../src-metal/apple_api_decls/Accelerate.h"
+#else
 #include <Accelerate/Accelerate.h>
+#endif
 #endif
 
 namespace dn {
@@ -57,8 +61,14 @@ void cpu_sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* 
                float beta, float* C, int ldc) {
     if (M <= 0 || N <= 0) return;
 #if defined(__APPLE__) && defined(DARKNET_PY_ACCELERATE)
+    // The classic CBLAS symbol, which every macOS exports. ACCELERATE_NEW_LAPACK would bind to
+    // cblas_sgemm$NEWLAPACK, which exists from macOS 13.3 only (our minimum is 13.0), for nothing
+    // we need (ILP64). SDKs from 13.3 mark the classic one deprecated when building for 13.3+.
+#pragma clang diagnostic push
+#pragma clang diagnostic ignored "-Wdeprecated-declarations"
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda,
                 B, ldb, beta, C, ldc);
+#pragma clang diagnostic pop
     return;
 #endif
     if (K <= 0 || alpha == 0.0f) {

@@ -4,6 +4,7 @@
 #pragma once
 #include "isa.h"
 #include <cstring>
+#include <utility>
 
 #include "../activation.h"
 
@@ -49,6 +50,27 @@ inline void store_n(float* p, vec v, int n) {
     if (n == VW) return store(p, v);
     std::memcpy(p, &v, (size_t)n * 4);
 }
+
+// Lane permutations of two vectors, a's lanes numbered 0..VW-1 and b's VW..2VW-1: lane l of the
+// result is lane Pick::lane(l). The indices are compile-time constants because that is what the
+// portable builtin takes: __builtin_shufflevector is clang's and GCC's (12+); older GCC has only
+// __builtin_shuffle, which takes the indices as a vector.
+template <class Pick, size_t... L>
+inline vec shuffle_lanes(vec a, vec b, std::index_sequence<L...>) {
+#if defined(__clang__) || (defined(__GNUC__) && __GNUC__ >= 12)
+    return __builtin_shufflevector(a, b, Pick::lane(L)...);
+#else
+    return __builtin_shuffle(a, b, ivec{Pick::lane(L)...});
+#endif
+}
+template <class Pick>
+inline vec shuffle(vec a, vec b) { return shuffle_lanes<Pick>(a, b, std::make_index_sequence<VW>{}); }
+
+// The even lanes of a then b: a0 a2 ... b0 b2 ... (every second float of 2 VW consecutive ones).
+struct EvenLanes {
+    static constexpr int lane(int l) { return 2 * l; }
+};
+inline vec even_lanes(vec a, vec b) { return shuffle<EvenLanes>(a, b); }
 
 // v[l] = base[idx[l]]
 inline vec gather(const float* base, const int* idx) {

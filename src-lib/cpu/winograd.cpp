@@ -189,34 +189,34 @@ void transform_inputs(const float* split, const Tiling& L, const VecMap& vm, flo
     }
 }
 
-// Shuffle masks that interleave vectors lane by lane (a0 b0 a1 b1 ...), and pairs of lanes.
-struct Zip {
-    ivec lo, hi, lo2, hi2;
-    Zip() {
-        for (int e = 0; e < VW; ++e) {
-            lo[e] = (e % 2 ? VW : 0) + e / 2;
-            hi[e] = lo[e] + VW / 2;
-            int p = e / 2, w = e % 2;
-            lo2[e] = (p % 2 ? VW : 0) + 2 * (p / 2) + w;
-            hi2[e] = lo2[e] + VW / 2;
-        }
-    }
+// Lane picks that interleave two vectors lane by lane (a0 b0 a1 b1 ...: ZipLo from their first
+// halves, ZipHi from their second), and the same for pairs of lanes (a0 a1 b0 b1 ...).
+struct ZipLo {
+    static constexpr int lane(int e) { return (e % 2 ? VW : 0) + e / 2; }
+};
+struct ZipHi {
+    static constexpr int lane(int e) { return ZipLo::lane(e) + VW / 2; }
+};
+struct ZipPairsLo {
+    static constexpr int lane(int e) { return (e / 2 % 2 ? VW : 0) + 2 * (e / 4) + e % 2; }
+};
+struct ZipPairsHi {
+    static constexpr int lane(int e) { return ZipPairsLo::lane(e) + VW / 2; }
 };
 
 // o[0..M) (lanes = tiles) -> M*VW floats in output order: element l*M + j = o[j][l].
 template <int M>
 inline void interleave(const vec* o, vec* out) {
-    static const Zip z;
     if constexpr (M == 2) {
-        out[0] = __builtin_shuffle(o[0], o[1], z.lo);
-        out[1] = __builtin_shuffle(o[0], o[1], z.hi);
+        out[0] = shuffle<ZipLo>(o[0], o[1]);
+        out[1] = shuffle<ZipHi>(o[0], o[1]);
     } else {
-        vec ab0 = __builtin_shuffle(o[0], o[1], z.lo), ab1 = __builtin_shuffle(o[0], o[1], z.hi);
-        vec cd0 = __builtin_shuffle(o[2], o[3], z.lo), cd1 = __builtin_shuffle(o[2], o[3], z.hi);
-        out[0] = __builtin_shuffle(ab0, cd0, z.lo2);
-        out[1] = __builtin_shuffle(ab0, cd0, z.hi2);
-        out[2] = __builtin_shuffle(ab1, cd1, z.lo2);
-        out[3] = __builtin_shuffle(ab1, cd1, z.hi2);
+        vec ab0 = shuffle<ZipLo>(o[0], o[1]), ab1 = shuffle<ZipHi>(o[0], o[1]);
+        vec cd0 = shuffle<ZipLo>(o[2], o[3]), cd1 = shuffle<ZipHi>(o[2], o[3]);
+        out[0] = shuffle<ZipPairsLo>(ab0, cd0);
+        out[1] = shuffle<ZipPairsHi>(ab0, cd0);
+        out[2] = shuffle<ZipPairsLo>(ab1, cd1);
+        out[3] = shuffle<ZipPairsHi>(ab1, cd1);
     }
 }
 
