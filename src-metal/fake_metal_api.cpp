@@ -5,22 +5,17 @@
 
 namespace dn {
 
-const char* graph_op_name(GraphOp op) {
-    switch (op) {
-        case GraphOp::conv2d: return "conv2d";
-        case GraphOp::conv2d_backward_data: return "conv2d_backward_data";
-        case GraphOp::conv2d_backward_weights: return "conv2d_backward_weights";
-        case GraphOp::pool: return "pool";
-        case GraphOp::pool_backward: return "pool_backward";
-        case GraphOp::batchnorm_train: return "batchnorm_train";
-        case GraphOp::batchnorm_backward: return "batchnorm_backward";
-    }
-    return "?";
-}
-
 namespace {
 std::string n(size_t v) { return std::to_string(v); }
 std::string shape(const int64_t* s) { return n(s[0]) + "x" + n(s[1]) + "x" + n(s[2]) + "x" + n(s[3]); }
+
+// Removes one `name` from `list`; whether there was one.
+bool take(std::vector<std::string>* list, const std::string& name) {
+    auto it = std::find(list->begin(), list->end(), name);
+    if (it == list->end()) return false;
+    list->erase(it);
+    return true;
+}
 }  // namespace
 
 FakeMetalApi::~FakeMetalApi() {
@@ -92,9 +87,10 @@ void FakeMetalApi::upload_staged(MetalBuffer* dst, size_t offset, const void* sr
     std::memcpy((char*)contents(dst) + offset, src, bytes);
 }
 
-bool FakeMetalApi::mps(const char* what, std::string* error) {
-    if (std::find(o_.failing_mps.begin(), o_.failing_mps.end(), what) == o_.failing_mps.end()) return true;
-    *error = std::string("fake MPS error in ") + what;
+bool FakeMetalApi::mps(const std::string& what, std::string* error) {
+    if (take(&o_.faults->failing_buffers, what)) buffer_failed_ = true;
+    if (!take(&o_.faults->raising, what)) return true;
+    *error = "MPS " + what + " raised NSInvalidArgumentException: planted by the test";
     return false;
 }
 
@@ -159,7 +155,10 @@ void FakeMetalApi::commit() { log_->push_back("commit"); }
 
 bool FakeMetalApi::wait(std::string* error) {
     log_->push_back("wait");
-    return true;
+    if (!buffer_failed_) return true;
+    buffer_failed_ = false;
+    *error = "Execution of the command buffer was aborted due to an error during execution (planted by the test)";
+    return false;
 }
 
 }  // namespace dn

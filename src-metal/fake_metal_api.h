@@ -13,10 +13,17 @@
 
 namespace dn {
 
+// MPS failures a test plants, each reported as metal_objc.mm reports it. Names: "gemm" or a graph op
+// (graph_op_name); each entry serves one call, and the test may add entries while the device runs.
+struct FakeMetalFaults {
+    std::vector<std::string> raising;          // the call raises an Objective-C exception: it fails at once
+    std::vector<std::string> failing_buffers;  // its command buffer fails on the GPU: the next wait fails
+};
+
 struct FakeMetalOptions {
     std::string compile_error;                          // non-empty: compile() fails with it
     std::map<std::string, MetalPipelineLimits> limits;  // per kernel; others get {1024, 32}
-    std::vector<std::string> failing_mps;               // graph ops / "gemm" whose MPS call fails
+    std::shared_ptr<FakeMetalFaults> faults = std::make_shared<FakeMetalFaults>();
     bool busy = false;                                  // what busy() answers
 };
 
@@ -50,13 +57,12 @@ public:
 
 private:
     int id(const MetalBuffer* b) const;
-    bool mps(const char* what, std::string* error);
+    bool mps(const std::string& what, std::string* error);
     FakeMetalOptions o_;
     std::shared_ptr<std::vector<std::string>> log_;
     std::map<const MetalBuffer*, std::pair<int, std::vector<char>>> buffers_;  // id, bytes
     int next_id_ = 1;
+    bool buffer_failed_ = false;  // the work since the last wait holds a call of failing_buffers
 };
-
-const char* graph_op_name(GraphOp op);
 
 }  // namespace dn

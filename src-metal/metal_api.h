@@ -61,6 +61,20 @@ struct MpsGemmPlan {
 enum class GraphOp { conv2d, conv2d_backward_data, conv2d_backward_weights, pool, pool_backward, batchnorm_train,
                      batchnorm_backward };
 
+// "conv2d", "conv2d_backward_data", ... (in errors and in FakeMetalApi's log).
+inline const char* graph_op_name(GraphOp op) {
+    switch (op) {
+        case GraphOp::conv2d: return "conv2d";
+        case GraphOp::conv2d_backward_data: return "conv2d_backward_data";
+        case GraphOp::conv2d_backward_weights: return "conv2d_backward_weights";
+        case GraphOp::pool: return "pool";
+        case GraphOp::pool_backward: return "pool_backward";
+        case GraphOp::batchnorm_train: return "batchnorm_train";
+        case GraphOp::batchnorm_backward: return "batchnorm_backward";
+    }
+    return "?";
+}
+
 // MPSGraphConvolution2DOpDescriptor values (NCHW data, OIHW weights, explicit padding).
 struct GraphConvPlan {
     int64_t x[4] = {}, w[4] = {}, y[4] = {};
@@ -89,6 +103,11 @@ struct GraphNormPlan {
     std::string key;
 };
 
+// Failures. A call that returns bool reports false with the message in *error: Metal's own, or
+// "<what> raised <NSException name>: <reason>" for an Objective-C exception, none of which may cross
+// this interface. alloc reports null. dispatch, copy and upload_staged throw DarknetError (the op
+// cannot be encoded). A command buffer that could not be committed, or that failed on the GPU
+// (MTLCommandBufferStatusError), makes the next wait return false with its error.
 class MetalApi {
 public:
     virtual ~MetalApi() = default;
@@ -123,7 +142,7 @@ public:
 
     // ---- ordering ----
     virtual void commit() = 0;                  // commits the open command buffer, does not wait
-    virtual bool wait(std::string* error) = 0;  // commits, waits for every committed buffer; false with its error
+    virtual bool wait(std::string* error) = 0;  // commits, waits for every committed buffer; false with the first error
     virtual bool busy() = 0;                    // whether encoded or committed work may still be running
 };
 

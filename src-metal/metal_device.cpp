@@ -1,12 +1,15 @@
 #include "metal_device.h"
 
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
 
 #include "errors.h"
+#include "metal_fast_paths.h"
 #include "metal_plan.h"
 
 namespace dn {
@@ -33,9 +36,12 @@ const char* path_title(MpsPath p) {
 
 class MetalDevice final : public Device {
 public:
-    MetalDevice(std::unique_ptr<MetalApi> api, const std::string& msl, const MpsPathChoice& paths,
+    MetalDevice(std::unique_ptr<MetalApi> api, const std::string& msl, const MpsPathChoice& paths, bool judging,
                 std::shared_ptr<std::vector<std::string>> notes)
-        : api_(std::move(api)), paths_(paths), notes_(notes ? notes : std::make_shared<std::vector<std::string>>()) {
+        : api_(std::move(api)),
+          paths_(paths),
+          judging_(judging),
+          notes_(notes ? notes : std::make_shared<std::vector<std::string>>()) {
         info_ = api_->describe();
         std::string error;
         if (!api_->compile(msl, &error))
@@ -52,6 +58,14 @@ public:
     }
 
     const DeviceInfo& info() const override { return info_; }
+
+    std::map<std::string, int> mps_failures() {
+        std::lock_guard<std::mutex> lock(mutex_);
+        std::map<std::string, int> out;
+        for (int i = 0; i < kMpsPathCount; ++i)
+            if (failures_[i]) out[mps_path_name((MpsPath)i)] = failures_[i];
+        return out;
+    }
 
     DeviceMemory* alloc(size_t bytes) override {
         MetalBuffer* b = api_->alloc(bytes ? bytes : 4);
@@ -114,8 +128,8 @@ public:
                                    b_offset, ldb, api_->length(mtl(B)), beta, mtl(C), c_offset, ldc,
                                    api_->length(mtl(C)), &plan, &why))
             return declined(MpsPath::gemm, why);
-        if (!api_->mps_gemm(plan, &why)) return failed(MpsPath::gemm, why);
-        return encoded(), true;
+        // with beta != 0 C is also an input, not intact after a failure on the GPU
+        return run_mps(MpsPath::gemm, beta == 0, [&](std::string* e) { return api_->mps_gemm(plan, e); });
     }
 
     bool conv2d(const ConvParams& p, const DeviceMemory* x, const DeviceMemory* w, DeviceMemory* y) override {
@@ -144,11 +158,11 @@ public:
         GraphNormPlan plan;
         if (!ready(MpsPath::batchnorm, s, eps, &plan)) return false;
         MetalBuffer* y_out = scratch(0, s.size());
-        std::string why;
-        if (!api_->graph_norm(GraphOp::batchnorm_train, plan, {mtl(y), mtl(scale), mtl(bias), y_out, mtl(mean),
-                                                               mtl(var), mtl(x_norm)}, &why))
-            return failed(MpsPath::batchnorm, why);
-        encoded();
+        if (!run_mps(MpsPath::batchnorm, true, [&](std::string* e) {
+                return api_->graph_norm(GraphOp::batchnorm_train, plan,
+                                        {mtl(y), mtl(scale), mtl(bias), y_out, mtl(mean), mtl(var), mtl(x_norm)}, e);
+            }))
+            return false;
         copy_back(y_out, mtl(y), s.size());
         return true;
     }
@@ -159,11 +173,13 @@ public:
         GraphNormPlan plan;
         if (!ready(MpsPath::batchnorm_backward, s, eps, &plan)) return false;
         MetalBuffer *dy_out = scratch(0, s.size()), *ds = scratch(1, s.c), *db = scratch(2, s.c);
-        std::string why;
-        if (!api_->graph_norm(GraphOp::batchnorm_backward, plan, {mtl(dy), mtl(x_norm), mtl(scale), mtl(var),
-                                                                  mtl(dscale), mtl(dbias), dy_out, ds, db}, &why))
-            return failed(MpsPath::batchnorm_backward, why);
-        encoded();
+        if (!run_mps(MpsPath::batchnorm_backward, true, [&](std::string* e) {
+                return api_->graph_norm(GraphOp::batchnorm_backward, plan,
+                                        {mtl(dy), mtl(x_norm), mtl(scale), mtl(var), mtl(dscale), mtl(dbias), dy_out,
+                                         ds, db},
+                                        e);
+            }))
+            return false;
         copy_back(dy_out, mtl(dy), s.size());
         copy_back(ds, mtl(dscale), s.c);
         copy_back(db, mtl(dbias), s.c);
@@ -188,10 +204,33 @@ private:
             commands_ = 0;
         }
     }
+    // Waits for all queued work; false with Metal's error when a command buffer failed (the MPS calls
+    // since the last good wait are then still in pending_).
+    bool sync(std::string* error) {
+        commands_ = 0;
+        if (!api_->wait(error)) return false;
+        pending_.fill(0);
+        return true;
+    }
+    // A failure found here is asynchronous: which call broke the failed buffers is not known, their
+    // results are lost and later work may have used or overwritten the data, so no op can run again
+    // in its place. Every MPS path with work since the last good wait is switched off and counted, and
+    // the call that waited (a download, a synchronize) fails with the failure and that work named.
     void wait() {
         std::string error;
-        commands_ = 0;
-        if (!api_->wait(&error)) throw DarknetError("metal (" + info_.name + "): a command buffer failed: " + error);
+        if (sync(&error)) return;
+        std::string lost;
+        for (int i = 0; i < kMpsPathCount; ++i) {
+            if (!pending_[i]) continue;
+            lost += (lost.empty() ? "" : ", ") + std::string(path_title((MpsPath)i)) + " x" +
+                    std::to_string(pending_[i]);
+            switch_off((MpsPath)i, pending_[i]);
+        }
+        pending_.fill(0);
+        throw DarknetError("metal (" + info_.name + "): a command buffer failed: " + error +
+                           (lost.empty() ? std::string()
+                                         : "; it held MPS work whose results are lost (" + lost + "): those paths "
+                                           "are switched off and our kernels run them from now on; run this again"));
     }
 
     // A scratch buffer of at least n floats (the fast paths' outputs, which must not alias their inputs).
@@ -222,8 +261,7 @@ private:
         std::string why;
         if (!metal_plan::plan_conv(p, &plan, &why)) return declined(path, why);
         if (acc) buffers.push_back(scratch(0, acc_floats));
-        if (!api_->graph_conv(op, plan, buffers, &why)) return failed(path, why);
-        encoded();
+        if (!run_mps(path, true, [&](std::string* e) { return api_->graph_conv(op, plan, buffers, e); })) return false;
         if (acc) copy_back(buffers.back(), acc, acc_floats);
         return true;
     }
@@ -234,8 +272,7 @@ private:
         std::string why;
         if (!metal_plan::plan_pool(p, &plan, &why)) return declined(path, why);
         if (acc) buffers.push_back(scratch(0, p.x.size()));
-        if (!api_->graph_pool(op, plan, buffers, &why)) return failed(path, why);
-        encoded();
+        if (!run_mps(path, true, [&](std::string* e) { return api_->graph_pool(op, plan, buffers, e); })) return false;
         if (acc) copy_back(buffers.back(), acc, p.x.size());
         return true;
     }
@@ -254,11 +291,34 @@ private:
         }
         return false;
     }
-    // MPS failed: our kernels run this path from now on.
+    // One MPS call of `path`: `encode` puts it into the open command buffer, false with *why when MPS
+    // refused or raised (found at once, so the op's data is intact). A path is proven by its first call
+    // whose data stays intact if it fails (`intact`: it writes none of its inputs), waited on alone: a
+    // path that fails on this GPU is then found while our kernels can still run the op in its place.
+    // Until then, and after, a failure on the GPU is found at a later wait (wait()).
+    bool run_mps(MpsPath path, bool intact, const std::function<bool(std::string*)>& encode) {
+        int i = (int)path;
+        bool prove = intact && !proven_[i];
+        if (prove) wait();  // the command buffer then holds this call alone
+        std::string why;
+        if (!encode(&why)) return failed(path, why);
+        encoded();
+        if (!prove) return ++pending_[i], true;
+        if (!sync(&why)) return failed(path, "its command buffer failed: " + why);
+        return proven_[i] = true;
+    }
+    // MPS failed and the op's data is intact: our kernels run this op and this path from now on.
     bool failed(MpsPath p, const std::string& why) {
-        paths_.enabled[(int)p] = false;
-        note("metal: MPS " + std::string(path_title(p)) + " failed (" + why + "): our kernels run it from now on");
+        switch_off(p, 1);
+        std::string line =
+            "metal: MPS " + std::string(path_title(p)) + " failed (" + why + "): our kernels run it from now on";
+        if (judging_) throw DarknetError(line);
+        note(line);
         return false;
+    }
+    void switch_off(MpsPath p, int calls) {
+        paths_.enabled[(int)p] = false;
+        failures_[(int)p] += calls;
     }
     void note(const std::string& line) {
         notes_->push_back(line);
@@ -267,21 +327,32 @@ private:
 
     std::unique_ptr<MetalApi> api_;
     MpsPathChoice paths_;
+    bool judging_;  // the selftest is judging the MPS paths: a failure fails the op
     std::shared_ptr<std::vector<std::string>> notes_;
     DeviceInfo info_;
     std::mutex mutex_;
     std::map<std::string, uint32_t> limits_;
     std::vector<Scratch> scratch_;
     bool declined_[kMpsPathCount] = {};
+    bool proven_[kMpsPathCount] = {};
+    std::array<int, kMpsPathCount> pending_{};   // MPS calls encoded since the last good wait
+    std::array<int, kMpsPathCount> failures_{};  // MPS calls that failed, counted per path
     int commands_ = 0;
 };
 
 }  // namespace
 
 std::shared_ptr<Device> make_metal_device(std::unique_ptr<MetalApi> api, const std::string& msl,
-                                          const MpsPathChoice& paths,
+                                          const char* selftest_env, const char* mps_env,
                                           std::shared_ptr<std::vector<std::string>> notes) {
-    return std::make_shared<MetalDevice>(std::move(api), msl, paths, std::move(notes));
+    bool judging = selftest_env && std::string(selftest_env) == "1";  // as choose_mps_paths reads it
+    return std::make_shared<MetalDevice>(std::move(api), msl, choose_mps_paths(selftest_env, mps_env), judging,
+                                         std::move(notes));
+}
+
+std::map<std::string, int> metal_mps_failures(Device& device) {
+    auto* metal = dynamic_cast<MetalDevice*>(&device);
+    return metal ? metal->mps_failures() : std::map<std::string, int>{};
 }
 
 #ifdef DARKNET_PY_METAL
@@ -289,8 +360,7 @@ std::shared_ptr<Device> open_metal_device(const std::string& msl) {
     std::string why;
     auto api = open_system_metal_api(&why);
     if (!api) throw DarknetError("metal: " + why);
-    MpsPathChoice paths = choose_mps_paths(std::getenv("DARKNET_PY_SELFTEST"), std::getenv("DARKNET_PY_MPS"));
-    return make_metal_device(std::move(api), msl, paths);
+    return make_metal_device(std::move(api), msl, std::getenv("DARKNET_PY_SELFTEST"), std::getenv("DARKNET_PY_MPS"));
 }
 #endif
 

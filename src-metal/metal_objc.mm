@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "errors.h"
 #include "metal_device.h"
 
 namespace dn {
@@ -32,6 +33,32 @@ id<MTLBuffer> mtl(const MetalBuffer* b) { return (__bridge id<MTLBuffer>)(void*)
 
 std::string str(NSString* s) { return s ? std::string([s UTF8String]) : std::string(); }
 std::string message(NSError* e) { return e ? str([e localizedDescription]) : std::string("no error message"); }
+
+// Runs body (which returns bool) with an Objective-C exception turned into false and "<what> raised
+// <name>: <reason>" in *error: MPS and MPSGraph raise NSException for descriptors and shapes they
+// reject, Metal for misuse, and none may cross MetalApi. (ARC releases what the unwound frames held:
+// -fobjc-arc-exceptions is the default in Objective-C++.)
+template <class Body>
+bool guarded(const std::string& what, std::string* error, Body&& body) {
+    @try {
+        return body();
+    } @catch (NSException* e) {
+        *error = what + " raised " + str([e name]) + ": " + str([e reason]);
+    } @catch (id) {
+        *error = what + " raised an Objective-C exception that is not an NSException";
+    }
+    return false;
+}
+// The same for the encoders that return nothing: the exception becomes DarknetError (metal_api.h).
+template <class Body>
+void guarded(const std::string& what, Body&& body) {
+    std::string error;
+    bool ok = guarded(what, &error, [&] {
+        body();
+        return true;
+    });
+    if (!ok) throw DarknetError("metal: " + error);
+}
 
 MPSShape* shape4(const int64_t* d) {
     return @[ @((long long)d[0]), @((long long)d[1]), @((long long)d[2]), @((long long)d[3]) ];
@@ -66,37 +93,46 @@ public:
 
     bool compile(const std::string& msl, std::string* error) override {
         @autoreleasepool {
-            MTLCompileOptions* options = [[MTLCompileOptions alloc] init];
-            options.fastMathEnabled = NO;  // a*b+c and the math functions as in the C++ backends
-            NSError* err = nil;
-            library_ = [device_ newLibraryWithSource:[NSString stringWithUTF8String:msl.c_str()]
-                                             options:options
-                                               error:&err];
-            if (library_) return true;  // (err may hold warnings then)
-            *error = message(err);
-            return false;
+            return guarded("newLibraryWithSource", error, [&] {
+                MTLCompileOptions* options = [[MTLCompileOptions alloc] init];
+                options.fastMathEnabled = NO;  // a*b+c and the math functions as in the C++ backends
+                NSError* err = nil;
+                library_ = [device_ newLibraryWithSource:[NSString stringWithUTF8String:msl.c_str()]
+                                                 options:options
+                                                   error:&err];
+                if (library_) return true;  // (err may hold warnings then)
+                *error = message(err);
+                return false;
+            });
         }
     }
 
     bool pipeline(const std::string& name, MetalPipelineLimits* limits, std::string* error) override {
         @autoreleasepool {
-            id<MTLComputePipelineState> p = pipelines_[name];
-            if (!p) {
-                id<MTLFunction> f = [library_ newFunctionWithName:[NSString stringWithUTF8String:name.c_str()]];
-                if (!f) return *error = "the MSL has no kernel named " + name, false;
-                NSError* err = nil;
-                p = [device_ newComputePipelineStateWithFunction:f error:&err];
-                if (!p) return *error = message(err), false;
-                pipelines_[name] = p;
-            }
-            limits->max_threads = (uint32_t)[p maxTotalThreadsPerThreadgroup];
-            limits->execution_width = (uint32_t)[p threadExecutionWidth];
-            return true;
+            return guarded("the pipeline of " + name, error, [&] {
+                id<MTLComputePipelineState> p = pipelines_[name];
+                if (!p) {
+                    id<MTLFunction> f = [library_ newFunctionWithName:[NSString stringWithUTF8String:name.c_str()]];
+                    if (!f) return *error = "the MSL has no kernel named " + name, false;
+                    NSError* err = nil;
+                    p = [device_ newComputePipelineStateWithFunction:f error:&err];
+                    if (!p) return *error = message(err), false;
+                    pipelines_[name] = p;
+                }
+                limits->max_threads = (uint32_t)[p maxTotalThreadsPerThreadgroup];
+                limits->execution_width = (uint32_t)[p threadExecutionWidth];
+                return true;
+            });
         }
     }
 
     MetalBuffer* alloc(size_t bytes) override {
-        id<MTLBuffer> b = [device_ newBufferWithLength:bytes options:MTLResourceStorageModeShared];
+        id<MTLBuffer> b = nil;
+        std::string ignored;  // MetalDevice reports any refusal as out of memory
+        guarded("newBufferWithLength", &ignored, [&] {
+            b = [device_ newBufferWithLength:bytes options:MTLResourceStorageModeShared];
+            return true;
+        });
         return b ? (MetalBuffer*)(__bridge_retained void*)b : nullptr;
     }
     void release(MetalBuffer* b) override {
@@ -109,32 +145,38 @@ public:
     void dispatch(const std::string& name, uint32_t groups, uint32_t group,
                   const std::vector<MetalBinding>& bindings) override {
         @autoreleasepool {
-            id<MTLComputeCommandEncoder> enc = compute_encoder();
-            [enc setComputePipelineState:pipelines_[name]];
-            for (const MetalBinding& b : bindings) {
-                if (b.bytes) [enc setBytes:b.bytes length:b.size atIndex:b.index];
-                else [enc setBuffer:(b.buffer ? mtl(b.buffer) : nil) offset:b.offset atIndex:b.index];
-            }
-            [enc dispatchThreadgroups:MTLSizeMake(groups, 1, 1) threadsPerThreadgroup:MTLSizeMake(group, 1, 1)];
+            guarded("kernel " + name, [&] {
+                id<MTLComputeCommandEncoder> enc = compute_encoder();
+                [enc setComputePipelineState:pipelines_[name]];
+                for (const MetalBinding& b : bindings) {
+                    if (b.bytes) [enc setBytes:b.bytes length:b.size atIndex:b.index];
+                    else [enc setBuffer:(b.buffer ? mtl(b.buffer) : nil) offset:b.offset atIndex:b.index];
+                }
+                [enc dispatchThreadgroups:MTLSizeMake(groups, 1, 1) threadsPerThreadgroup:MTLSizeMake(group, 1, 1)];
+            });
         }
     }
 
     void copy(const MetalBuffer* src, size_t src_offset, MetalBuffer* dst, size_t dst_offset, size_t bytes) override {
         @autoreleasepool {
-            blit(mtl(src), src_offset, mtl(dst), dst_offset, bytes);
+            guarded("a copy", [&] { blit(mtl(src), src_offset, mtl(dst), dst_offset, bytes); });
         }
     }
 
     void upload_staged(MetalBuffer* dst, size_t offset, const void* src, size_t bytes) override {
         @autoreleasepool {
-            id<MTLBuffer> staging = [device_ newBufferWithBytes:src length:bytes options:MTLResourceStorageModeShared];
-            blit(staging, 0, mtl(dst), offset, bytes);
+            guarded("a staged upload", [&] {
+                id<MTLBuffer> staging = [device_ newBufferWithBytes:src
+                                                             length:bytes
+                                                            options:MTLResourceStorageModeShared];
+                blit(staging, 0, mtl(dst), offset, bytes);
+            });
         }
     }
 
     bool mps_gemm(const MpsGemmPlan& p, std::string* error) override {
         @autoreleasepool {
-            @try {
+            return guarded("MPSMatrixMultiplication", error, [&] {
                 if (!mps_ok_) return *error = "MPS does not support this device", false;
                 end_compute();
                 char key_text[160];  // alpha and beta exactly (%a): a kernel is made for one pair
@@ -159,76 +201,56 @@ public:
                              rightMatrix:matrix(p.right)
                             resultMatrix:matrix(p.result)];
                 return true;
-            } @catch (NSException* e) {
-                *error = str([e reason]);
-                return false;
-            }
+            });
         }
     }
 
     bool graph_conv(GraphOp op, const GraphConvPlan& p, const std::vector<MetalBuffer*>& buffers,
                     std::string* error) override {
-        @autoreleasepool {
-            @try {
-                Graph& g = graphs_[std::to_string((int)op) + " " + p.key];
-                if (!g.graph) build_conv(op, p, &g);
-                return run(g, buffers, error);
-            } @catch (NSException* e) {
-                *error = str([e reason]);
-                return false;
-            }
-        }
+        return graph(op, p, buffers, error, &SystemMetalApi::build_conv);
     }
-
     bool graph_pool(GraphOp op, const GraphPoolPlan& p, const std::vector<MetalBuffer*>& buffers,
                     std::string* error) override {
-        @autoreleasepool {
-            @try {
-                Graph& g = graphs_[std::to_string((int)op) + " " + p.key];
-                if (!g.graph) build_pool(op, p, &g);
-                return run(g, buffers, error);
-            } @catch (NSException* e) {
-                *error = str([e reason]);
-                return false;
-            }
-        }
+        return graph(op, p, buffers, error, &SystemMetalApi::build_pool);
     }
-
     bool graph_norm(GraphOp op, const GraphNormPlan& p, const std::vector<MetalBuffer*>& buffers,
                     std::string* error) override {
-        @autoreleasepool {
-            @try {
-                Graph& g = graphs_[std::to_string((int)op) + " " + p.key];
-                if (!g.graph) build_norm(op, p, &g);
-                return run(g, buffers, error);
-            } @catch (NSException* e) {
-                *error = str([e reason]);
-                return false;
-            }
-        }
+        return graph(op, p, buffers, error, &SystemMetalApi::build_norm);
     }
 
     void commit() override {
         if (!open_) return;
-        end_compute();
-        [open_ commit];
-        committed_.push_back(open_);
-        open_ = nil;
+        MPSCommandBuffer* cb = open_;
+        open_ = nil;  // one that cannot be committed is dropped: waiting on it would never end
+        std::string error;
+        bool ok = guarded("commit", &error, [&] {
+            end_compute();
+            [cb commit];
+            return true;
+        });
+        if (ok) committed_.push_back(cb);
+        else if (commit_error_.empty()) commit_error_ = error;  // its work is lost, as a failed buffer's: wait says so
     }
 
     bool wait(std::string* error) override {
         @autoreleasepool {
             commit();
-            bool ok = true;
+            std::string failure = commit_error_;
+            commit_error_.clear();
             for (MPSCommandBuffer* cb : committed_) {  // one queue: they finish in order
-                [cb waitUntilCompleted];
-                if ([cb status] == MTLCommandBufferStatusError && ok) {
-                    *error = message([cb error]);
-                    ok = false;
-                }
+                std::string e;
+                bool ok = guarded("waitUntilCompleted", &e, [&] {
+                    [cb waitUntilCompleted];
+                    if ([cb status] != MTLCommandBufferStatusError) return true;
+                    e = message([cb error]);
+                    return false;
+                });
+                if (!ok && failure.empty()) failure = e;
             }
             committed_.clear();
-            return ok;
+            if (failure.empty()) return true;
+            *error = failure;
+            return false;
         }
     }
 
@@ -253,8 +275,9 @@ private:
     }
     void end_compute() {
         if (!encoder_) return;
-        [encoder_ endEncoding];
-        encoder_ = nil;
+        id<MTLComputeCommandEncoder> e = encoder_;
+        encoder_ = nil;  // not reused even if endEncoding raises
+        [e endEncoding];
     }
     void blit(id<MTLBuffer> src, size_t src_offset, id<MTLBuffer> dst, size_t dst_offset, size_t bytes) {
         end_compute();
@@ -269,6 +292,23 @@ private:
                                                                       rowBytes:m.row_bytes
                                                                       dataType:MPSDataTypeFloat32];
         return [[MPSMatrix alloc] initWithBuffer:mtl(m.buffer) offset:m.offset_bytes descriptor:d];
+    }
+
+    // One MPSGraph op: its graph is built on the first use of its key, then encoded. A graph that
+    // failed (raised half-way through building or encoding) is dropped, not reused.
+    template <class Plan>
+    bool graph(GraphOp op, const Plan& p, const std::vector<MetalBuffer*>& buffers, std::string* error,
+               void (SystemMetalApi::*build)(GraphOp, const Plan&, Graph*)) {
+        @autoreleasepool {
+            std::string key = std::to_string((int)op) + " " + p.key;
+            bool ok = guarded(std::string("MPSGraph ") + graph_op_name(op), error, [&] {
+                Graph& g = graphs_[key];
+                if (!g.graph) (this->*build)(op, p, &g);
+                return run(g, buffers, error);
+            });
+            if (!ok) graphs_.erase(key);
+            return ok;
+        }
     }
 
     static MPSGraphTensor* input(Graph* g, const int64_t* dims) {
@@ -422,6 +462,7 @@ private:
     MPSCommandBuffer* open_ = nil;
     id<MTLComputeCommandEncoder> encoder_ = nil;
     std::vector<MPSCommandBuffer*> committed_;
+    std::string commit_error_;  // a commit that raised, for the next wait
 };
 
 id<MTLDevice> system_device(std::string* why) {

@@ -166,15 +166,112 @@ def test_a_path_that_failed_the_selftest_is_not_used():
     assert any(l.startswith("graph conv2d ") for l in dev.log()) and not dispatches(dev, "im2col_f32")
 
 
-def test_an_mps_failure_falls_back_to_our_kernels_once_and_for_all():
-    dev = fake(mps_env="all", failing_mps=["conv2d"])
+# ---- MPS failures at run time (fail_next plants them as metal_objc.mm reports them) ----
+# A 1x1 convolution with two groups runs on MPSGraph, or else as GEMMs on MPS, which the fake computes
+# on the host (MPSGraph and our kernels it only records): a right result is one that fell back.
+
+def conv1x1(ops):
+    return ops.conv2d(CONV_X, CONV_W, 1, 1, 0, 1, 2, 4, 4)
+
+
+CONV_X, CONV_W = rand(2, 4, 4, 4), rand(6, 2, 1, 1)
+CONV_WANT = conv1x1(_core.Ops("reference"))
+GAVE_UP = "metal: MPS convolution failed (%s): our kernels run it from now on"
+
+
+def test_an_mps_call_that_raises_is_an_error_for_the_op_which_falls_back_once_and_for_all():
+    dev = fake(mps_env="all")
     ops = _core.Ops(dev.device)
+    dev.fail_next("conv2d", "raise")
     for _ in range(2):
-        ops.conv2d(rand(1, 2, 5, 5), rand(3, 2, 3, 3), 1, 1, 1, 1, 1, 5, 5)
+        np.testing.assert_allclose(conv1x1(ops), CONV_WANT, rtol=1e-5, atol=1e-5)
     assert sum(l.startswith("graph conv2d ") for l in dev.log()) == 1  # not tried again
-    assert len(dispatches(dev, "im2col_f32")) == 2
     assert [n for n in dev.notes() if "failed" in n] == [
-        "metal: MPS convolution failed (fake MPS error in conv2d): our kernels run it from now on"]
+        GAVE_UP % "MPS conv2d raised NSInvalidArgumentException: planted by the test"]
+    assert dev.mps_failures() == {"mps_conv2d": 1}
+
+
+def test_a_paths_first_call_is_waited_on_alone_so_a_failed_command_buffer_falls_back_at_once():
+    dev = fake(mps_env="all")
+    ops = _core.Ops(dev.device)
+    dev.clear_log()
+    dev.fail_next("conv2d", "command_buffer")
+    np.testing.assert_allclose(conv1x1(ops), CONV_WANT, rtol=1e-5, atol=1e-5)
+    log = dev.log()
+    graph = log.index(next(l for l in log if l.startswith("graph conv2d ")))
+    assert log[graph - 1] == "wait" and log[graph + 1] == "wait"  # nothing else in its command buffer
+    assert [n for n in dev.notes() if "failed" in n] == [GAVE_UP % (
+        "its command buffer failed: Execution of the command buffer was aborted due to an error during "
+        "execution (planted by the test)")]
+    assert dev.mps_failures() == {"mps_conv2d": 1}
+
+
+def test_a_command_buffer_that_fails_later_fails_the_wait_naming_the_work_lost_then_our_kernels_run_it():
+    dev = fake(mps_env="all")
+    ops = _core.Ops(dev.device)
+    conv1x1(ops)  # proves the MPSGraph path (whose result the fake does not compute)
+    dev.fail_next("conv2d", "command_buffer")
+    with pytest.raises(_core.DarknetError, match=r"metal \(FakeMetal\): a command buffer failed: Execution of the "
+                       r"command buffer was aborted .*; it held MPS work whose results are lost \(convolution x1\): "
+                       r"those paths are switched off"):
+        conv1x1(ops)
+    assert dev.mps_failures() == {"mps_conv2d": 1}
+    np.testing.assert_allclose(conv1x1(ops), CONV_WANT, rtol=1e-5, atol=1e-5)  # run again: it falls back
+
+
+def test_a_gemm_that_accumulates_into_c_is_not_proven_alone_and_a_failure_fails_the_wait():
+    # C is an input too (beta != 0): once its command buffer failed it is not intact, so no fallback can
+    # run in its place
+    dev = fake(mps_env="mps_gemm")
+    dev.fail_next("gemm", "command_buffer")
+    A, B, C = rand(2, 3), rand(3, 2), rand(2, 2)
+    with pytest.raises(_core.DarknetError, match=r"results are lost \(GEMM x1\)"):
+        dev.gemm(False, False, 2, 2, 3, 1.0, A, 0, 3, B, 0, 2, 1.0, C, 0, 2)
+    assert [l.split()[0] for l in dev.log()] == ["compile", "mps_gemm", "wait"]  # the download's wait only
+    assert dev.mps_failures() == {"mps_gemm": 1}
+    used, _ = dev.gemm(False, False, 2, 2, 3, 1.0, A, 0, 3, B, 0, 2, 1.0, C, 0, 2)
+    assert not used
+
+
+def test_while_the_selftest_judges_the_paths_a_failure_fails_the_op_in_its_report(monkeypatch):
+    # a fallback there would be judged in the path's place: the failure goes into the report, per op
+    from darknet_py import selftest
+    from darknet_py.op_cases import CASES
+
+    monkeypatch.setenv("DARKNET_PY_SELFTEST", "1")
+    cases = [c for c in CASES if c.op == "conv2d"][:1] + [c for c in CASES if c.op == "pool"][:1]
+    monkeypatch.setattr(selftest, "select_cases", lambda quick: [(c, "forward") for c in cases])
+    dev = fake()
+    dev.fail_next("conv2d", "raise")
+    dev.fail_next("pool", "command_buffer")
+    report = {r.op: r for r in selftest.run_ops(dev.device, quick=True, progress=False)}
+    assert report["conv2d"].failure == "%s: raised %s" % (cases[0].id, GAVE_UP % (
+        "MPS conv2d raised NSInvalidArgumentException: planted by the test"))
+    assert report["pool"].failure.startswith("%s: raised metal: MPS pooling failed (its command buffer failed: "
+                                             % cases[1].id)
+    assert dev.mps_failures() == {"mps_conv2d": 1, "mps_pool": 1}
+    verdicts = selftest.fast_path_results("metal", list(report.values()))
+    assert not verdicts["mps_conv2d"] and not verdicts["mps_pool"]
+
+
+def test_a_training_run_that_raised_fails_in_the_selftest_report_instead_of_ending_it(monkeypatch):
+    from darknet_py import selftest
+
+    class FailingNet:  # the device's network, whose command buffer failed on the GPU
+        def __init__(self, path, device):
+            if device != "cpu":
+                raise _core.DarknetError("metal (M1): a command buffer failed: GPU timeout")
+            self.net = real(path, device)
+
+        def __getattr__(self, name):
+            return getattr(self.net, name)
+
+    real = _core.Net
+    monkeypatch.setattr(_core, "Net", FailingNet)
+    t = selftest.run_training("metal", iterations=1)
+    assert not t["passed"] and t["failure"] == "raised metal (M1): a command buffer failed: GPU timeout"
+    report = {"ops": [], "training": t, "fast_paths": {}, "device": "metal", "device_name": "M1", "passed": False}
+    assert "FAIL training: raised metal (M1): a command buffer failed: GPU timeout" in selftest.format_table(report)
 
 
 # ---- MPS GEMM descriptors ----

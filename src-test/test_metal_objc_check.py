@@ -23,6 +23,7 @@ def test_metal_objc_passes_the_syntax_check():
     ("[enc setBytes:b.bytes length:b.size atIndex:b.index]",
      "[enc setBytes:b.bytes length:b.size atIndex:mtl(b.buffer)]", "NSUInteger"),  # a buffer where an index goes
     ("options.fastMathEnabled = NO;", "options.fastMathEnable = NO;", "fastMathEnable"),  # misspelt property
+    ("str([e name])", "str([e exceptionName])", "exceptionName"),  # NSException has -name and -reason only
     ("dataType:MPSDataTypeFloat32];\n        return [[MPSMatrix alloc]",
      "dataType:MPSDataTypeFloat32];\n        return [[MPSMatrix alloc] initWithBuffer:m.buffer offset:0 descriptor:d]; (void)",
      "MetalBuffer"),  # a C++ handle where an id<MTLBuffer> goes

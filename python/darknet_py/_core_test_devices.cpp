@@ -2,7 +2,8 @@
 // test_metal_device.py, test_gpu_fast_paths.py). Each is a Device that _core.Ops(device) runs
 // every op of the contract on:
 //   _core.fake_metal_device(...)   MetalDevice over FakeMetalApi: the Metal device's C++ with a fake
-//                                  of its Objective-C++ file; the fake records every call it gets.
+//                                  of its Objective-C++ file; the fake records every call it gets, and
+//                                  fail_next plants MPS failures.
 //   _core.HostMemoryPool(capacity)  the CUDA device's caching pool over host malloc with a capacity
 //                                  (what cudaMalloc would refuse), for src-test/test_memory_pool.py.
 //   _core.host_fast_path_device(id) an OpenCL device that also claims every vendor fast path
@@ -23,6 +24,7 @@
 #include "gpu/gpu_backend.h"
 #include "memory_pool.h"
 #include "metal_device.h"
+#include "metal_fast_paths.h"
 #include "metal_plan.h"
 #include "network.h"
 
@@ -37,6 +39,7 @@ struct TestDevice {
     std::shared_ptr<std::vector<std::string>> log = std::make_shared<std::vector<std::string>>();
     std::shared_ptr<std::vector<std::string>> notes = std::make_shared<std::vector<std::string>>();
     std::shared_ptr<std::map<std::string, int>> calls = std::make_shared<std::map<std::string, int>>();
+    std::shared_ptr<FakeMetalFaults> faults;  // the fake Metal device's
 };
 
 // ---- upload_ahead's promise, checked over a real device ----
@@ -228,6 +231,17 @@ void bind_test_devices(py::module_& m) {
         .def("clear_log", [](TestDevice& t) { t.log->clear(); })
         .def("notes", [](const TestDevice& t) { return *t.notes; }, "the fallback lines the device printed")
         .def("calls", [](const TestDevice& t) { return *t.calls; }, "fast-path calls and kernel launches by name")
+        .def("fail_next", [](TestDevice& t, const std::string& call, const std::string& how) {
+            if (!t.faults) throw DarknetError("fail_next: not a fake Metal device");
+            if (how == "raise") t.faults->raising.push_back(call);
+            else if (how == "command_buffer") t.faults->failing_buffers.push_back(call);
+            else throw DarknetError("fail_next: how is 'raise' or 'command_buffer', not '" + how + "'");
+        }, py::arg("call"), py::arg("how"),
+           "The next MPS call `call` ('gemm' or a graph op name) of the fake Metal device fails as metal_objc.mm "
+           "reports it: 'raise' (an Objective-C exception: the call fails at once) or 'command_buffer' (its "
+           "command buffer fails on the GPU: the next wait fails).")
+        .def("mps_failures", [](TestDevice& t) { return metal_mps_failures(*t.device); },
+             "MPS calls that failed at run time, per path")
         .def("max_group_size", [](TestDevice& t, const std::string& k) { return t.device->max_group_size(k.c_str()); })
         .def("launch", [](TestDevice& t, const std::string& kernel, uint32_t groups, uint32_t group, int buffers,
                           int struct_bytes) {
@@ -264,23 +278,23 @@ void bind_test_devices(py::module_& m) {
         });
 
     m.def("fake_metal_device", [](const std::string& compile_error, std::map<std::string, py::tuple> limits,
-                                  std::vector<std::string> failing_mps, bool busy, py::object mps_env) {
+                                  bool busy, py::object mps_env) {
         FakeMetalOptions o;
         o.compile_error = compile_error;
         for (auto& [k, v] : limits) o.limits[k] = limits_of(v);
-        o.failing_mps = failing_mps;
         o.busy = busy;
         auto t = std::make_unique<TestDevice>();
+        t->faults = o.faults;
         std::string env = mps_env.is_none() ? "" : mps_env.cast<std::string>();
-        MpsPathChoice paths = choose_mps_paths(std::getenv("DARKNET_PY_SELFTEST"),
-                                               mps_env.is_none() ? nullptr : env.c_str());
-        t->device = make_metal_device(std::make_unique<FakeMetalApi>(o, t->log), "// msl", paths, t->notes);
+        t->device = make_metal_device(std::make_unique<FakeMetalApi>(o, t->log), "// msl",
+                                      std::getenv("DARKNET_PY_SELFTEST"), mps_env.is_none() ? nullptr : env.c_str(),
+                                      t->notes);
         return t;
     }, py::arg("compile_error") = "", py::arg("limits") = std::map<std::string, py::tuple>{},
-       py::arg("failing_mps") = std::vector<std::string>{}, py::arg("busy") = false, py::arg("mps_env") = py::none(),
+       py::arg("busy") = false, py::arg("mps_env") = py::none(),
        "MetalDevice over FakeMetalApi. limits: kernel -> (maxTotalThreadsPerThreadgroup, threadExecutionWidth); "
-       "failing_mps: 'gemm' or graph op names whose MPS call fails; mps_env: DARKNET_PY_MPS's value. The MPS "
-       "paths are chosen as the real device's: DARKNET_PY_SELFTEST and the selftest results file of 'metal'.");
+       "mps_env: DARKNET_PY_MPS's value. The MPS paths are chosen as the real device's: DARKNET_PY_SELFTEST and "
+       "the selftest results file of 'metal'.");
 
     m.def("host_fast_path_device", [](const std::string& id) {
         auto t = std::make_unique<TestDevice>();

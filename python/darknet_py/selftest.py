@@ -226,7 +226,9 @@ random=0
 
 def run_training(device: str, iterations: int, seed: int = 11) -> dict:
     """The same small detector trained `iterations` steps on `device` and on a second backend (cpu,
-    or reference when device is cpu): the yolo loss of every step must agree within TRAIN_LOSS_RTOL."""
+    or reference when device is cpu): the yolo loss of every step must agree within TRAIN_LOSS_RTOL.
+    A run that raised (a Metal command buffer that failed on the GPU, ...) fails with its error in
+    "failure", as an op's case does."""
     from . import _core
     from .init_weights import darknet_init
 
@@ -251,13 +253,17 @@ def run_training(device: str, iterations: int, seed: int = 11) -> dict:
                 net.backward()
                 net.update(0.002, batch)
             losses[d] = out
+    except (ValueError, RuntimeError) as e:  # DarknetError is a ValueError
+        return {"iterations": iterations, "compared_with": other, "losses": [], "losses_compared_with": [],
+                "max_rel_diff": None, "passed": False, "failure": f"raised {e}"}
     finally:
         os.unlink(path)
     want, got = np.array(losses[other]), np.array(losses[device])
     rel = np.abs(got - want) / np.maximum(np.abs(want), 1e-30)
     passed = bool(np.all(np.isfinite(got)) and np.all(rel <= TRAIN_LOSS_RTOL))
     return {"iterations": iterations, "compared_with": other, "losses": losses[device],
-            "losses_compared_with": losses[other], "max_rel_diff": _finite(float(rel.max())), "passed": passed}
+            "losses_compared_with": losses[other], "max_rel_diff": _finite(float(rel.max())), "passed": passed,
+            "failure": ""}
 
 
 def fast_path_results(device: str, ops: List[OpResult]) -> Dict[str, bool]:
@@ -302,6 +308,8 @@ def format_table(report: dict) -> str:
     lines.append(f"training: {t['iterations']} iterations vs {t['compared_with']}, loss max relative difference "
                  f"{t['max_rel_diff'] if t['max_rel_diff'] is None else format(t['max_rel_diff'], '.2e')}: "
                  f"{'ok' if t['passed'] else 'FAIL'}")
+    if t["failure"]:
+        lines.append(f"FAIL training: {t['failure']}")
     for r in report["ops"]:
         if not r["passed"]:
             lines.append(f"FAIL {r['op']} ({r['direction']}): {r['failure']}")

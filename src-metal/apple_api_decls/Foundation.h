@@ -34,8 +34,12 @@ typedef signed char BOOL;          // .../objectivec/bool
 @property(readonly, copy) NSString* localizedDescription;
 @end
 
-// .../foundation/nsexception: -reason (MPS raises NSException on invalid descriptors)
+// .../foundation/nsexceptionname
+typedef NSString* NSExceptionName;
+
+// .../foundation/nsexception: -name, -reason (MPS raises NSException on invalid descriptors)
 @interface NSException : NSObject
+@property(readonly, copy) NSExceptionName name;
 @property(readonly, copy) NSString* reason;
 @end
 
