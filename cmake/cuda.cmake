@@ -13,7 +13,8 @@ set(DARKNET_PY_CUDA AUTO CACHE STRING "Build the CUDA device: AUTO (when a toolk
 set(DARKNET_PY_CUDA_ARCHS "" CACHE STRING "CUDA architectures, e.g. 80;90 (default: this machine's GPU)")
 set(DARKNET_PY_HAS_CUDA OFF)
 
-if(NOT DARKNET_PY_CUDA STREQUAL "OFF")
+# AUTO never builds it into a cross build: a machine's toolkit targets that machine
+if(DARKNET_PY_CUDA STREQUAL "ON" OR (DARKNET_PY_CUDA STREQUAL "AUTO" AND NOT CMAKE_CROSSCOMPILING))
   find_package(CUDAToolkit QUIET)
   if(CUDAToolkit_FOUND AND CUDAToolkit_NVCC_EXECUTABLE AND TARGET CUDA::cudart_static)
     set(DARKNET_PY_HAS_CUDA ON)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+import module_parity
 from darknet_py import _core
 
 REPO = Path(__file__).resolve().parents[1]
@@ -80,12 +81,6 @@ def test_core_links_only_system_libraries():
 
 
 WHEEL_TEST = os.environ.get("DARKNET_PY_WHEEL_TEST", "1").strip().lower()
-
-# The op parity tests on the cpu and reference backends (the GPU backend's runtimes are not ISA
-# copies) and the dispatch tests, run with each copy forced. About 10 s per copy on 2 cores.
-PARITY_TESTS = ["test_ops.py", "test_isa_dispatch.py"]
-PARITY_SELECTION = "not oclgrind and not pocl and not opencl and not cuda"
-
 
 def _build_tools():
     for mod in ("scikit_build_core", "pybind11"):
@@ -178,19 +173,6 @@ def _see_outer_packages(purelib: Path):
     (purelib / "_outer_env.pth").write_text("\n".join(outer) + "\n")
 
 
-# Runs pytest in the wheel's venv after checking, in the same process, that darknet_py is the
-# wheel's (the outer venv's own install is on the path behind it).
-_RUN_PARITY = r"""
-import sys, pytest
-from pathlib import Path
-import darknet_py._core as core
-venv = Path(sys.argv[1]).resolve()
-if not Path(core.__file__).resolve().is_relative_to(venv):
-    sys.exit(f"imported {core.__file__}, not the wheel's (in {venv})")
-sys.exit(pytest.main(sys.argv[2:]))
-"""
-
-
 @pytest.mark.skipif(WHEEL_TEST in ("0", "no", "off", "false"),
                     reason="DARKNET_PY_WHEEL_TEST=0: the wheel build, its install into a fresh venv and its op "
                            "parity runs per forced ISA are skipped")
@@ -210,21 +192,14 @@ def test_wheel_installs_and_passes_op_parity_with_each_isa(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "--no-deps", "--no-index", "-q",
                     str(wheel)], check=True)
     _see_outer_packages(purelib)
-    probe = "import darknet_py, darknet_py._core as c; print(c.__file__); print(','.join(c.cpu_isa()['runnable']))"
-    where, runnable = subprocess.run([str(py), "-c", probe], capture_output=True, text=True, check=True,
-                                     cwd=tmp_path).stdout.split()
+    probe = "import darknet_py, darknet_py._core as c; print(c.__file__)"
+    where = subprocess.run([str(py), "-c", probe], capture_output=True, text=True, check=True,
+                           cwd=tmp_path).stdout.strip()
     assert Path(where).resolve().is_relative_to((tmp_path / "venv").resolve()), f"imported {where}, not the wheel's"
     _check_links(Path(where))
 
-    tests = [str(REPO / "src-test" / t) for t in PARITY_TESTS]
-    for isa in runnable.split(","):
-        r = subprocess.run([str(py), "-c", _RUN_PARITY, str(tmp_path / "venv"), *tests, "-q", "-x",
-                            "-p", "no:cacheprovider", "-k", PARITY_SELECTION],
-                           capture_output=True, text=True, cwd=tmp_path, env=dict(os.environ, DARKNET_PY_ISA=isa))
-        last = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
-        assert r.returncode == 0, f"DARKNET_PY_ISA={isa}:\n{r.stdout[-4000:]}{r.stderr[-2000:]}"
-        assert " passed" in last and "failed" not in last, r.stdout[-500:]
-        print(f"DARKNET_PY_ISA={isa}: {last}")
+    for line in module_parity.run_per_isa(str(py), tmp_path / "venv", tmp_path):
+        print(line)
     print(f"wheel {how} in {t_build:.0f} s; whole test {time.perf_counter() - t0:.0f} s")
 
 

@@ -17,8 +17,12 @@ so the files are read with `git ls-tree` and `git cat-file --batch`.
 
     python tools/macos_sdk_check.py --sdk-repo /work/.mirror/itsnebulalol+sdks/repo
 
-Needs zig (pip install ziglang: its clang 22 compiles, its llvm-ar archives), LLD's ld64.lld
-(Debian: lld-16), cmake, ninja and pybind11. Exit status 0 only when every configuration has 0 errors, 0 availability
+Our own declarations of that API (src-metal/apple_api_decls/, what CI compiles against) are compared
+with each SDK too (tools/apple_decls_vs_sdk.py).
+
+Needs zig (pip install ziglang: its clang 22 compiles, its llvm-ar archives), LLD's ld64.lld with
+llvm-nm and clang's builtin headers (Debian: clang-16 lld-16), cmake, ninja, pybind11 and libclang
+(pip, the test extra). Exit status 0 only when every configuration has 0 errors, 0 availability
 warnings and a linked module.
 """
 from __future__ import annotations
@@ -32,6 +36,8 @@ import sys
 import sysconfig
 import time
 from pathlib import Path
+
+import apple_decls_vs_sdk
 
 REPO = Path(__file__).resolve().parents[1]
 SDK_COMMIT = "e9414e087753613edec33b4ff0319ed9d35199ec"
@@ -113,7 +119,7 @@ def unbound_symbols(module: Path, nm: str) -> dict[str, list[str]]:
     for n in names:
         if n.startswith(("_Py", "__Py")):
             kinds["python"].append(n)
-        elif re.match(r"_(OBJC_(CLASS|METACLASS)_\$_)?NS", n):
+        elif re.match(r"_(OBJC_(CLASS|METACLASS|EHTYPE)_\$_)?NS", n):
             kinds["foundation"].append(n)
         else:
             kinds["other"].append(n)
@@ -135,13 +141,18 @@ def toolchain(work: Path) -> dict[str, str]:
                  "(Debian: apt-get install lld-16 llvm-16)")
     bindir = work / "bin"
     bindir.mkdir(parents=True, exist_ok=True)
-    tools = {"clang++": f'clang -resource-dir "{zdir / "lib"}"', "ar": "ar", "ranlib": "ranlib"}
+    tools = {"clang++": f'clang --driver-mode=g++ -resource-dir "{zdir / "lib"}"', "ar": "ar", "ranlib": "ranlib"}
     for name, command in tools.items():
         wrapper = bindir / name
         wrapper.write_text(f'#!/bin/sh\nexec "{zdir / "zig"}" {command} "$@"\n')
         wrapper.chmod(0o755)
+    # the builtin headers of an LLVM no newer than pip's libclang, for the declaration comparison
+    resource = sorted(llvm_bin.parent.glob("lib/clang/*/include"))
+    if not resource:
+        sys.exit(f"needs clang's builtin headers under {llvm_bin.parent}/lib/clang (Debian: clang-16)")
     return {name: str(bindir / name) for name in tools} | {
-        "ld64.lld": lld, "llvm-nm": str(llvm_bin / "llvm-nm"), "llvm-strip": str(llvm_bin / "llvm-strip")}
+        "ld64.lld": lld, "llvm-nm": str(llvm_bin / "llvm-nm"), "llvm-strip": str(llvm_bin / "llvm-strip"),
+        "resource-dir": str(resource[-1].parent)}
 
 
 WARNINGS = "-Wunguarded-availability-new -Wunguarded-availability"
@@ -219,9 +230,11 @@ def main() -> int:
         if not shutil.which(tool):
             sys.exit(f"needs {tool} on PATH")
     tools = toolchain(work)
-    results = []
+    results, decl_problems = [], []
     for name, version in SDKS:
         sdk = extract_sdk(args.sdk_repo, name, work / "sdk")
+        problems = apple_decls_vs_sdk.compare(sdk, TARGETS[0], tools["resource-dir"])
+        decl_problems += [f"{sdk.name}: {p}" for p in problems]
         for target in TARGETS:
             if tuple(map(int, target.split("."))) > version:
                 continue
@@ -243,7 +256,11 @@ def main() -> int:
     foundation = sorted({n for r in results for n in r.get("unbound", {}).get("foundation", [])})
     if foundation:
         print(f"Foundation symbols (no .tbd in the snapshot to bind them): {' '.join(foundation)}")
-    ok = all(r["errors"] == 0 and r["availability"] == 0 and r["linked"] for r in results)
+    print(f"our declarations of the Apple API (src-metal/apple_api_decls/) against the SDKs: "
+          f"{len(decl_problems)} problems")
+    for p in decl_problems:
+        print("  " + p)
+    ok = all(r["errors"] == 0 and r["availability"] == 0 and r["linked"] for r in results) and not decl_problems
     print("all clean" if ok else "FAILED")
     return 0 if ok else 1
 

@@ -8,7 +8,7 @@
 
 typedef long NSInteger;            // .../objectivec/nsinteger
 typedef unsigned long NSUInteger;  // .../objectivec/nsuinteger
-typedef signed char BOOL;          // .../objectivec/bool
+typedef bool BOOL;                 // .../objectivec/bool (bool on arm64; signed char only on x86-64)
 #define YES ((BOOL)1)
 #define NO ((BOOL)0)
 #define nil nullptr  // .../objectivec/nil (Objective-C++)
