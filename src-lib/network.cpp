@@ -129,7 +129,7 @@ void Network::run_layer(size_t i, F&& f) {
     std::map<std::string, int> before = *counts;
     f();
     if (fallback_ops_.size() < layers.size()) fallback_ops_.resize(layers.size());
-    for (auto& [op, n] : *counts)
+    for (auto& [op, n] : *backend_->fallback_counts())
         if (n != before[op]) fallback_ops_[i].insert(op);
 }
 

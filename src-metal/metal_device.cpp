@@ -59,7 +59,7 @@ public:
 
     const DeviceInfo& info() const override { return info_; }
 
-    std::map<std::string, int> mps_failures() {
+    std::map<std::string, int> fast_path_failures() const override {
         std::lock_guard<std::mutex> lock(mutex_);
         std::map<std::string, int> out;
         for (int i = 0; i < kMpsPathCount; ++i)
@@ -330,7 +330,7 @@ private:
     bool judging_;  // the selftest is judging the MPS paths: a failure fails the op
     std::shared_ptr<std::vector<std::string>> notes_;
     DeviceInfo info_;
-    std::mutex mutex_;
+    mutable std::mutex mutex_;
     std::map<std::string, uint32_t> limits_;
     std::vector<Scratch> scratch_;
     bool declined_[kMpsPathCount] = {};
@@ -348,11 +348,6 @@ std::shared_ptr<Device> make_metal_device(std::unique_ptr<MetalApi> api, const s
     bool judging = selftest_env && std::string(selftest_env) == "1";  // as choose_mps_paths reads it
     return std::make_shared<MetalDevice>(std::move(api), msl, choose_mps_paths(selftest_env, mps_env), judging,
                                          std::move(notes));
-}
-
-std::map<std::string, int> metal_mps_failures(Device& device) {
-    auto* metal = dynamic_cast<MetalDevice*>(&device);
-    return metal ? metal->mps_failures() : std::map<std::string, int>{};
 }
 
 #ifdef DARKNET_PY_METAL

@@ -19,7 +19,7 @@ namespace dn {
 // line the device prints once on stderr (the tests read them).
 //
 // An MPS path that fails at run time (MPS raised, or its command buffer failed on the GPU) is switched
-// off and counted (metal_mps_failures). Where the op's data is intact the op runs on our kernels at
+// off and counted (Device::fast_path_failures). Where the op's data is intact the op runs on our kernels at
 // once; where it is not (a failure found at a later wait: the work is lost, and later work may have
 // overwritten the inputs) that wait throws DarknetError naming the failure and the MPS work lost.
 // While the selftest judges the paths (selftest_env "1") every such failure is thrown, so that the
@@ -27,10 +27,6 @@ namespace dn {
 std::shared_ptr<Device> make_metal_device(std::unique_ptr<MetalApi> api, const std::string& msl,
                                           const char* selftest_env, const char* mps_env,
                                           std::shared_ptr<std::vector<std::string>> notes = nullptr);
-
-// MPS calls that failed at run time on a device of make_metal_device, per path ({"mps_conv2d": 1});
-// empty for any other device.
-std::map<std::string, int> metal_mps_failures(Device& device);
 
 #ifdef DARKNET_PY_METAL
 // The system's default Metal device (metal_objc.mm); null with the reason when there is none.

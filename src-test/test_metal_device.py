@@ -189,6 +189,7 @@ def test_an_mps_call_that_raises_is_an_error_for_the_op_which_falls_back_once_an
     assert [n for n in dev.notes() if "failed" in n] == [
         GAVE_UP % "MPS conv2d raised NSInvalidArgumentException: planted by the test"]
     assert dev.mps_failures() == {"mps_conv2d": 1}
+    assert ops.fallback_counts() == {"mps_conv2d failed": 1}  # what `info --coverage` reports per layer
 
 
 def test_a_paths_first_call_is_waited_on_alone_so_a_failed_command_buffer_falls_back_at_once():

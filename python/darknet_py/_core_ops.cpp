@@ -45,7 +45,7 @@ void bind_ops(py::module_& m) {
         .def("fallback_counts", [](Ops& o) {
             const auto* c = o.be->fallback_counts();
             return c ? *c : std::map<std::string, int>{};
-        }, "How often each op ran on the CPU instead of the device.")
+        }, "How often each op ran on the CPU instead of the device, and each fast path failed (\"mps_conv2d failed\").")
         .def("gemm", [](Ops& o, bool ta, bool tb, float alpha, const FloatArray& A, const FloatArray& B, float beta,
                         const FloatArray& C) {
             const char* op = "Ops.gemm";

@@ -240,7 +240,7 @@ void bind_test_devices(py::module_& m) {
            "The next MPS call `call` ('gemm' or a graph op name) of the fake Metal device fails as metal_objc.mm "
            "reports it: 'raise' (an Objective-C exception: the call fails at once) or 'command_buffer' (its "
            "command buffer fails on the GPU: the next wait fails).")
-        .def("mps_failures", [](TestDevice& t) { return metal_mps_failures(*t.device); },
+        .def("mps_failures", [](TestDevice& t) { return t.device->fast_path_failures(); },
              "MPS calls that failed at run time, per path")
         .def("max_group_size", [](TestDevice& t, const std::string& k) { return t.device->max_group_size(k.c_str()); })
         .def("launch", [](TestDevice& t, const std::string& kernel, uint32_t groups, uint32_t group, int buffers,

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -156,6 +157,10 @@ public:
     virtual std::unique_ptr<Recording> end_capture(std::string* why) { return nullptr; }
 
     virtual DeviceMemoryStats memory_stats() const { return {}; }
+
+    // Vendor fast paths that failed at run time and were switched off, with how many failures, by
+    // path name ({"mps_conv2d": 1}); GpuBackend counts them among its fallbacks.
+    virtual std::map<std::string, int> fast_path_failures() const { return {}; }
 
     // Host <-> device traffic since the device was opened (tests assert it per iteration).
     std::atomic<uint64_t> bytes_uploaded{0}, bytes_downloaded{0};

@@ -43,6 +43,12 @@ uint32_t GpuBackend::reduction_group_size(const char* kernel) {
     return g;
 }
 
+const std::map<std::string, int>* GpuBackend::fallback_counts() const {
+    counts_ = fallbacks_;
+    for (const auto& [path, n] : device_->fast_path_failures()) counts_[path + " failed"] = n;
+    return &counts_;
+}
+
 void GpuBackend::fallback(const char* name, const std::function<void(Backend&, HostStage&)>& op) {
     if (!cpu_) cpu_ = make_cpu_backend();
     if (fallbacks_[name]++ == 0)

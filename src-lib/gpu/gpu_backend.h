@@ -49,7 +49,9 @@ public:
     std::shared_ptr<Device> device() const override { return device_; }
     Device& dev() const { return *device_; }
 
-    const std::map<std::string, int>* fallback_counts() const override { return &fallbacks_; }
+    // The ops run on the CPU, and the device's fast paths that failed and fell back to our kernels
+    // ("mps_conv2d failed"), with their counts.
+    const std::map<std::string, int>* fallback_counts() const override;
 
     // Caps every kernel's group size (tests run each kernel at group sizes 1 .. 256: a kernel must
     // not depend on the group size the device happens to allow).
@@ -162,6 +164,7 @@ private:
     std::string name_;
     std::unique_ptr<Backend> cpu_;          // for fallbacks, made on first use
     std::map<std::string, int> fallbacks_;
+    mutable std::map<std::string, int> counts_;  // fallbacks_ and the device's failed fast paths
     std::map<std::string, uint32_t, std::less<>> group_sizes_;  // transparent: no string per launch
     uint32_t group_limit_ = 256;
     std::map<int, Tensor> scratch_;  // by slot; a map, so that a new slot leaves references to the others valid
