@@ -1,4 +1,5 @@
-"""Runs the op parity tests (cpu against reference) and the dispatch tests against a darknet_py that
+"""The options of the test builds (clang, the cross builds), and the runner of the op parity tests
+(cpu against reference) and the dispatch tests against a darknet_py that
 was built some other way than the one under test (a wheel in a fresh venv, a clang build), once per
 CPU kernel copy this machine executes (DARKNET_PY_ISA), checking first that the darknet_py imported
 is that build's."""
@@ -7,6 +8,10 @@ import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+# CMake options of the test builds (clang, the cross builds) that keep CI's time down: no LTO
+# (pybind11's -flto), and the bindings at -O0 (they take most of a build at -O3: the engine and the
+# CPU kernels keep their own -O3, from CMakeLists.txt and cmake/cpu_isa.cmake)
+QUICK_BUILD = ["-DCMAKE_INTERPROCEDURAL_OPTIMIZATION=OFF", "-DCMAKE_BUILD_TYPE=Quick"]
 # the GPU backend's runtimes are not ISA copies; about 10 s per copy on 2 cores
 PARITY_TESTS = ["test_ops.py", "test_isa_dispatch.py"]
 PARITY_SELECTION = "not oclgrind and not pocl and not opencl and not cuda"

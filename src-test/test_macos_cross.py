@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+import module_parity
+
 REPO = Path(__file__).resolve().parents[1]
 BUILD = REPO / "build" / "macos-arm64"
 FRAMEWORKS = ["Accelerate", "Foundation", "Metal", "MetalPerformanceShaders", "MetalPerformanceShadersGraph"]
@@ -105,7 +107,7 @@ def test_every_translation_unit_compiles_for_arm64_macos():
         f"-DCMAKE_CXX_COMPILER={tools['bin'] / 'c++'}", f"-DCMAKE_OBJCXX_COMPILER={tools['bin'] / 'c++'}",
         f"-DCMAKE_AR={tools['bin'] / 'ar'}", f"-DCMAKE_RANLIB={tools['bin'] / 'ranlib'}",
         f"-DCMAKE_OSX_SYSROOT={tools['sdk']}", f"-DCMAKE_CXX_FLAGS={flags}", f"-DCMAKE_OBJCXX_FLAGS={flags}",
-        "-DDARKNET_PY_METAL=ON", "-DDARKNET_PY_MODULE=ON", "-DCMAKE_INTERPROCEDURAL_OPTIMIZATION=OFF",
+        "-DDARKNET_PY_METAL=ON", "-DDARKNET_PY_MODULE=ON", *module_parity.QUICK_BUILD,
         f"-Dpybind11_DIR={__import__('pybind11').get_cmake_dir()}",
         # no macOS Python here: the bindings compile against this one's headers (pyconfig.h says Linux)
         f"-DPython_INCLUDE_DIR={sysconfig.get_paths()['include']}",

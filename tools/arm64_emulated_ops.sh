@@ -72,10 +72,11 @@ lack=$(missing)
 [ -z "$lack" ] || { echo "$lack" >&2; exit 2; }
 prepared || prepare
 
-# No LTO: it only slows the build. (No CUDA device either: cmake/cuda.cmake leaves it out of cross builds.)
+# No LTO, and the bindings at -O0 (most of the build at -O3), as the other test builds (src-test/module_parity.py
+# QUICK_BUILD); the engine and the CPU kernels keep their -O3. No CUDA: cmake/cuda.cmake leaves it out of cross builds.
 cmake -S "$REPO" -B "$BUILD" -G Ninja -DCMAKE_TOOLCHAIN_FILE="$REPO/cmake/toolchains/aarch64-linux-gnu.cmake" \
   -DDARKNET_PY_MODULE=ON -DPython_ROOT_DIR="$ROOT/usr" -Dpybind11_DIR="$("$PY" -m pybind11 --cmakedir)" \
-  -DCMAKE_INTERPROCEDURAL_OPTIMIZATION=OFF
+  -DCMAKE_INTERPROCEDURAL_OPTIMIZATION=OFF -DCMAKE_BUILD_TYPE=Quick
 cmake --build "$BUILD" --parallel "$(nproc)"
 
 # The package as the source tree has it, with the aarch64 module beside its Python files
