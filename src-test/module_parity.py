@@ -1,8 +1,8 @@
-"""The options of the test builds (clang, the cross builds), and the runner of the op parity tests
-(cpu against reference) and the dispatch tests against a darknet_py that
-was built some other way than the one under test (a wheel in a fresh venv, a clang build), once per
-CPU kernel copy this machine executes (DARKNET_PY_ISA), checking first that the darknet_py imported
-is that build's."""
+"""What the tests that build the engine themselves share: the CMake options that keep their builds
+quick (clang, the cross builds), and a runner of the op parity tests (cpu against reference) and the
+dispatch tests against a darknet_py built another way than the one under test (the wheel, installed
+in a fresh venv), once per CPU kernel copy this machine executes (DARKNET_PY_ISA), checking first
+that the darknet_py imported is that build's."""
 import os
 import subprocess
 from pathlib import Path

@@ -1,12 +1,16 @@
-"""The whole extension built with clang (macOS's compiler; the suite's own build uses the default
-compiler, GCC on Linux), then the op parity tests (cpu against reference) and the dispatch tests run
-against that build with each CPU kernel copy this machine executes forced in turn. Catches
-GCC-only constructs and clang-only miscompiles in the vector kernels.
+"""The CPU kernels built with clang (macOS's compiler; the suite's own build uses the default compiler,
+GCC on Linux): every x86-64 copy of them (AVX-512, AVX2+FMA, the baseline) and the run-time dispatch
+that picks one, through CMakeLists.txt with clang as the compiler, with no warning. The vector code is
+where compiler-specific constructs live (GCC's __builtin_shuffle was one); the rest of the extension is
+compiled by clang for macOS in test_macos_cross.py. To keep CI's time, the module is not linked here:
+built whole with clang (`cmake -DCMAKE_CXX_COMPILER=clang++ -DDARKNET_PY_MODULE=ON`), it passes the op
+parity tests with each copy forced (checked by hand; README.md, Other compilers and platforms).
 
-About 3 minutes on 2 cores from scratch (build/clang-linux is reused). Skips, saying so, where no
-clang++ is installed (Debian: apt-get install clang-16).
+About a minute on 2 cores from scratch (build/clang-linux is reused). Skips, saying so, where no
+clang++ is installed (Debian: apt-get install clang-16) or the machine is not x86-64.
 """
-import os
+import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -18,6 +22,7 @@ import module_parity
 
 REPO = Path(__file__).resolve().parents[1]
 BUILD = REPO / "build" / "clang-linux"
+COPIES = ["darknet_cpu_avx512", "darknet_cpu_avx2", "darknet_cpu_generic"]
 
 
 def _clang() -> str:
@@ -28,31 +33,23 @@ def _clang() -> str:
     return found
 
 
-def test_clang_builds_the_extension_and_passes_op_parity(tmp_path):
-    if not sys.platform.startswith("linux"):
-        pytest.skip("the clang build check runs on Linux (on macOS clang is the suite's own compiler)")
+def test_clang_builds_every_cpu_kernel_copy_without_warnings():
+    if not sys.platform.startswith("linux") or platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("the x86-64 kernel copies are built on x86-64 Linux (on macOS clang is the suite's own compiler)")
     clang = _clang()
     for tool in ("cmake", "ninja"):
         if not shutil.which(tool):
             pytest.skip(f"{tool} not found on PATH")
-    pybind11 = pytest.importorskip("pybind11", reason="pybind11 (the test extra) builds the bindings")
     r = subprocess.run(["cmake", "-S", str(REPO), "-B", str(BUILD), "-G", "Ninja", f"-DCMAKE_CXX_COMPILER={clang}",
-                        "-DDARKNET_PY_MODULE=ON", *module_parity.QUICK_BUILD,
-                        # CUDA's kernels are nvcc's work, not clang's: one architecture is enough here
-                        "-DDARKNET_PY_CUDA_ARCHS=90",
-                        f"-Dpybind11_DIR={pybind11.get_cmake_dir()}",
-                        f"-DPython_EXECUTABLE={sys.executable}"], capture_output=True, text=True, timeout=300)
+                        "-DDARKNET_PY_CUDA=OFF", *module_parity.QUICK_BUILD], capture_output=True, text=True,
+                       timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    r = subprocess.run(["ninja", "-C", str(BUILD), "_core"], capture_output=True, text=True, timeout=2400)
+    assert "darknet_py: CPU kernel copies: avx512;avx2;generic" in r.stdout
+    dispatch = "CMakeFiles/darknet_engine.dir/src-lib/cpu/cpu_isa.cpp.o"
+    subprocess.run(["ninja", "-C", str(BUILD), "-t", "clean", *COPIES, dispatch], capture_output=True)
+    r = subprocess.run(["ninja", "-C", str(BUILD), *COPIES, dispatch], capture_output=True, text=True, timeout=1800)
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-2000:]
     warnings = [line for line in r.stdout.splitlines() if "warning:" in line]
     assert not warnings, "clang warns:\n" + "\n".join(warnings[:40])
-
-    # the package's Python files with the clang-built module beside them
-    pkg = tmp_path / "site" / "darknet_py"
-    shutil.copytree(REPO / "python" / "darknet_py", pkg, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
-    (module,) = BUILD.glob("_core*.so")
-    shutil.copy2(module, pkg / module.name)
-    env = dict(os.environ, PYTHONPATH=str(tmp_path / "site"))
-    for line in module_parity.run_per_isa(sys.executable, tmp_path / "site", tmp_path, env):
-        print(line)
+    objects = [p for c in COPIES for p in BUILD.glob(f"CMakeFiles/{c}.dir/**/*.o")]
+    assert len(objects) == 3 * len(re.findall(r"src-lib/cpu/\w+\.cpp", (REPO / "cmake/cpu_isa.cmake").read_text()))

@@ -21,7 +21,7 @@ Our own declarations of that API (src-metal/apple_api_decls/, what CI compiles a
 with each SDK too (tools/apple_decls_vs_sdk.py).
 
 Needs zig (pip install ziglang: its clang 22 compiles, its llvm-ar archives), LLD's ld64.lld with
-llvm-nm and clang's builtin headers (Debian: clang-16 lld-16), cmake, ninja, pybind11 and libclang
+llvm-nm and clang's builtin headers (Debian: clang-16 lld-16 llvm-16), cmake, ninja, pybind11 and libclang
 (pip, the test extra). Exit status 0 only when every configuration has 0 errors, 0 availability
 warnings and a linked module.
 """
@@ -138,7 +138,7 @@ def toolchain(work: Path) -> dict[str, str]:
     llvm_bin = Path(lld).parent if lld else None
     if not lld or not (llvm_bin / "llvm-nm").is_file() or not (llvm_bin / "llvm-strip").is_file():
         sys.exit("needs LLD's Mach-O linker ld64.lld with llvm-nm and llvm-strip beside it "
-                 "(Debian: apt-get install lld-16 llvm-16)")
+                 "(Debian: apt-get install clang-16 lld-16 llvm-16)")
     bindir = work / "bin"
     bindir.mkdir(parents=True, exist_ok=True)
     tools = {"clang++": f'clang --driver-mode=g++ -resource-dir "{zdir / "lib"}"', "ar": "ar", "ranlib": "ranlib"}
