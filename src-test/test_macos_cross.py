@@ -148,6 +148,12 @@ def test_every_translation_unit_compiles_for_arm64_macos():
     assert archive.is_file() and archive.read_bytes()[:8] == b"!<arch>\n"
     print(f"{len(objects)} objects compiled for arm64-apple-macos{minimum}")
 
+    # a deployment target below the minimum (as a wheel build would set it) is refused, naming both
+    older = f"{int(minimum.split('.')[0]) - 1}.0"
+    r = subprocess.run(configure[:4] + [str(BUILD / "refused"), *configure[5:]], capture_output=True, text=True,
+                       timeout=300, env=dict(os.environ, MACOSX_DEPLOYMENT_TARGET=older))
+    assert r.returncode != 0 and f"is {older}: darknet_py needs macOS {minimum} or later" in " ".join(r.stderr.split())
+
 
 def test_macos_workflow_lets_only_gpu_steps_fail():
     """.github/workflows/macos.yml: the wheel is built, installed and tested with nothing allowed to
