@@ -53,11 +53,23 @@ def _kind(cursor):
         return None
 
 
-def _introduced(cursor) -> str | None:
+_SOURCES: dict[str, str] = {}
+
+
+def _introduced(cursor, before: bool = False) -> str | None:
     """The macOS version in the declaration's availability macro, if any (API_AVAILABLE(macos(13.0)),
-    MPS_AVAILABLE_STARTING(macos(12.0), ...), ...)."""
-    text = " ".join(t.spelling for t in cursor.get_tokens())
-    found = AVAILABLE.findall(text)
+    MPS_AVAILABLE_STARTING(macos(12.0), ...)). The macro follows a member's declarator, outside the
+    cursor's extent: the text is read up to the declaration's ';'. `before`: a class's macro, on the
+    line before its @interface."""
+    name = cursor.extent.start.file.name
+    text = _SOURCES.setdefault(name, Path(name).read_text(errors="replace"))
+    start = cursor.extent.start.offset
+    if before:
+        start = text.rfind("\n", 0, text.rfind("\n", 0, start)) + 1
+        end = text.find("\n", cursor.extent.start.offset)
+    else:
+        end = text.find(";", cursor.extent.end.offset)
+    found = AVAILABLE.findall(text[start:end if end >= 0 else len(text)])
     return found[0] if found else None
 
 
@@ -86,7 +98,10 @@ class Api:
                     name = c.spelling
                     if _kind(c) == K.OBJC_CATEGORY_DECL:
                         name = next((x.spelling for x in c.get_children() if _kind(x) == K.OBJC_CLASS_REF), name)
-                    entry = self.classes.setdefault(name, {"super": None, "protocols": set(), "members": {}})
+                    entry = self.classes.setdefault(name, {"super": None, "protocols": set(), "members": {},
+                                                           "cursor": None})
+                    if _kind(c) != K.OBJC_CATEGORY_DECL and entry["cursor"] is None:
+                        entry["cursor"] = c
                     for m in c.get_children():
                         if _kind(m) == K.OBJC_SUPER_CLASS_REF:
                             entry["super"] = m.spelling
@@ -165,6 +180,10 @@ def compare(sdk: Path, minimum: str, resource_dir: str) -> list[str]:
         if cls not in theirs.classes:
             problems.append(f"{cls}: not in the SDK")
             continue
+        if theirs.classes[cls]["cursor"] is not None:
+            v = _introduced(theirs.classes[cls]["cursor"], before=True)
+            if v and tuple(map(int, v.split("."))) > floor:
+                problems.append(f"{cls}: the SDK makes it available from macOS {v}, after our minimum {minimum}")
         for key, mine in entry["members"].items():
             checked += 1
             what = f"{cls} {key}"
