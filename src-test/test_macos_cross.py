@@ -17,7 +17,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import sysconfig
 from pathlib import Path
 
