@@ -1,24 +1,29 @@
-"""Ours on CUDA against PyTorch on the same GPU, cfg, seeded weights and precision.
+"""Ours on CUDA against PyTorch on the same GPU, cfg and seeded weights, each in the precisions its
+users run it in: ours fp32 and TF32; PyTorch fp32, TF32, and bf16 autocast with channels_last.
 
-    python benchmarks/compare_gpu.py                       # the five models, fp32 with TF32 off
-    python benchmarks/compare_gpu.py --models yolov4-tiny --tf32 --write benchmarks/RESULTS_GPU.md
+    python benchmarks/compare_gpu.py                                   # the five models, every column
+    python benchmarks/compare_gpu.py --models yolov4-tiny --write /tmp/gpu.md
+    python benchmarks/compare_gpu.py --columns ours:fp32,torch:bf16   # a subset of the columns
 
 PyTorch is a benchmark dependency only: the script builds each cfg as a plain torch.nn module (this
 file, `TorchDarknet`), copies the same seeded weights into both engines and first checks that the
-heads agree (max relative difference printed), then times, each engine in its own subprocess (so that
-peak memory is each one's own and neither's caching allocator disturbs the other):
+heads agree (max relative difference printed), then times, each engine and precision in its own
+subprocess (so that peak memory is each one's own and neither's caching allocator disturbs the other):
   - batch-1 latency: ours with and without recorded forwards (CUDA graphs); PyTorch eager and captured
-    in a CUDA graph. Both from a host (NumPy/CPU) input to the heads on the GPU, synchronized.
+    in a CUDA graph. From a host input to the heads on the GPU, synchronized.
   - batch-64 forward, images/s.
   - batch-64 training, images/s: ours forward_train + Darknet's YOLO loss + backward + SGD; PyTorch
     forward + an equal-cost loss on the heads (squared error against a fixed target, elementwise as
-    Darknet's loss) + backward + SGD with momentum and weight decay. Timed in blocks of 4 steps with
-    one synchronization each, as a training loop runs (ours reads the loss back every step; PyTorch
-    does not), so the next batch's upload may overlap the last step's backward.
+    Darknet's loss, in fp32) + backward + SGD with momentum and weight decay. Timed in blocks of 4 steps
+    with one synchronization each, as a training loop runs (ours reads the loss back every step;
+    PyTorch does not), so the next batch's upload may overlap the last step's backward.
   - peak GPU memory of the training run: ours the pool's peak reservation, PyTorch
     torch.cuda.max_memory_reserved.
-Floors: FLOPs over the fp32 peak (training: 3x the forward FLOPs), and the activations' bytes
-(each layer's output written once and read once) over the memory bandwidth.
+PyTorch's input is what a DataLoader with pin_memory=True hands it: a pinned host tensor, copied with
+non_blocking=True; its figures with the batch already on the GPU are reported beside them. Ours read
+NumPy arrays through the engine's own pinned staging buffers.
+Floors: FLOPs over the fp32, TF32 and bf16 dense peaks (training: 3x the forward FLOPs), and the
+activations' bytes (each layer's output written once and read once) over the memory bandwidth.
 """
 from __future__ import annotations
 
@@ -36,8 +41,10 @@ REPO = Path(__file__).resolve().parents[1]
 MODELS = {"yolov4-tiny": 416, "yolov3-tiny": 416, "yolov7-tiny": 416, "yolov4-tiny-3l": 416, "yolov4": 608}
 # yolov4 at 608 does not train at batch 64 in 80 GB (neither engine): it trains at batch 16
 TRAIN_BATCH = {"yolov4": 16}
-# fp32 (non-tensor) peaks and memory bandwidths of the GPUs we have measured on (NVIDIA data sheets)
-PEAKS = {"H100 80GB HBM3": (66.9e12, 3.35e12), "H100 PCIe": (51.2e12, 2.0e12), "H200": (66.9e12, 4.8e12)}
+# dense peaks (fp32 without tensor cores, TF32 and bf16 tensor cores) and memory bandwidth of the GPUs we
+# have measured on, from NVIDIA's data sheets (the sparse tensor figures are twice these)
+PEAKS = {"H100 80GB HBM3": (66.9e12, 494.7e12, 989.4e12, 3.35e12), "H100 PCIe": (51.2e12, 378e12, 756e12, 2.0e12),
+         "H200": (66.9e12, 494.7e12, 989.4e12, 4.8e12)}
 
 
 # ---- the cfg as a torch module ---------------------------------------------------------------------
@@ -282,63 +289,85 @@ def layer_output_shapes(raw):
 
 
 def run_torch(name: str, size: int, args) -> dict:
+    """PyTorch as its users run it (args.mode): inputs in pinned host memory copied with non_blocking=True
+    (what a DataLoader with pin_memory=True hands over), cudnn.benchmark on; "fp32" with TF32 off,
+    "tf32" with TF32 on, "bf16" under autocast(bfloat16) with the model and inputs channels_last."""
     import torch
 
-    torch.backends.cuda.matmul.allow_tf32 = args.tf32
-    torch.backends.cudnn.allow_tf32 = args.tf32
+    tf32 = args.mode != "fp32"
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
     torch.backends.cudnn.benchmark = True
     dev = torch.device("cuda")
+    half = args.mode == "bf16"
+    fmt = torch.channels_last if half else torch.contiguous_format
     path = sized_cfg(name, size, 1)
-    model = build_torch(path, size).to(dev)
+    model = build_torch(path, size).to(dev, memory_format=fmt)
     os.unlink(path)
     rng = np.random.default_rng(0)
     out = {}
     sync = torch.cuda.synchronize
-    x1 = rng.uniform(0, 1, (1, 3, size, size)).astype(np.float32)
+
+    def upload(pinned):
+        return pinned.to(dev, non_blocking=True).contiguous(memory_format=fmt)
+
+    def run(x):
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=half):
+            return model(x)
+
+    x1 = torch.from_numpy(rng.uniform(0, 1, (1, 3, size, size)).astype(np.float32)).pin_memory()
     model.eval()
     with torch.no_grad():
-        out["b1_ms_eager"] = 1e3 * timed(lambda: model(torch.from_numpy(x1).to(dev)), sync, 5, 30, 1.0)
-        static_in = torch.from_numpy(x1).to(dev)
+        out["b1_ms_eager"] = 1e3 * timed(lambda: run(upload(x1)), sync, 5, 30, 1.0)
+        static_in = upload(x1)
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(s):
             for _ in range(3):
-                model(static_in)
+                run(static_in)
         torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            model(static_in)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            run(static_in)
 
         def replay():
-            static_in.copy_(torch.from_numpy(x1))
-            g.replay()
+            static_in.copy_(x1, non_blocking=True)
+            graph.replay()
 
         out["b1_ms_graph"] = 1e3 * timed(replay, sync, 5, 30, 1.0)
-        xb = rng.uniform(0, 1, (args.batch, 3, size, size)).astype(np.float32)
-        out["fwd_img_s"] = args.batch / timed(lambda: model(torch.from_numpy(xb).to(dev)), sync, 3, 10, 2.0)
-    del g
+        xb = torch.from_numpy(rng.uniform(0, 1, (args.batch, 3, size, size)).astype(np.float32)).pin_memory()
+        out["fwd_img_s"] = args.batch / timed(lambda: run(upload(xb)), sync, 3, 10, 2.0)
+        resident = upload(xb)
+        out["fwd_img_s_resident"] = args.batch / timed(lambda: run(resident), sync, 3, 10, 2.0)
+    graph = resident = None  # freed before the training run's peak is taken
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     model.train()
     xt = xb[:TRAIN_BATCH.get(name, args.batch)]
     opt = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9, weight_decay=5e-4)
     with torch.no_grad():
-        targets = [t.uniform_(0, 1) for t in (h.new_empty(h.shape) for h in model(torch.from_numpy(xt).to(dev)))]
+        targets = [t.uniform_(0, 1) for t in (h.new_empty(h.shape, dtype=torch.float32) for h in run(upload(xt)))]
 
-    def step():
-        heads = model(torch.from_numpy(xt).to(dev))
-        loss = sum(((h - t) ** 2).sum() for h, t in zip(heads, targets))
+    def step(x):
+        heads = run(x)
+        loss = sum(((h.float() - t) ** 2).sum() for h, t in zip(heads, targets))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
 
-    out["train_img_s"] = len(xt) / timed(step, sync, 2, 3, 3.0, steps=4)
+    out["train_img_s"] = len(xt) / timed(lambda: step(upload(xt)), sync, 2, 3, 3.0, steps=4)
     out["peak_train_bytes"] = torch.cuda.max_memory_reserved()
+    resident = upload(xt)
+    out["train_img_s_resident"] = len(xt) / timed(lambda: step(resident), sync, 2, 3, 3.0, steps=4)
     out["versions"] = f"PyTorch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}"
     return out
 
 
 WORKERS = {"ours": run_ours, "ours_train": run_ours_train, "torch": run_torch}
+# the columns: (worker group, mode); ours in fp32 and with TF32 allowed (DARKNET_PY_TF32=1)
+COLUMNS = [("ours", "fp32"), ("ours", "tf32"), ("torch", "fp32"), ("torch", "tf32"), ("torch", "bf16")]
+LABELS = {("ours", "fp32"): "ours fp32", ("ours", "tf32"): "ours TF32", ("torch", "fp32"): "PyTorch fp32",
+          ("torch", "tf32"): "PyTorch TF32", ("torch", "bf16"): "PyTorch bf16 autocast + channels_last"}
 
 
 # ---- the table ----------------------------------------------------------------------------------
@@ -346,8 +375,37 @@ def gpu_facts():
     q = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                        capture_output=True, text=True).stdout.strip().splitlines()
     name, driver = (q[0].split(", ") + ["?"])[:2] if q else ("?", "?")
-    peak = next((v for k, v in PEAKS.items() if k in name), (None, None))
+    peak = next((v for k, v in PEAKS.items() if k in name), (None, None, None, None))
     return name, driver, peak
+
+
+def run_column(model: str, group: str, mode: str, args) -> dict:
+    """One column's figures for one model, each worker in a subprocess of its own."""
+    res = {}
+    for worker in (["ours", "ours_train"] if group == "ours" else ["torch"]):
+        cmd = [sys.executable, __file__, "--worker", worker, "--model", model, "--batch", str(args.batch),
+               "--device", args.device, "--mode", mode]
+        env = {**os.environ, "DARKNET_PY_TF32": "1" if mode == "tf32" else "0"}
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if p.returncode:
+            print(f"{model} {worker} {mode} failed:\n{p.stderr[-3000:]}", file=sys.stderr)
+            return {}
+        res.update(json.loads(p.stdout.strip().splitlines()[-1]))
+        print(model, worker, mode, res, file=sys.stderr)
+    return res
+
+
+def table(title: str, rows, cols, cell, best, ratio_note: str, floor=None) -> list:
+    """A markdown table: a row per model, a cell per column, then ours' best / PyTorch's best."""
+    head = ["model"] + [LABELS[c] for c in cols] + [f"ours / PyTorch ({ratio_note})"] + (["floor"] if floor else [])
+    lines = [f"### {title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for model, res in rows:
+        cells = [cell(res[c]) if res.get(c) else "failed" for c in cols]
+        ours = [res[c] for c in cols if c[0] == "ours" and res.get(c)]
+        theirs = [res[c] for c in cols if c[0] == "torch" and res.get(c)]
+        ratio = f"{best(ours) / best(theirs):.2f}" if ours and theirs else "n/a"
+        lines.append("| " + " | ".join([model] + cells + [ratio] + ([floor(res)] if floor else [])) + " |")
+    return lines + [""]
 
 
 def main(argv=None) -> int:
@@ -355,59 +413,62 @@ def main(argv=None) -> int:
     ap.add_argument("--models", default=",".join(MODELS), help="comma-separated (default: all five)")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--tf32", action="store_true", help="allow TF32 on both (default: fp32, TF32 off)")
-    ap.add_argument("--write", help="write the markdown table to this file")
+    ap.add_argument("--columns", default=",".join(f"{g}:{m}" for g, m in COLUMNS),
+                    help="which engine:precision columns to run (default: all)")
+    ap.add_argument("--write", help="write the markdown tables to this file")
     ap.add_argument("--worker", choices=list(WORKERS), help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
+    ap.add_argument("--mode", default="fp32", choices=["fp32", "tf32", "bf16"], help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
-        if args.tf32:
-            os.environ["DARKNET_PY_TF32"] = "1"
         print(json.dumps(WORKERS[args.worker](args.model, MODELS[args.model], args)))
         return 0
-    name, driver, (flops, bw) = gpu_facts()
-    rows = []
-    versions = ""
+    cols = [tuple(c.split(":")) for c in args.columns.split(",")]
+    name, driver, (fp32_peak, tf32_peak, bf16_peak, bw) = gpu_facts()
+    rows, versions = [], ""
     for model in args.models.split(","):
-        res = {}
-        for worker in WORKERS:
-            cmd = [sys.executable, __file__, "--worker", worker, "--model", model, "--batch", str(args.batch),
-                   "--device", args.device] + (["--tf32"] if args.tf32 else [])
-            env = {**os.environ, **({"DARKNET_PY_TF32": "1"} if args.tf32 else {})}
-            p = subprocess.run(cmd, capture_output=True, text=True, env=env)
-            if p.returncode:
-                print(f"{model} {worker} failed:\n{p.stderr[-3000:]}", file=sys.stderr)
-                res[worker] = {}
-                continue
-            res[worker] = json.loads(p.stdout.strip().splitlines()[-1])
-            print(model, worker, res[worker], file=sys.stderr)
-        res["ours"].update(res.pop("ours_train"))
-        versions = res.get("torch", {}).get("versions", versions)
+        res = {c: run_column(model, *c, args) for c in cols}
+        versions = next((r["versions"] for r in res.values() if r.get("versions")), versions)
         rows.append((model, res))
-    lines = [f"# Ours (CUDA) vs PyTorch, {'TF32 allowed' if args.tf32 else 'fp32, TF32 off'}", "",
-             f"GPU: {name}, driver {driver}; {versions}; batch {args.batch} for forward and training (yolov4: "
-             f"training at batch {TRAIN_BATCH['yolov4']}); "
-             "`python benchmarks/compare_gpu.py" + (" --tf32" if args.tf32 else "") + "`.", "",
-             "Latency from a host input to the heads on the GPU (synchronized), medians. Ratio = ours / PyTorch "
-             "(latency, memory: lower is better; images/s: higher is better). Floor = FLOPs / fp32 peak.", "",
-             "| model | b1 ours graph / eager ms | b1 torch graph / eager ms | b1 ratio (graph) | fwd img/s ours / torch "
-             "(ratio) | fwd floor img/s (FLOPs, bytes) | train img/s ours / torch (ratio) | train floor img/s | peak "
-             "train GiB ours / torch | heads vs torch |", "|" + "---|" * 10]
-    for model, r in rows:
-        o, t = r.get("ours", {}), r.get("torch", {})
-        if not o or not t:
-            lines.append(f"| {model} | failed: see the log |" + " |" * 8)
-            continue
-        gf = (o.get("bflops") or 0) * 1e9  # Darknet's BFLOPs count a multiply-add as 2
-        ffloor = flops / gf if flops and gf else float("nan")
-        bfloor = bw / (o["layer_out_floats"] * 4 * 2) if bw else float("nan")  # each output written, read once
-        lines.append(
-            f"| {model} | {o['b1_ms_graph']:.2f} / {o['b1_ms_eager']:.2f} | {t['b1_ms_graph']:.2f} / {t['b1_ms_eager']:.2f}"
-            f" | {o['b1_ms_graph'] / t['b1_ms_graph']:.2f} | {o['fwd_img_s']:.0f} / {t['fwd_img_s']:.0f} "
-            f"({o['fwd_img_s'] / t['fwd_img_s']:.2f}) | {ffloor:.0f}, {bfloor:.0f} | {o['train_img_s']:.0f} / {t['train_img_s']:.0f} "
-            f"({o['train_img_s'] / t['train_img_s']:.2f}) | {ffloor / 3:.0f} | {o['peak_train_bytes'] / 2**30:.1f} / "
-            f"{t['peak_train_bytes'] / 2**30:.1f} | {o.get('max_rel_diff_vs_torch', float('nan')):.1e} |")
-    text = "\n".join(lines) + "\n"
+
+    def bflops(res):
+        return next((r["bflops"] for r in res.values() if r.get("bflops")), 0) * 1e9  # a multiply-add = 2
+
+    def floors(res, passes):
+        """images/s at the fp32, TF32 and bf16 tensor peaks; then at the memory bandwidth with every layer's
+        output written and read once per pass in 4-byte and in 2-byte storage"""
+        f = bflops(res) * passes
+        flops = " / ".join(f"{pk / f:.0f}" if pk and f else "?" for pk in (fp32_peak, tf32_peak, bf16_peak))
+        floats = next((r["layer_out_floats"] for r in res.values() if r.get("layer_out_floats")), 0)
+        traffic = " / ".join(f"{bw / (floats * size * 2 * passes):.0f}" if bw and floats else "?" for size in (4, 2))
+        return f"{flops}; {traffic}"
+
+    def train_bytes(res):
+        return "/".join(f"{res[c]['peak_train_bytes'] / 2**30:.1f}" if res.get(c) else "-" for c in cols)
+
+    out = [f"# Ours (CUDA) vs PyTorch on {name}", "",
+           f"GPU: {name}, driver {driver}; {versions}; batch {args.batch} for forward and training (yolov4: training at "
+           f"batch {TRAIN_BATCH['yolov4']}); `python benchmarks/compare_gpu.py`. PyTorch's inputs come from pinned host "
+           "memory with non-blocking copies and `cudnn.benchmark` on; its figure with the batch already on the GPU is in "
+           "parentheses. Ours read NumPy arrays (our pinned staging, uploaded ahead in training). Ratios: the best of "
+           "ours over the best of PyTorch's columns. Floors: images/s at the fp32 / TF32 / bf16 dense tensor peaks "
+           "(training: 3x the forward FLOPs), then at the memory bandwidth (each layer's output written and read once, "
+           "three times in training) in fp32 / half storage.", ""]
+    out += table("Training, images/s", rows, cols,
+                 lambda r: f"{r['train_img_s']:.0f}" + (f" ({r['train_img_s_resident']:.0f})" if "train_img_s_resident" in r else ""),
+                 lambda rs: max(r["train_img_s"] for r in rs), "higher is better", lambda res: floors(res, 3))
+    out += table("Forward, batch 64, images/s", rows, cols,
+                 lambda r: f"{r['fwd_img_s']:.0f}" + (f" ({r['fwd_img_s_resident']:.0f})" if "fwd_img_s_resident" in r else ""),
+                 lambda rs: max(r["fwd_img_s"] for r in rs), "higher is better", lambda res: floors(res, 1))
+    out += table("Batch-1 latency, host input to heads, CUDA graph (eager) ms", rows, cols,
+                 lambda r: f"{r['b1_ms_graph']:.2f} ({r['b1_ms_eager']:.2f})",
+                 lambda rs: 1 / min(r["b1_ms_graph"] for r in rs), "speed: PyTorch ms / ours ms")
+    out += table("Peak training memory, GiB", rows, cols, lambda r: f"{r['peak_train_bytes'] / 2**30:.1f}",
+                 lambda rs: 1 / min(r["peak_train_bytes"] for r in rs), "PyTorch's least / ours' least")
+    diffs = ", ".join(f"{m} {next((r['max_rel_diff_vs_torch'] for r in res.values() if 'max_rel_diff_vs_torch' in r), float('nan')):.1e}"
+                      for m, res in rows)
+    out += [f"Heads, ours against PyTorch fp32 at batch 1 (max relative difference): {diffs}.", ""]
+    text = "\n".join(out)
     print(text)
     if args.write:
         Path(args.write).write_text(text)

@@ -76,7 +76,10 @@ static PoolArgs pool_backward_args(const Tensor& x, const Tensor& dy, const Pool
 
 void GpuBackend::maxpool_backward(const Tensor& x, const Tensor& dy, const PoolGeom& g, Tensor& dx) {
     if (dev().pool_backward(pool_params(x, dy, g, true), x.memory(), dy.memory(), dx.memory())) return;
-    launch("maxpool_backward_f32", dx.size(), {buf(x), buf(dy), buf(dx)}, pool_backward_args(x, dy, g));
+    PoolArgs a = pool_backward_args(x, dy, g);
+    Tensor& winner = scratch(4, dy.size());  // int32 per window: kernels/backward.h
+    launch("maxpool_argmax_f32", dy.size(), {buf(x), buf(winner)}, a);
+    launch("maxpool_backward_f32", dx.size(), {buf(winner), buf(dy), buf(dx)}, a);
 }
 
 void GpuBackend::avgpool_local_backward(const Tensor& x, const Tensor& dy, const PoolGeom& g, Tensor& dx) {

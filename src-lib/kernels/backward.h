@@ -48,30 +48,44 @@ KERNEL(normalize_channels_backward_f32)(KCBUF(float, x, 0), KBUF(float, dy, 1),
 KFN int pool_first(int t, int size, int stride) { return t - size + 1 <= 0 ? 0 : (t - size + stride) / stride; }
 KFN int pool_last(int t, int stride, int out) { return t / stride < out - 1 ? t / stride : out - 1; }
 
-// One thread per dx element (n = elements of dx): for each window that covers it, re-run the
-// forward's argmax (first strictly greatest in row-major window order, as the reference) and take
-// that window's dy when this element won. Adds in the reference's (oy, ox) order onto dx.
-KERNEL(maxpool_backward_f32)(KCBUF(float, x, 0), KCBUF(float, dy, 1), KBUF(float, dx, 2),
+// maxpool backward in two passes, each a gather. Re-running every covering window's argmax per dx
+// element costs size^4 reads per element (yolov7-tiny's SPP pools of size 13: 28561, half of its
+// training step); remembering each window's winner costs size^2 per pass.
+// Pass 1, one thread per dy element (n = elements of dy): the forward's argmax of its window (first
+// strictly greatest in row-major window order, as the reference), as iy * in_w + ix within the
+// plane, or -1 for a window with no input inside it.
+KERNEL(maxpool_argmax_f32)(KCBUF(float, x, 0), KBUF(int, winner, 1), KARGS(PoolArgs, a, 2) KTHREAD_IDS) {
+    uint i = KGID;
+    if (i >= (uint)(a.out_h * a.out_w) * (uint)(a.n / (a.in_h * a.in_w))) return;
+    int ox = (int)(i % (uint)a.out_w), oy = (int)((i / (uint)a.out_w) % (uint)a.out_h);
+    int nc = (int)(i / (uint)(a.out_w * a.out_h));  // sample * channels + channel
+    KGLOBAL const float* xp = x + nc * a.in_h * a.in_w;
+    int off = -a.padding / 2, best_at = -1;
+    float best = -FLT_MAX_K;
+    for (int ky = 0; ky < a.size; ++ky)
+        for (int kx = 0; kx < a.size; ++kx) {
+            int y = oy * a.stride_y + off + ky, xx = ox * a.stride_x + off + kx;
+            if (y < 0 || y >= a.in_h || xx < 0 || xx >= a.in_w) continue;
+            float v = xp[y * a.in_w + xx];
+            if (v > best) best = v, best_at = y * a.in_w + xx;
+        }
+    winner[i] = best_at;
+}
+
+// Pass 2, one thread per dx element (n = elements of dx): the dy of every covering window this
+// element won, added in the reference's (oy, ox) order onto dx.
+KERNEL(maxpool_backward_f32)(KCBUF(int, winner, 0), KCBUF(float, dy, 1), KBUF(float, dx, 2),
                              KARGS(PoolArgs, a, 3) KTHREAD_IDS) {
     uint i = KGID;
     if (i >= (uint)a.n) return;
     int ix = (int)(i % (uint)a.in_w), iy = (int)((i / (uint)a.in_w) % (uint)a.in_h);
-    int nc = (int)(i / (uint)(a.in_w * a.in_h));  // sample * channels + channel
-    KGLOBAL const float* xp = x + nc * a.in_h * a.in_w;
-    int off = -a.padding / 2, ty = iy - off, tx = ix - off;
+    int nc = (int)(i / (uint)(a.in_w * a.in_h));
+    int off = -a.padding / 2, ty = iy - off, tx = ix - off, me = iy * a.in_w + ix;
     float acc = dx[i];
     for (int oy = pool_first(ty, a.size, a.stride_y); oy <= pool_last(ty, a.stride_y, a.out_h); ++oy)
         for (int ox = pool_first(tx, a.size, a.stride_x); ox <= pool_last(tx, a.stride_x, a.out_w); ++ox) {
-            float best = -FLT_MAX_K;
-            int by = -1, bx = -1;
-            for (int ky = 0; ky < a.size; ++ky)
-                for (int kx = 0; kx < a.size; ++kx) {
-                    int y = oy * a.stride_y + off + ky, xx = ox * a.stride_x + off + kx;
-                    if (y < 0 || y >= a.in_h || xx < 0 || xx >= a.in_w) continue;
-                    float v = xp[y * a.in_w + xx];
-                    if (v > best) best = v, by = y, bx = xx;
-                }
-            if (by == iy && bx == ix) acc += dy[(nc * a.out_h + oy) * a.out_w + ox];
+            int o = (nc * a.out_h + oy) * a.out_w + ox;
+            if (winner[o] == me) acc += dy[o];
         }
     dx[i] = acc;
 }

@@ -1,0 +1,79 @@
+"""Where a training iteration's GPU time goes, by kernel, on CUDA (needs PyTorch for its profiler).
+
+    python benchmarks/profile_gpu_training.py --model yolov7-tiny [--batch 64] [--steps 4] [--tf32]
+
+Builds the shipped cfg at 416 with compare_gpu.py's seeded weights, warms up (cuDNN times its
+algorithms in the first iteration), then records --steps training iterations (forward_train, the YOLO
+loss, backward, SGD) with torch.profiler, whose CUPTI tracing sees every kernel of the process, ours
+and cuDNN's included. Prints the kernels by total GPU time with their share of the iterations' kernel
+time, and the wall time per iteration.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import compare_gpu as cg  # noqa: E402
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="yolov7-tiny", choices=list(cg.MODELS))
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--tf32", action="store_true", help="DARKNET_PY_TF32=1")
+    args = ap.parse_args(argv)
+    if args.tf32:
+        os.environ["DARKNET_PY_TF32"] = "1"
+    import darknet_py
+    from torch.profiler import ProfilerActivity, profile
+
+    size = cg.MODELS[args.model]
+    path = cg.sized_cfg(args.model, size, args.batch)
+    net = darknet_py.Network(path, device="cuda")
+    raw = net._net
+    cg.copy_weights(cg.build_torch(path, size), net)
+    os.unlink(path)
+    rng = np.random.default_rng(0)
+    truths = cg.truths_for(args.batch, raw.yolo_info(list(raw.yolo_layers)[-1])["classes"], rng)
+    xb = rng.uniform(0, 1, (args.batch, 3, size, size)).astype(np.float32)
+
+    def step():
+        raw.forward_train(xb, [])
+        raw.yolo_loss(truths)
+        raw.backward()
+        raw.update(1e-4, args.batch)
+
+    for _ in range(3):
+        step()
+    raw.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        for _ in range(args.steps):
+            step()
+        raw.synchronize()
+        wall = (time.perf_counter() - t0) / args.steps
+    total, count = defaultdict(float), defaultdict(int)
+    for e in prof.events():
+        if e.device_type.name == "CUDA":
+            total[e.name] += e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
+            count[e.name] += 1
+    gpu = sum(total.values())
+    print(f"{args.model} batch {args.batch}{' TF32' if args.tf32 else ''}: {1e3 * wall:.1f} ms wall per iteration, "
+          f"{gpu / 1e3 / args.steps:.1f} ms of kernels and copies per iteration ({args.batch / wall:.0f} images/s)")
+    print(f"{'ms/iter':>8} {'share':>6} {'calls':>6}  name")
+    for name, us in sorted(total.items(), key=lambda kv: -kv[1])[:args.top]:
+        print(f"{us / 1e3 / args.steps:8.2f} {100 * us / gpu:5.1f}% {count[name] // args.steps:6d}  {name[:110]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
