@@ -17,7 +17,7 @@ from .network import Detection, Network
 from .outputs import write_text
 from .progress import Progress
 from .sources import Source, is_video, output_path, read_image, write_image
-from .video import FrameReader, FrameWriter
+from .video import FrameReader, FrameWriter, writable_video_path
 from .window import Window
 
 
@@ -164,7 +164,7 @@ class Runner:
 
     # ---- videos and live sources ---------------------------------------------------------------
     def run_video(self, path: str) -> None:
-        out = self._output_for(path)
+        out = writable_video_path(self._output_for(path))
         # preprocessing (Darknet's resize) runs in the decoding thread, beside the forward pass
         with FrameReader(path, prepare=lambda f: self.net.preprocess(f, self.opt.letterbox)) as reader:
             total = reader.frame_count if self.opt.max_frames is None else min(reader.frame_count or self.opt.max_frames,
