@@ -8,6 +8,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -164,6 +165,36 @@ def test_net_stream_releases_the_stream_when_closed(net, sample_frames):
         assert time.perf_counter() - t0 < 5
     finally:
         server.close()
+
+
+def test_ctrl_c_stops_a_stream_cleanly(sample_frames, tmp_path):
+    """SIGINT while a stream runs: exit 130, the annotated video of the frames done, playable, and
+    the JSON marked interrupted; the server sees the connection closed."""
+    server = MjpegServer([_jpegs(sample_frames) * 50])  # about 18 s of stream
+    out, js = tmp_path / "out", tmp_path / "d.json"
+    proc = subprocess.Popen([sys.executable, "-m", "darknet_py", "detect", server.url, *MODEL, "--out", str(out),
+                             "--json", str(js)], stderr=subprocess.PIPE, text=True, env=ENV)
+    try:
+        deadline = time.monotonic() + 30
+        while server.sent < 10:  # the stream is being read
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1]
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+        time.sleep(0.2)
+        sent = server.sent
+        time.sleep(0.2)
+        assert server.sent == sent, "the stream is still being sent to a process that ended"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        server.close()
+    assert proc.returncode == exit_codes.INTERRUPTED and "Traceback" not in err, err
+    doc = json.loads(js.read_text())
+    assert doc["interrupted"] is True and doc["complete"] is False and doc["results"]
+    cap = cv2.VideoCapture(str(out / "stream.mp4"))
+    assert cap.isOpened() and cap.read()[0]
+    cap.release()
 
 
 def test_camera_that_does_not_exist_is_one_line_and_exit_1(tmp_path):

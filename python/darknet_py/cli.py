@@ -10,7 +10,7 @@ import sys
 import warnings
 from typing import Any, Dict, Optional, Sequence
 
-from .argtypes import positive_int, unit_interval
+from .argtypes import non_negative_int, positive_int, unit_interval
 from . import exit_codes
 from .devices import add_device_option
 
@@ -112,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-frames", type=positive_int, metavar="N", help="stop each video or stream after N frames")
     p.add_argument("--no-drop", action="store_true",
                    help="a camera or stream: detect every frame, in order, even when slower than the source")
-    p.add_argument("--reconnect", type=int, default=5, metavar="N",
+    p.add_argument("--reconnect", type=non_negative_int, default=5, metavar="N",
                    help="a stream that stops is reopened up to N times, with back-off (default: %(default)s; 0: never)")
     p.add_argument("--verbose", action="store_true", help="also print FFmpeg's own messages (errors in the video data)")
     add_device_option(p)
@@ -207,7 +207,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
     cfg = resolve_cfg(args.cfg)
     net, names_path = _load_network(cfg, args.weights, args.names, args.device)
     options = DetectOptions(args.thresh, args.nms, args.letterbox, args.out, max_frames=args.max_frames,
-                            drop=not args.no_drop, reconnect=max(0, args.reconnect), show=args.show,
+                            drop=not args.no_drop, reconnect=args.reconnect, show=args.show,
                             save_labels=args.save_labels, save_crops=args.save_crops)
     runner = Runner(net, source, options, keep_results=bool(args.json))  # else a long video's results pile up
     interrupted = complete = False
