@@ -343,32 +343,90 @@ def _free_display() -> int:
     return next(n for n in range(90, 200) if not os.path.exists(f"/tmp/.X11-unix/X{n}"))
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="Xvfb is a Linux X server")
-def test_show_opens_a_window_on_a_virtual_display(tmp_path):
+@pytest.fixture
+def virtual_display():
+    """An Xvfb display for one test, with xwininfo (window list) and xdotool (key presses)."""
     import shutil
 
-    missing = [t for t in ("Xvfb", "xwininfo") if shutil.which(t) is None]
+    if sys.platform != "linux":
+        pytest.skip("Xvfb is a Linux X server")
+    missing = [t for t in ("Xvfb", "xwininfo", "xdotool") if shutil.which(t) is None]
     if missing:
-        pytest.skip(f"{' and '.join(missing)} not installed (Debian: apt-get install xvfb x11-utils)")
+        pytest.skip(f"{', '.join(missing)} not installed (Debian: apt-get install xvfb x11-utils xdotool)")
     display = f":{_free_display()}"
     xvfb = subprocess.Popen(["Xvfb", display, "-screen", "0", "640x480x24", "-nolisten", "tcp"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 10
+    while not os.path.exists(f"/tmp/.X11-unix/X{display[1:]}") and time.time() < deadline:
+        time.sleep(0.05)
+    yield {**ENV, "DISPLAY": display, "QT_QPA_PLATFORM": "xcb"}
+    xvfb.terminate()
+    xvfb.wait(timeout=10)
+
+
+def _wait_for_window(proc, title: str, env: dict, seconds: float = 30) -> str:
+    """The window id of the X window titled `title`, once it appears (xwininfo, not our word for it)."""
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        assert proc.poll() is None, proc.communicate()[1]
+        for line in subprocess.run(["xwininfo", "-root", "-tree"], capture_output=True, text=True, env=env).stdout.splitlines():
+            if f'"{title}"' in line:
+                return line.split()[0]
+        time.sleep(0.05)
+    raise AssertionError(f"no window titled {title!r} appeared in {seconds} s")
+
+
+def _press(key: str, window: str, env: dict) -> None:
+    subprocess.run(["xdotool", "windowfocus", "--sync", window], env=env, check=True, timeout=10)
+    subprocess.run(["xdotool", "key", key], env=env, check=True, timeout=10)
+
+
+def test_show_window_image_waits_for_a_key_video_plays(virtual_display, tmp_path):
+    lst = tmp_path / "list.txt"
+    lst.write_text(f"{DEMO['image']}\n{DEMO['video']}\n")
+    proc = subprocess.Popen([sys.executable, "-m", "darknet_py", "detect", str(lst), *MODEL, "--show",
+                             "--out", str(tmp_path / "out")], stderr=subprocess.PIPE, text=True, env=virtual_display)
     try:
-        deadline = time.time() + 10
-        while not os.path.exists(f"/tmp/.X11-unix/X{display[1:]}") and time.time() < deadline:
-            time.sleep(0.05)
-        env = {**ENV, "DISPLAY": display, "QT_QPA_PLATFORM": "xcb"}
-        proc = subprocess.Popen([sys.executable, "-m", "darknet_py", "detect", DEMO["video"], *MODEL, "--show",
-                                 "--no-drop", "--out", str(tmp_path)], stderr=subprocess.PIPE, text=True, env=env)
-        title, tree = "darknet_py: " + DEMO["video"], ""
-        while proc.poll() is None and title not in tree and time.time() < deadline + 30:
-            tree = subprocess.run(["xwininfo", "-root", "-tree"], capture_output=True, text=True, env=env).stdout
-            time.sleep(0.05)
-        proc.wait(timeout=60)
-        err = proc.stderr.read()
-        assert proc.returncode == 0, err
-        assert title in tree, f"no window titled {title!r} appeared:\n{tree[-2000:]}\n{err}"
-        assert "--show:" not in err
+        window = _wait_for_window(proc, f"darknet_py: {lst}", virtual_display)
+        time.sleep(0.5)
+        assert proc.poll() is None, "the image should stay up until a key is pressed"
+        _press("space", window, virtual_display)
+        _, err = proc.communicate(timeout=60)
     finally:
-        xvfb.terminate()
-        xvfb.wait(timeout=10)
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "--show:" not in err and (tmp_path / "out" / "sample.mp4").is_file()
+
+
+def test_show_q_stops_a_stream(virtual_display, sample_frames, tmp_path):
+    server = MjpegServer([_jpegs(sample_frames) * 50])  # about 18 s of stream
+    proc = subprocess.Popen([sys.executable, "-m", "darknet_py", "detect", server.url, *MODEL, "--show",
+                             "--out", str(tmp_path)], stderr=subprocess.PIPE, text=True, env=virtual_display)
+    try:
+        window = _wait_for_window(proc, f"darknet_py: {server.url}", virtual_display)
+        _press("q", window, virtual_display)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        server.close()
+    assert proc.returncode == 0, err
+    assert server.sent < 12 * 50 and (tmp_path / "stream.mp4").is_file()
+
+
+# ---- the Python names the README uses -------------------------------------------------------------
+def test_python_names(net):
+    import importlib
+
+    rows = darknet_py.devices()  # a function, as README says, though a submodule has the same name
+    assert isinstance(rows, list) and all("found" in r for r in rows)
+    assert importlib.import_module("darknet_py.devices").resolve("cpu") == "cpu"
+    shipped = darknet_py.Network("yolov4-tiny.cfg", names="coco.names", device="cpu")  # found by name
+    assert shipped.cfg_path.endswith(os.path.join("cfg", "yolov4-tiny.cfg")) and len(shipped.names) == 80
+    with pytest.raises(FileNotFoundError, match="cfg file not found: nope.cfg .*yolov4-tiny.cfg"):
+        darknet_py.Network("nope.cfg")
+    image = cv2.imread(DEMO["image"])
+    dets = net.detect(image)
+    annotated = darknet_py.annotate(image, dets, net.classes)
+    assert annotated is not image and (annotated != image).any() and cv2.imread(DEMO["image"]).tobytes() == image.tobytes()

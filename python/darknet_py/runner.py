@@ -147,7 +147,7 @@ class Runner:
                 elif bar is not None:
                     bar.update()
                 # a still image stays up until a key: any key shows the next, q or Esc stops
-                if self.window is not None and not self.window.show(annotated, wait_ms=0):
+                if self.window is not None and not self.window.show(annotated, wait_for_key=True):
                     self.stopped = True
                     break
         finally:

@@ -65,17 +65,25 @@ class Window:
         if not self.ok:
             say(f"--show: {reason}; going on without a window")
 
-    def show(self, frame: np.ndarray, wait_ms: int = 1) -> bool:
-        """Displays the frame and waits `wait_ms` (0: until a key). False when the user asked to
-        stop: `q` or Esc, or the window was closed."""
+    def show(self, frame: np.ndarray, wait_for_key: bool = False) -> bool:
+        """Displays the frame; with wait_for_key, until a key is pressed. False when the user asked
+        to stop: `q` or Esc, or the window was closed."""
         if not self.ok:
             return True
         import cv2
 
         cv2.imshow(self.title, frame)
-        key = cv2.waitKey(wait_ms) & 0xFF
-        if key in QUIT_KEYS:
-            return False
+        while True:
+            # short waits, so that closing the window with the mouse is noticed while waiting for a key
+            key = cv2.waitKey(50 if wait_for_key else 1) & 0xFF
+            if key in QUIT_KEYS or not self._visible():
+                return False
+            if not wait_for_key or key != 0xFF:
+                return True
+
+    def _visible(self) -> bool:
+        import cv2
+
         try:
             return cv2.getWindowProperty(self.title, cv2.WND_PROP_VISIBLE) >= 1
         except cv2.error:  # closed by the user: the window no longer exists
