@@ -28,7 +28,8 @@ SOURCE is an image, a folder of images, a quoted glob ("photos/**/*.jpg"), a vid
 video path a line, as Darknet's `< list.txt`), `-` (that list on stdin), a camera index (0) or a
 stream URL (rtsp://, rtmp://, http(s):// MJPEG, whatever OpenCV's FFmpeg opens).
 Images are written annotated to --out with their own names; a video becomes an annotated video
-of the same frame count, fps and size, with an FPS overlay; a camera or stream becomes
+of the same frame count, fps and size, with an FPS overlay (a .webm .mpg .mpeg .ts .wmv .gif becomes
+<name>.<ext>.mp4, a container every OpenCV build writes); a camera or stream becomes
 --out/camera0.mp4 or --out/<last part of the URL>.mp4. For a single image the detections are also
 printed as Darknet prints them.
 

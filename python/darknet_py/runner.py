@@ -132,7 +132,10 @@ class Runner:
                 t0 = time.perf_counter()
                 dets = self._detect(image)
                 ms = (time.perf_counter() - t0) * 1000
-                self._save_extras(path, image, dets, os.path.splitext(os.path.basename(path))[0])
+                if self.opt.save_labels:
+                    save_labels(path, dets, image.shape[1], image.shape[0])
+                if self.opt.save_crops:
+                    save_crops(self.opt.save_crops, os.path.splitext(os.path.basename(path))[0], image, dets)
                 annotated = draw_detections(image, dets, self.classes)
                 write_image(out, annotated)
                 self.outputs.append(out)
@@ -155,20 +158,14 @@ class Runner:
                 bar.close()
                 print(f"annotated images in {self.opt.out_dir}", file=self.stderr)
 
-    def _save_extras(self, path: str, image, dets: List[Detection], stem: str, is_frame: bool = False) -> None:
-        """--save-labels (images only: a video frame has no file to sit beside) and --save-crops."""
-        if self.opt.save_labels and not is_frame:
-            save_labels(path, dets, image.shape[1], image.shape[0])
-        if self.opt.save_crops:
-            save_crops(self.opt.save_crops, stem, image, dets)
-
     # ---- videos and live sources ---------------------------------------------------------------
     def run_video(self, path: str) -> None:
         out = writable_video_path(self._output_for(path))
         # preprocessing (Darknet's resize) runs in the decoding thread, beside the forward pass
         with FrameReader(path, prepare=lambda f: self.net.preprocess(f, self.opt.letterbox)) as reader:
-            total = reader.frame_count if self.opt.max_frames is None else min(reader.frame_count or self.opt.max_frames,
-                                                                                self.opt.max_frames)
+            total = reader.frame_count
+            if self.opt.max_frames is not None:
+                total = min(total or self.opt.max_frames, self.opt.max_frames)
             self._run_frames(reader, path, out, total)
         if reader.bad_frames:
             self._skip(f"{path}: {reader.bad_frames_text()}")
@@ -209,7 +206,8 @@ class Runner:
                     if self.keep_results:
                         self.results.append({"video": name, "frame": index,
                                              "detections": [d.to_dict() for d in dets]})
-                    self._save_extras(name, frame, dets, f"{stem}_{index:06d}", is_frame=True)
+                    if self.opt.save_crops:  # (--save-labels is for images: a frame has no file to sit beside)
+                        save_crops(self.opt.save_crops, f"{stem}_{index:06d}", frame, dets)
                     draw_detections(frame, dets, self.classes, inplace=True)  # the frame is ours
                     now = time.perf_counter()
                     # frames per second of the whole loop, smoothed so the overlay does not flicker
