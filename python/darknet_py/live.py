@@ -163,7 +163,9 @@ class LiveReader:
         self._stop.set()
         with self._cond:
             self._cond.notify_all()
-        self._thread.join(timeout=OPEN_TIMEOUT_MS / 1000 + 2)  # a read in progress may take that long
+        # a read of a stalled stream can block until its timeout: the thread then releases the
+        # capture itself (it is a daemon: it never holds the process open)
+        self._thread.join(timeout=2)
 
     def __enter__(self) -> "LiveReader":
         return self
