@@ -14,6 +14,10 @@ from ._core import DarknetError  # noqa: E402
 from .network import Detection, Network, read_names  # noqa: E402
 from .evaluate import compute_map  # noqa: E402
 from .train import StopTraining, TrainingDiverged, TrainResult, train  # noqa: E402
+from .draw import draw_detections as annotate  # noqa: E402
+# the function replaces the submodule of the same name as the package's attribute, so that
+# `darknet_py.devices()` works; the submodule stays importable (`from darknet_py.devices import resolve`)
+from .devices import devices  # noqa: E402
 
 
 def metal_source() -> str:
@@ -26,5 +30,5 @@ def metal_source() -> str:
 map = compute_map  # darknet_py.map(data, cfg, weights, ...): Darknet's `detector map`
 
 __version__ = "0.1.0"
-__all__ = ["DarknetError", "Detection", "Network", "StopTraining", "TrainResult", "TrainingDiverged", "compute_map",
-           "metal_source", "read_names", "train", "__version__"]
+__all__ = ["DarknetError", "Detection", "Network", "StopTraining", "TrainResult", "TrainingDiverged", "annotate",
+           "compute_map", "devices", "metal_source", "read_names", "train", "__version__"]

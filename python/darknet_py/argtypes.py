@@ -35,6 +35,17 @@ def positive_int(text: str) -> int:
     return v
 
 
+def non_negative_int(text: str) -> int:
+    """An integer >= 0: retries, where 0 means none."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {v}")
+    return v
+
+
 def size_wxh(text: str) -> tuple:
     """An image size as WIDTHxHEIGHT (or one number for a square), each at least 1: (width, height)."""
     parts = text.lower().replace("*", "x").split("x")

@@ -10,7 +10,7 @@ import sys
 import warnings
 from typing import Any, Dict, Optional, Sequence
 
-from .argtypes import positive_int, unit_interval
+from .argtypes import non_negative_int, positive_int, unit_interval
 from . import exit_codes
 from .devices import add_device_option
 
@@ -23,10 +23,20 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
 
 
 DETECT_EXAMPLES = f"""\
-SOURCE is an image, a folder of images, a quoted glob ("photos/**/*.jpg") or a video
-(.mp4, .mov, .avi, .mkv). Images are written annotated to --out with their own names;
-a video becomes an annotated video of the same frame count, fps and size, with an FPS overlay.
-For a single image the detections are also printed as Darknet prints them.
+SOURCE is an image, a folder of images, a quoted glob ("photos/**/*.jpg"), a video
+(.mp4 .mov .avi .mkv .m4v .webm .mpg .mpeg .ts .wmv .gif), a list file (list.txt: one image or
+video path a line, as Darknet's `< list.txt`), `-` (that list on stdin), a camera index (0) or a
+stream URL (rtsp://, rtmp://, http(s):// MJPEG, whatever OpenCV's FFmpeg opens).
+Images are written annotated to --out with their own names; a video becomes an annotated video
+of the same frame count, fps and size, with an FPS overlay (a .webm .mpg .mpeg .ts .wmv .gif becomes
+<name>.<ext>.mp4, a container every OpenCV build writes); a camera or stream becomes
+--out/camera0.mp4 or --out/<last part of the URL>.mp4. For a single image the detections are also
+printed as Darknet prints them.
+
+A camera or stream runs until it ends, Ctrl-C, q/Esc in the --show window, or --max-frames. It
+detects the newest frame and drops the stale ones (counted on the progress line; --no-drop detects
+every frame), and reopens a stream that stops, waiting 0.5 s, 1 s, 2 s, ... (at most 8 s) before
+each of --reconnect attempts.
 
 --cfg takes a path or the name of a cfg shipped with darknet_py (see `{PROG} info`); an
 80-class network gets the shipped coco.names unless --names is given.
@@ -40,6 +50,10 @@ examples:
   {PROG} detect photos/ --cfg yolov4-tiny --weights yolov4-tiny.weights --out annotated/
   {PROG} detect "shots/*.png" --cfg my.cfg --weights my.weights --names my.names --thresh 0.5
   {PROG} detect clip.mp4 --cfg yolov4-tiny --weights yolov4-tiny.weights --json clip.json
+  {PROG} detect 0 --cfg yolov4-tiny --weights yolov4-tiny.weights --show
+  {PROG} detect rtsp://192.168.1.20:554/stream1 --cfg yolov4-tiny --weights yolov4-tiny.weights --max-frames 1000
+  {PROG} detect new_images.txt --cfg my.cfg --weights my.weights --names my.names --save-labels
+  find shots -name "*.jpg" | {PROG} detect - --cfg my.cfg --weights my.weights --save-crops crops/
 
 An image or video that cannot be read in a folder or glob (or a damaged stretch of a video) is
 named on stderr and skipped; the others are done, the skips are listed at the end, and the exit
@@ -80,7 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Detect objects and write annotated copies.", epilog=DETECT_EXAMPLES,
                        formatter_class=_Formatter)
     p.add_argument("source", metavar="SOURCE", nargs="?",
-                   help="image, folder, glob or video file (default with the demo model: its sample image)")
+                   help="image, folder, glob, video, list.txt, - (a list on stdin), camera index or stream URL "
+                        "(default with the demo model: its sample image)")
     p.add_argument("--cfg", help="network .cfg: a path or a shipped cfg's name (default: the bundled demo model)")
     p.add_argument("--weights", help="Darknet .weights file (default: the bundled demo model's)")
     p.add_argument("--names", help="class names, one per line (default: shipped coco.names for 80 classes)")
@@ -90,6 +105,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=DEFAULT_OUT, metavar="DIR", help="folder for the annotated images/videos (default: ./%(default)s/)")
     p.add_argument("--json", metavar="FILE", help="also write every detection to this JSON file")
     p.add_argument("--threads", type=positive_int, metavar="N", help="CPU threads (default: all cores)")
+    p.add_argument("--show", action="store_true",
+                   help="show the annotated frames in a window as they come (q or Esc quits; an image waits for a key)")
+    p.add_argument("--save-labels", action="store_true",
+                   help="write Darknet/YOLO labels (class x y w h, relative) beside each image, as Darknet's -save_labels")
+    p.add_argument("--save-crops", metavar="DIR", help="write each detection's crop to DIR/<class name>/")
+    p.add_argument("--max-frames", type=positive_int, metavar="N", help="stop each video or stream after N frames")
+    p.add_argument("--no-drop", action="store_true",
+                   help="a camera or stream: detect every frame, in order, even when slower than the source")
+    p.add_argument("--reconnect", type=non_negative_int, default=5, metavar="N",
+                   help="a stream that stops is reopened up to N times, with back-off (default: %(default)s; 0: never)")
+    p.add_argument("--verbose", action="store_true", help="also print FFmpeg's own messages (errors in the video data)")
     add_device_option(p)
     p.set_defaults(func=cmd_detect, parser=p)
 
@@ -174,13 +200,16 @@ def cmd_detect(args: argparse.Namespace) -> int:
         args.parser.error("detect needs both --cfg and --weights, or neither for the bundled demo model "
                           f"(e.g. --cfg yolov4-tiny.cfg --weights yolov4-tiny.weights; `{PROG} info` lists the shipped cfgs)")
     if args.source is None:
-        args.parser.error("detect needs a SOURCE with --cfg and --weights (an image, folder, glob or video)")
+        args.parser.error("detect needs a SOURCE with --cfg and --weights (an image, folder, glob, video, list, "
+                          "camera index or stream URL)")
     if args.threads:
         _core.set_threads(args.threads)
     source = resolve_source(args.source)  # before loading the model: a typo should fail fast
     cfg = resolve_cfg(args.cfg)
     net, names_path = _load_network(cfg, args.weights, args.names, args.device)
-    options = DetectOptions(args.thresh, args.nms, args.letterbox, args.out)
+    options = DetectOptions(args.thresh, args.nms, args.letterbox, args.out, max_frames=args.max_frames,
+                            drop=not args.no_drop, reconnect=args.reconnect, show=args.show,
+                            save_labels=args.save_labels, save_crops=args.save_crops)
     runner = Runner(net, source, options, keep_results=bool(args.json))  # else a long video's results pile up
     interrupted = complete = False
     try:
@@ -277,11 +306,20 @@ def _quiet_opencv() -> None:
         pass
 
 
+def _quiet_ffmpeg(verbose: bool) -> None:
+    """FFmpeg (inside OpenCV) prints every decoding error itself, thousands of lines for one damaged
+    stretch of video, above our one line that says what was skipped. OpenCV reads this variable
+    when it first opens a video (-8: AV_LOG_QUIET); a value the user set is kept."""
+    if not verbose:
+        os.environ.setdefault("OPENCV_FFMPEG_LOGLEVEL", "-8")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Runs the command line `argv` (default sys.argv[1:]); returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(list(argv) if argv is not None else None)
     _quiet_opencv()
+    _quiet_ffmpeg(getattr(args, "verbose", False))
     try:
         return int(args.func(args))
     except KeyboardInterrupt:

@@ -33,16 +33,19 @@ def check_name(name: str) -> str:
 
 @functools.lru_cache(maxsize=None)
 def resolve(name: str) -> str:
-    """A concrete device name ("auto" resolved once per process; the devices it skipped, and why,
-    are printed once on stderr)."""
+    """A concrete device name ("auto" resolved once per process). A GPU that "auto" passed over
+    because it failed its check is printed once on stderr: without the failure it would have been
+    chosen. CPU OpenCL runtimes and simulators are never chosen by "auto", so skipping them
+    changes nothing and is not printed (`darknet_py info` lists every device)."""
     resolved, log = _core.resolve_device(check_name(name))
     for line in log:
-        print(f"darknet_py: device {line}", file=sys.stderr)
+        if not line.endswith("skipped: not a GPU"):
+            print(f"darknet_py: device {line}", file=sys.stderr)
     return resolved
 
 
 def devices() -> List[Dict[str, object]]:
-    """Every GPU device found (id, name, vendor, driver, memory_bytes, compute_units, is_gpu), and
+    """`darknet_py.devices()`: every GPU device found (id, name, vendor, driver, memory_bytes, compute_units, is_gpu), and
     for each kind with none found a row with found=False and the reason."""
     return list(_core.devices())
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Iterator, List, Optional, Sequence, Tuple, Union
 
 import cv2
 import numpy as np
@@ -53,6 +53,13 @@ def _existing(path: PathLike, what: str) -> str:
     return path
 
 
+def _model_file(path: PathLike, what: str, suffix: str) -> str:
+    """A path, or the name of a cfg/names file shipped with the package (as the CLI takes them)."""
+    from .cfgfiles import resolve_model_file
+
+    return resolve_model_file(os.fspath(path), what, suffix)
+
+
 class Network:
     """A Darknet network built from a .cfg file, optionally with .weights and class names.
 
@@ -64,14 +71,14 @@ class Network:
     def __init__(self, cfg: PathLike, weights: Optional[PathLike] = None, names: Optional[PathLike] = None,
                  device: Optional[str] = None, *, backend: Optional[str] = None) -> None:
         # device: see darknet_py.devices (None: $DARKNET_PY_DEVICE, else "auto"); backend: its old name
-        self.cfg_path = _existing(cfg, "cfg file")
+        self.cfg_path = _model_file(cfg, "cfg file", ".cfg")
         self._net = _core.Net(self.cfg_path, resolve(device or backend or default_device()))
         for msg in self._net.warnings:
             warnings.warn(msg, stacklevel=2)
         self.weights_path: Optional[str] = None
         if weights is not None:
             self.load_weights(weights)
-        self.names: List[str] = read_names(_existing(names, "names file")) if names is not None else []
+        self.names: List[str] = read_names(_model_file(names, "names file", ".names")) if names is not None else []
 
     # ---- model files -------------------------------------------------------------------------
     def load_weights(self, path: PathLike, max_layers: Optional[int] = None) -> dict:
@@ -183,6 +190,17 @@ class Network:
                                float(thresh), float(nms), bool(letterbox), postproc)
         return [[Detection(c, self.class_name(c), float(p), x, y, w, h) for (c, p, x, y, w, h) in per_image]
                 for per_image in raw]
+
+    def stream(self, source: Union[int, PathLike], thresh: float = 0.25, nms: float = 0.45, letterbox: bool = False,
+               max_frames: Optional[int] = None, drop: bool = True) -> "Iterator[Tuple[np.ndarray, List[Detection]]]":
+        """Yields (frame, detections) for every frame of `source`: a camera index (0), a stream URL
+        (rtsp://, rtmp://, http(s)://), a video, an image, a folder, a glob or a list file, as
+        `darknet_py detect` takes them. A generator: closing it (or leaving the for loop) releases
+        the capture. A live source hands out its newest frame (drop=False: every frame); see
+        darknet_py.stream."""
+        from .stream import stream_detections
+
+        return stream_detections(self, source, thresh, nms, letterbox, max_frames, drop)
 
     # ---- export ---------------------------------------------------------------------------------
     def export_onnx(self, path: PathLike, size: Optional[Tuple[int, int]] = None, batch: int = 1,

@@ -36,6 +36,7 @@ class Progress:
         # a terminal is redrawn 10 times a second; a log gets one line every 5 s
         self.interval = interval if interval is not None else (0.1 if self.tty else 5.0)
         self.count = 0
+        self.note = ""  # shown after the rate, e.g. "3 dropped" for a live source
         self.start = time.perf_counter()
         self._last = self.start
         self._closed = False
@@ -77,6 +78,8 @@ class Progress:
         else:
             parts.append(f"{self.count} {self.unit}")
         parts.append(self._rate_text(self.rate))
+        if self.note:
+            parts.append(self.note)
         eta = self.eta()
         if eta is not None:
             parts.append(f"ETA {format_duration(eta)}")
@@ -84,7 +87,8 @@ class Progress:
 
     def summary(self) -> str:
         head = f"{self.label}  " if self.label else ""
-        return f"{head}{self.count} {self.unit} in {self.elapsed:.1f} s ({self._rate_text(self.rate)})"
+        note = f", {self.note}" if self.note else ""
+        return f"{head}{self.count} {self.unit} in {self.elapsed:.1f} s ({self._rate_text(self.rate)}{note})"
 
     def _rate_text(self, rate: float) -> str:
         return f"{rate:.1f} FPS" if self.unit == "frames" else f"{rate:.1f} {self.unit}/s"

@@ -1,4 +1,5 @@
-"""Runs detection over a Source: annotated images/videos in the output folder, results as dicts."""
+"""Runs detection over a Source: annotated images/videos in the output folder, results as dicts;
+optionally a window (--show), label files (--save-labels) and crops (--save-crops)."""
 from __future__ import annotations
 
 import json
@@ -6,15 +7,18 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, TextIO
+from typing import Any, Dict, List, Optional, TextIO, Union
 
 from .draw import draw_detections, draw_fps
 from .exit_codes import OutputError
+from .labels_crops import save_crops, save_labels
+from .live import LiveReader, live_name
 from .network import Detection, Network
 from .outputs import write_text
 from .progress import Progress
 from .sources import Source, is_video, output_path, read_image, write_image
-from .video import FrameReader, FrameWriter
+from .video import FrameReader, FrameWriter, writable_video_path
+from .window import Window
 
 
 @dataclass
@@ -23,6 +27,12 @@ class DetectOptions:
     nms: float = 0.45
     letterbox: bool = False
     out_dir: str = "detections"
+    max_frames: Optional[int] = None   # per video or live source
+    drop: bool = True                  # a live source: detect the newest frame, drop stale ones
+    reconnect: int = 5                 # a live source: reopen attempts after it stops
+    show: bool = False                 # annotated frames in a window
+    save_labels: bool = False          # Darknet's -save_labels beside each image
+    save_crops: Optional[str] = None   # folder for each detection's crop, by class
 
 
 def darknet_lines(detections: List[Detection]) -> List[str]:
@@ -50,6 +60,9 @@ class Runner:
         self.keep_results = keep_results
         self.failures: List[str] = []  # "path: what is wrong" for each input skipped in whole or part
         self.outputs: List[str] = []
+        self.window: Optional[Window] = None
+        self._bar: Optional[Progress] = None  # the progress bar of the video or stream being run
+        self.stopped = False  # the user closed the window or pressed q / Esc: the run ends there
 
     def _skip(self, message: str, bar: Optional[Progress] = None) -> None:
         """Reports a skipped input (or part of one) now, in one line, and keeps it for the summary."""
@@ -60,12 +73,28 @@ class Runner:
             print(f"skipped: {message}", file=self.stderr)
 
     def run(self) -> None:
+        if self.opt.show:
+            self.window = Window(f"darknet_py: {self.source.spec}", lambda text: print(text, file=self.stderr))
+        try:
+            self._run_source()
+        finally:
+            if self.window is not None:
+                self.window.close()
+
+    def _run_source(self) -> None:
         for path in self.source.ignored:  # a glob also matched other files: say so, go on
             self._skip(f"{path}: not an image or video (by its extension)")
+        for line in self.source.missing:  # a list named files that are not there
+            self._skip(line)
+        if self.source.live is not None:
+            self.run_live(self.source.live)
+            return
         images = [f for f in self.source.files if not is_video(f)]
         if images:
             self.run_images(images)
         for video in self.source.videos:
+            if self.stopped:
+                return
             if len(self.source.files) == 1:  # the only input: its error is the command's
                 self.run_video(video)
                 continue
@@ -103,7 +132,12 @@ class Runner:
                 t0 = time.perf_counter()
                 dets = self._detect(image)
                 ms = (time.perf_counter() - t0) * 1000
-                write_image(out, draw_detections(image, dets, self.classes))
+                if self.opt.save_labels:
+                    save_labels(path, dets, image.shape[1], image.shape[0])
+                if self.opt.save_crops:
+                    save_crops(self.opt.save_crops, os.path.splitext(os.path.basename(path))[0], image, dets)
+                annotated = draw_detections(image, dets, self.classes)
+                write_image(out, annotated)
                 self.outputs.append(out)
                 if self.keep_results:
                     self.results.append({"image": path, "output": out, "width": image.shape[1],
@@ -115,29 +149,65 @@ class Runner:
                     print(f"annotated image: {out}", file=self.stderr)
                 elif bar is not None:
                     bar.update()
+                # a still image stays up until a key: any key shows the next, q or Esc stops
+                if self.window is not None and not self.window.show(annotated, wait_for_key=True):
+                    self.stopped = True
+                    break
         finally:
             if bar is not None:
                 bar.close()
                 print(f"annotated images in {self.opt.out_dir}", file=self.stderr)
 
-    # ---- videos ------------------------------------------------------------------------------
+    # ---- videos and live sources ---------------------------------------------------------------
     def run_video(self, path: str) -> None:
-        out = self._output_for(path)
-        letterbox = self.opt.letterbox
+        out = writable_video_path(self._output_for(path))
         # preprocessing (Darknet's resize) runs in the decoding thread, beside the forward pass
-        with FrameReader(path, prepare=lambda f: self.net.preprocess(f, letterbox)) as reader, \
-                FrameWriter(out, reader.fps) as writer:
-            bar = Progress(reader.frame_count, "frames", label=f"{os.path.basename(path)} on {self.net.device}",
-                           stream=self.stderr)
+        with FrameReader(path, prepare=lambda f: self.net.preprocess(f, self.opt.letterbox)) as reader:
+            total = reader.frame_count
+            if self.opt.max_frames is not None:
+                total = min(total or self.opt.max_frames, self.opt.max_frames)
+            self._run_frames(reader, path, out, total)
+        if reader.bad_frames:
+            self._skip(f"{path}: {reader.bad_frames_text()}")
+
+    def run_live(self, spec: Union[int, str]) -> None:
+        """A camera or stream until it ends, Ctrl-C, q in the window, or --max-frames."""
+        out = os.path.join(self.opt.out_dir, live_name(spec) + ".mp4")
+        with LiveReader(spec, drop=self.opt.drop, reconnect=self.opt.reconnect, on_message=self._message) as reader:
+            self._run_frames(reader, reader.name, out, self.opt.max_frames)
+        if reader.end_reason:
+            print(reader.end_reason, file=self.stderr)
+        if reader.dropped:
+            print(f"{reader.name}: {reader.dropped} stale frame(s) dropped (detection was slower than the source; "
+                  "--no-drop detects every frame)", file=self.stderr)
+
+    def _message(self, text: str) -> None:
+        """A line of its own (a live source's reconnection notices), kept clear of the progress bar."""
+        if self._bar is not None:
+            self._bar.message(text)
+        else:
+            print(text, file=self.stderr)
+
+    def _run_frames(self, reader: Union[FrameReader, LiveReader], name: str, out: str, total: Optional[int]) -> None:
+        """Detects every frame the reader hands out, writes the annotated video to `out`."""
+        letterbox = self.opt.letterbox
+        stem = os.path.splitext(os.path.basename(out))[0]
+        with FrameWriter(out, reader.fps) as writer:
+            bar = self._bar = Progress(total, "frames", label=f"{os.path.basename(name)} on {self.net.device}",
+                                       stream=self.stderr)
             fps: Optional[float] = None
             last = time.perf_counter()
             try:
                 for index, frame, blob in reader:
+                    if blob is None:  # a live reader hands out raw frames: only those detected are prepared
+                        blob = self.net.preprocess(frame, letterbox)
                     size = (frame.shape[1], frame.shape[0])
                     dets = self.net.detect_blob(blob[None], [size], self.opt.thresh, self.opt.nms, letterbox)[0]
                     if self.keep_results:
-                        self.results.append({"video": path, "frame": index,
+                        self.results.append({"video": name, "frame": index,
                                              "detections": [d.to_dict() for d in dets]})
+                    if self.opt.save_crops:  # (--save-labels is for images: a frame has no file to sit beside)
+                        save_crops(self.opt.save_crops, f"{stem}_{index:06d}", frame, dets)
                     draw_detections(frame, dets, self.classes, inplace=True)  # the frame is ours
                     now = time.perf_counter()
                     # frames per second of the whole loop, smoothed so the overlay does not flicker
@@ -146,18 +216,24 @@ class Runner:
                     last = now
                     draw_fps(frame, fps)
                     writer.write(frame)
+                    if isinstance(reader, LiveReader):
+                        bar.note = f"{reader.dropped} dropped"
                     bar.update()
+                    if self.window is not None and not self.window.show(frame):
+                        self.stopped = True
+                        break
+                    if self.opt.max_frames is not None and bar.count >= self.opt.max_frames:
+                        break
             except KeyboardInterrupt:
                 if writer.frames:  # the writer finalizes what it got under the output's name
                     self.outputs.append(out)
                 raise
             finally:
                 bar.close()
+                self._bar = None
         if not writer.frames:
-            raise ValueError(f"{path}: no frame of the video could be decoded")
+            raise ValueError(f"{name}: no frame could be decoded")
         self.outputs.append(out)
-        if reader.bad_frames:
-            self._skip(f"{path}: {reader.bad_frames_text()}")
         print(f"annotated video: {out}", file=self.stderr)
 
 

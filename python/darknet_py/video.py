@@ -20,7 +20,7 @@ from .outputs import TempVideo
 
 # mp4v (MPEG-4 part 2) is what every opencv-python wheel can encode into .mp4/.mov/.mkv; .avi gets
 # MJPG, which OpenCV encodes itself even without FFmpeg (Darknet's demo writes MJPG too).
-_FOURCC = {".mp4": "mp4v", ".mov": "mp4v", ".mkv": "mp4v", ".avi": "MJPG"}
+_FOURCC = {".mp4": "mp4v", ".mov": "mp4v", ".mkv": "mp4v", ".m4v": "mp4v", ".avi": "MJPG"}
 _END = object()
 MAX_BAD_RUN = 50  # this many undecodable frames in a row end the video (the rest is taken as lost)
 
@@ -33,6 +33,13 @@ class _Failure:
 def fourcc_for(path: str) -> str:
     """The codec used to write a video at `path`, chosen by its extension."""
     return _FOURCC.get(os.path.splitext(path)[1].lower(), "mp4v")
+
+
+def writable_video_path(path: str) -> str:
+    """`path` when OpenCV writes its container with a codec every build has (see _FOURCC), else
+    `path` + ".mp4": the annotated copy of clip.webm / .mpg / .ts / .wmv / .gif is clip.webm.mp4
+    (those containers need codecs some builds lack, and GIF is not a video OpenCV writes)."""
+    return path if os.path.splitext(path)[1].lower() in _FOURCC else path + ".mp4"
 
 
 def _put(q: "queue.Queue[Any]", item: Any, stop: threading.Event) -> bool:
