@@ -116,6 +116,14 @@ std::unique_lock<std::mutex> lock_net(const Network& n) {
     return lk;
 }
 
+// A resize's output is one tensor: held to the engine's limit per tensor (as a cfg's sizes are).
+void check_output_size(const char* call, int w, int h, int channels = 3) {
+    if ((double)w * h * channels > kMaxTensorFloats)
+        throw DarknetError(std::string(call) + ": a " + std::to_string(w) + "x" + std::to_string(h) + "x" +
+                           std::to_string(channels) + " output is over the engine's limit of " +
+                           std::to_string((long long)kMaxTensorFloats) + " floats (1 GiB) per tensor");
+}
+
 PyObject* darknet_error_type = nullptr;  // the Python DarknetError class, owned by the module
 
 py::str lenient_str(const std::string& s) {
@@ -288,6 +296,7 @@ PYBIND11_MODULE(_core, m) {
 
     m.def("preprocess", [](const py::array& img, int w, int h, bool letterbox) {
         check_range("preprocess", "width", w, 1, 65536), check_range("preprocess", "height", h, 1, 65536);
+        check_output_size("preprocess", w, h);
         PlanarImage im = numpy_bgr_to_planar(img);
         PlanarImage out;
         {
@@ -301,6 +310,7 @@ PYBIND11_MODULE(_core, m) {
     m.def("resize_darknet", [](const FloatArray& chw, int w, int h) {
         check_ndim("resize_darknet", "image", chw, 3);
         check_range("resize_darknet", "width", w, 1, 65536), check_range("resize_darknet", "height", h, 1, 65536);
+        check_output_size("resize_darknet", w, h, (int)chw.shape(0));
         PlanarImage im;
         im.c = (int)chw.shape(0), im.h = (int)chw.shape(1), im.w = (int)chw.shape(2);
         im.data.assign(chw.data(), chw.data() + chw.size());
