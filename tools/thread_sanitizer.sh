@@ -11,7 +11,8 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TSAN_DIR=${TSAN_DIR:-$ROOT/build/tsan}
-PY=${PYTHON:-python}
+# the interpreter itself, not a wrapper script (pyenv's shim is bash, which crashes with libtsan preloaded)
+PY=${PYTHON:-$(python -c "import sys; print(sys.executable)")}
 
 case "${1:-}" in
 build)
@@ -33,7 +34,7 @@ run)
     # halt_on_error=0: report every race, not only the first; second_deadlock_stack: both stacks.
     LD_PRELOAD="$LIBTSAN" PYTHONPATH="$TSAN_DIR/pkg" DARKNET_PY_THREADS=2 \
     TSAN_OPTIONS="halt_on_error=0:second_deadlock_stack=1:report_signal_unsafe=0" \
-        "$PY" -m pytest -q -p no:cacheprovider "$ROOT/src-test/test_threads.py" "${@:2}"
+        "$PY" -m pytest -q -s -p no:cacheprovider "$ROOT/src-test/test_threads.py" "${@:2}"
     ;;
 *)
     sed -n '2,10p' "$0"; exit 2 ;;
