@@ -41,40 +41,48 @@ static void check_resize(const PlanarImage& im, int w, int h) {
 PlanarImage resize_darknet(const PlanarImage& im, int w, int h) {
     check_resize(im, w, h);
     if (im.w == w && im.h == h) return im;
-    // Pass 1: horizontal, into `part` (w x im.h). Pass 2: vertical, into `out` (w x h).
-    std::vector<float> part((size_t)im.c * im.h * w);
+    // Darknet's two passes: horizontal (each source row to w columns), then vertical (each output row
+    // from two of those rows). Darknet keeps the whole horizontal pass (w x im.h per channel: 2 GB for
+    // a 20000-pixel-tall image at width 8192); here the two rows the vertical pass reads are computed
+    // when it needs them. Same operations on the same values, so the same bits.
     float w_scale = w > 1 ? (float)(im.w - 1) / (w - 1) : 0.0f;
     float h_scale = h > 1 ? (float)(im.h - 1) / (h - 1) : 0.0f;
-    for (int k = 0; k < im.c; ++k)
-        for (int r = 0; r < im.h; ++r) {
-            const float* src = im.data.data() + ((size_t)k * im.h + r) * im.w;
-            float* dst = part.data() + ((size_t)k * im.h + r) * w;
-            for (int c = 0; c < w; ++c) {
-                if (c == w - 1 || im.w == 1) {
-                    dst[c] = src[im.w - 1];
-                } else {
-                    float sx = c * w_scale;
-                    int ix = (int)sx;
-                    float dx = sx - ix;
-                    dst[c] = (1 - dx) * src[ix] + dx * src[ix + 1];
-                }
+    std::vector<float> rows(2 * (size_t)w);  // source row y's horizontal pass is in slot y % 2
+    int held[2];
+    auto horizontal = [&](int k, int y) -> const float* {
+        float* dst = rows.data() + (size_t)(y & 1) * w;
+        if (held[y & 1] == y) return dst;
+        held[y & 1] = y;
+        const float* src = im.data.data() + ((size_t)k * im.h + y) * im.w;
+        for (int c = 0; c < w; ++c) {
+            if (c == w - 1 || im.w == 1) {
+                dst[c] = src[im.w - 1];
+            } else {
+                float sx = c * w_scale;
+                int ix = (int)sx;
+                float dx = sx - ix;
+                dst[c] = (1 - dx) * src[ix] + dx * src[ix + 1];
             }
         }
+        return dst;
+    };
     PlanarImage out;
     out.w = w, out.h = h, out.c = im.c;
     out.data.assign((size_t)im.c * w * h, 0.0f);
-    for (int k = 0; k < im.c; ++k)
+    for (int k = 0; k < im.c; ++k) {
+        held[0] = held[1] = -1;
         for (int r = 0; r < h; ++r) {
             float sy = r * h_scale;
             int iy = (int)sy;
             float dy = sy - iy;
-            const float* p0 = part.data() + ((size_t)k * im.h + iy) * w;
+            const float* p0 = horizontal(k, iy);
             float* dst = out.data.data() + ((size_t)k * h + r) * w;
             for (int c = 0; c < w; ++c) dst[c] = (1 - dy) * p0[c];
             if (r == h - 1 || im.h == 1) continue;
-            const float* p1 = p0 + w;
+            const float* p1 = horizontal(k, iy + 1);
             for (int c = 0; c < w; ++c) dst[c] += dy * p1[c];
         }
+    }
     return out;
 }
 

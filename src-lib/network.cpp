@@ -16,6 +16,11 @@ Network::Network(const std::string& path, const std::string& backend) : backend_
 Network::Network(const CfgFile& cfg, const std::string& backend) : backend_(make_backend(backend)) { build(cfg); }
 
 void Network::build(const CfgFile& cfg) {
+    build_layers(cfg);
+    allocate_params();
+}
+
+void Network::build_layers(const CfgFile& cfg) {
     cfg_ = cfg;
     cfg_path = cfg.path;
     options = parse_net_options(cfg.sections[0]);
@@ -36,7 +41,6 @@ void Network::build(const CfgFile& cfg) {
     if (layers.empty()) throw DarknetError(cfg.path + ": the cfg has no layers after [net]");
     resolve_layer_training(layers);
     warn_unused_options(cfg, warnings);
-    allocate_params();
 }
 
 void Network::allocate_params() {
@@ -44,10 +48,43 @@ void Network::allocate_params() {
         for (Param& p : l->params) {
             p.value = backend_->alloc(p.shape);
             backend_->fill(p.value, p.init);
-            if (!p.has_grad) continue;
-            p.grad = backend_->alloc(p.shape);
-            backend_->fill(p.grad, 0.0f);
         }
+}
+
+// Gradients only where training runs: a network (or clone) that only detects never holds them.
+void Network::allocate_grads() {
+    for (auto& l : layers)
+        for (Param& p : l->params)
+            if (p.has_grad && p.grad.empty()) {
+                p.grad = backend_->alloc(p.shape);
+                backend_->fill(p.grad, 0.0f);
+            }
+}
+
+std::unique_ptr<Network> Network::clone() const {
+    std::unique_ptr<Network> c(new Network());
+    c->backend_ = make_backend(backend_->name());
+    c->build_layers(cfg_);
+    for (size_t i = 0; i < layers.size(); ++i)
+        for (size_t k = 0; k < layers[i]->params.size(); ++k)
+            c->layers[i]->params[k].value = c->backend_->adopt(layers[i]->params[k].value);
+    c->warnings = warnings;
+    c->seen = seen;
+    c->record_forwards = record_forwards;
+    c->param_share_ = param_share_;
+    return c;
+}
+
+void Network::own_params() {
+    if (!shares_params()) return;
+    for (auto& l : layers)
+        for (Param& p : l->params) {
+            Tensor mine = backend_->alloc(p.shape);
+            copy_tensor(p.value, mine);
+            p.value = mine;
+        }
+    param_share_ = std::make_shared<int>(0);
+    forget_recording();  // a recorded forward reads the old buffers
 }
 
 void Network::set_backend(const std::string& name) { set_backend(make_backend(name)); }
@@ -58,7 +95,7 @@ void Network::set_backend(std::unique_ptr<Backend> backend) {
     for (auto& l : layers)
         for (Param& p : l->params) {
             p.value = backend_->adopt(p.value);
-            if (p.has_grad) p.grad = backend_->adopt(p.grad);
+            if (!p.grad.empty()) p.grad = backend_->adopt(p.grad);
         }
     for (auto* state : {&momentum_, &adam_v_})
         for (auto& per_layer : *state)
@@ -81,7 +118,7 @@ void Network::resize_input(int width, int height) {
     Warnings old_warnings = warnings;
     layers.clear();
     try {
-        build(cfg);
+        build_layers(cfg);  // the parameters are the old ones, below
         for (size_t i = 0; i < layers.size(); ++i) {
             auto &from = old[i]->params, &to = layers[i]->params;
             for (size_t k = 0; k < from.size(); ++k) {
@@ -249,6 +286,8 @@ const LayerOutputs& Network::forward_train(const float* x, const Shape& s) {
 }
 
 const LayerOutputs& Network::forward_train_loaded() {
+    own_params();  // batchnorm's rolling statistics are written
+    allocate_grads();
     const Shape& s = train_input_.shape();
     drop_training_state("the last forward_train() failed");  // until every layer has run
     outputs_.resize(layers.size());
@@ -290,6 +329,8 @@ static bool is_batchnorm_param(const Layer& l, const Param& p) {
 }
 
 void Network::update(float lr, int batch, int t) {
+    own_params();
+    allocate_grads();
     int step = t > 0 ? t : ++updates_;
     int iteration = step;  // the iteration being completed, 1-based (Darknet's iteration_num)
     momentum_.resize(layers.size());

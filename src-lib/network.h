@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
@@ -59,6 +60,24 @@ public:
     // the input size (e.g. [connected]).
     void resize_input(int width, int height);
 
+    // Another network of the same cfg, input size and device that shares this one's parameter values
+    // (no copy: N clones cost one copy of the weights). Each has its own activations, gradients and
+    // optimizer state; the first write to the parameters of either (own_params) gives the writer its
+    // own copy, so a clone never sees the other's changes.
+    std::unique_ptr<Network> clone() const;
+    // Makes the parameter values this network's alone (copies them while another network shares
+    // them); called before anything that writes them. Callers that write through a pointer to the
+    // parameters (live NumPy views) call it first.
+    void own_params();
+    bool shares_params() const { return param_share_.use_count() > 1; }
+    // Allocates the parameters' gradients (zeroed) where they are not yet: training does it itself;
+    // a network that only detects never holds them.
+    void allocate_grads();
+
+    // Held by callers that share one network between threads (the Python bindings): every call on a
+    // network is made under it, so calls are serialized. The engine itself never takes it.
+    mutable std::mutex call_mutex;
+
     // Moves parameters and optimizer state to another backend (and its device).
     void set_backend(const std::string& name);
     void set_backend(std::unique_ptr<Backend> backend);
@@ -94,8 +113,10 @@ public:
     uint64_t seen = 0;        // images seen in training, stored in .weights
 
 private:
-    void build(const CfgFile& cfg);
-    void allocate_params();  // every layer's parameter values and gradients, on the backend
+    Network() = default;  // clone() fills it
+    void build(const CfgFile& cfg);         // build_layers, then allocate_params
+    void build_layers(const CfgFile& cfg);  // parses the options, makes the layers (no parameter memory)
+    void allocate_params();  // every layer's parameter values, on the backend
     void check_input(const Shape& s) const;  // throws unless s matches the [net] input
     template <class F>
     void run_layer(size_t i, F&& f);          // f(), noting the ops that fell back to the CPU
@@ -126,6 +147,8 @@ private:
     std::string dropped_by_ = "nothing has run forward_train() yet";
     std::vector<std::vector<Tensor>> momentum_, adam_v_;  // optimizer state per layer and trainable
     int updates_ = 0;
+    // One token per set of parameter buffers: networks sharing buffers (clone) hold the same token.
+    std::shared_ptr<int> param_share_ = std::make_shared<int>(0);
 };
 
 }  // namespace dn

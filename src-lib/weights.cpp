@@ -37,6 +37,7 @@ WeightsHeader load_weights(Network& net, const std::string& path, int max_layers
     r.path = path;
     r.f.open(path, std::ios::binary | std::ios::ate);
     if (!r.f) throw DarknetError(path + ": cannot open weights file");
+    net.own_params();  // a clone sharing the old values keeps them
     r.remaining = (size_t)r.f.tellg();
     r.f.seekg(0);
 

@@ -133,3 +133,43 @@ def test_network_preprocess_is_darknets(tmp_path):
     np.testing.assert_allclose(net.preprocess(bgr), darknet_resize(darknet_load(bgr), 48, 32), rtol=0, atol=1e-6)
     np.testing.assert_allclose(net.preprocess(bgr, letterbox=True), darknet_letterbox(darknet_load(bgr), 48, 32),
                                rtol=0, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory: Darknet's resize keeps its whole horizontal pass (new_w x old_h x 3 floats); ours keeps the
+# two rows the vertical pass reads, so extreme aspect ratios cost their input plus their output.
+
+@pytest.mark.parametrize("src_wh,dst_wh", [((1, 300), (97, 5)), ((300, 2), (3, 77)), ((7, 1), (1, 9))])
+def test_extreme_aspect_ratios_match_numpy_port(src_wh, dst_wh):
+    rng = np.random.default_rng(src_wh[0] * 1000 + src_wh[1])
+    bgr = rng.integers(0, 256, (src_wh[1], src_wh[0], 3), dtype=np.uint8)
+    want = darknet_resize(darknet_load(bgr), *dst_wh)
+    np.testing.assert_array_equal(_core.preprocess(bgr, *dst_wh, False), want)
+
+
+PEAK_RSS_SCRIPT = """
+import resource, numpy as np
+from darknet_py import _core
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+out = _core.preprocess(np.full((20000, 1, 3), 200, np.uint8), 8192, 64, False)  # 20000 tall, 1 wide
+assert out.shape == (3, 64, 8192) and abs(float(out.mean()) - 200 / 255) < 1e-5
+print(before, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def test_preprocess_memory_is_input_plus_output():
+    """A 20000x1 image to 8192x64 (6 MiB out): Darknet's intermediate would be 8192 x 20000 x 3 floats
+    (1.8 GiB; the peak was 1.90 GiB). Measured in a fresh process: its peak resident memory."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", PEAK_RSS_SCRIPT], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    before_kb, peak_kb = map(int, r.stdout.split())
+    assert peak_kb < 512 * 1024, f"peak RSS {peak_kb / 1024:.0f} MiB"
+    assert peak_kb - before_kb < 64 * 1024, f"preprocessing added {(peak_kb - before_kb) / 1024:.0f} MiB"
+
+
+def test_output_over_the_tensor_limit_is_refused():
+    with pytest.raises(darknet_py.DarknetError, match="65536x65536.*limit"):
+        _core.preprocess(np.zeros((2, 2, 3), np.uint8), 65536, 65536, False)

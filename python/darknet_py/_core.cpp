@@ -105,6 +105,25 @@ std::vector<std::vector<TruthBox>> truth_boxes(const Network& n, const std::vect
     return boxes;
 }
 
+// Takes the network's call lock with the GIL released: the thread holding the lock may need the GIL
+// to finish its call, so waiting for the lock while holding the GIL could deadlock. Every method of
+// Net takes it first, so calls on one network from many threads are serialized (any order).
+std::unique_lock<std::mutex> lock_net(const Network& n) {
+    std::unique_lock<std::mutex> lk(n.call_mutex, std::try_to_lock);
+    if (lk.owns_lock()) return lk;
+    py::gil_scoped_release nogil;
+    lk.lock();
+    return lk;
+}
+
+// A resize's output is one tensor: held to the engine's limit per tensor (as a cfg's sizes are).
+void check_output_size(const char* call, int w, int h, int channels = 3) {
+    if ((double)w * h * channels > kMaxTensorFloats)
+        throw DarknetError(std::string(call) + ": a " + std::to_string(w) + "x" + std::to_string(h) + "x" +
+                           std::to_string(channels) + " output is over the engine's limit of " +
+                           std::to_string((long long)kMaxTensorFloats) + " floats (1 GiB) per tensor");
+}
+
 PyObject* darknet_error_type = nullptr;  // the Python DarknetError class, owned by the module
 
 py::str lenient_str(const std::string& s) {
@@ -277,6 +296,7 @@ PYBIND11_MODULE(_core, m) {
 
     m.def("preprocess", [](const py::array& img, int w, int h, bool letterbox) {
         check_range("preprocess", "width", w, 1, 65536), check_range("preprocess", "height", h, 1, 65536);
+        check_output_size("preprocess", w, h);
         PlanarImage im = numpy_bgr_to_planar(img);
         PlanarImage out;
         {
@@ -290,6 +310,7 @@ PYBIND11_MODULE(_core, m) {
     m.def("resize_darknet", [](const FloatArray& chw, int w, int h) {
         check_ndim("resize_darknet", "image", chw, 3);
         check_range("resize_darknet", "width", w, 1, 65536), check_range("resize_darknet", "height", h, 1, 65536);
+        check_output_size("resize_darknet", w, h, (int)chw.shape(0));
         PlanarImage im;
         im.c = (int)chw.shape(0), im.h = (int)chw.shape(1), im.w = (int)chw.shape(2);
         im.data.assign(chw.data(), chw.data() + chw.size());
@@ -301,29 +322,36 @@ PYBIND11_MODULE(_core, m) {
             py::gil_scoped_release nogil;
             return std::make_unique<Network>(cfg, device);
         }), py::arg("cfg"), py::arg("device") = "cpu")
-        .def_property_readonly("width", [](const Network& n) { return n.options.width; })
-        .def_property_readonly("height", [](const Network& n) { return n.options.height; })
-        .def_property_readonly("channels", [](const Network& n) { return n.options.channels; })
-        .def_property_readonly("cfg_path", [](const Network& n) { return n.cfg_path; })
-        .def_property("seen", [](const Network& n) { return n.seen; }, [](Network& n, uint64_t s) { n.seen = s; })
-        .def_property_readonly("warnings", [](const Network& n) {
+        .def_property_readonly("width", [](const Network& n) { auto lk = lock_net(n); return n.options.width; })
+        .def_property_readonly("height", [](const Network& n) { auto lk = lock_net(n); return n.options.height; })
+        .def_property_readonly("channels", [](const Network& n) { auto lk = lock_net(n); return n.options.channels; })
+        .def_property_readonly("cfg_path", [](const Network& n) { auto lk = lock_net(n); return n.cfg_path; })
+        .def_property("seen", [](const Network& n) { auto lk = lock_net(n); return n.seen; }, [](Network& n, uint64_t s) { auto lk = lock_net(n); n.seen = s; })
+        .def_property_readonly("warnings", [](const Network& n) { auto lk = lock_net(n);
             py::list out;
             for (const std::string& w : n.warnings.items) out.append(lenient_str(w));
             return out;
         })
-        .def_property_readonly("backend", [](const Network& n) { return std::string(n.backend().name()); })
-        .def("set_backend", [](Network& n, const std::string& name) {
+        .def_property_readonly("backend", [](const Network& n) { auto lk = lock_net(n); return std::string(n.backend().name()); })
+        .def("clone", [](const Network& n) {
+            auto lk = lock_net(n);
+            py::gil_scoped_release nogil;
+            return n.clone();
+        }, "Another network on the same device sharing these parameter values until either writes them "
+           "(then the writer copies); its own activations, so it can run beside this one.")
+        .def("shares_params", [](const Network& n) { auto lk = lock_net(n); return n.shares_params(); })
+        .def("set_backend", [](Network& n, const std::string& name) { auto lk = lock_net(n);
             py::gil_scoped_release nogil;
             n.set_backend(name);
         }, "Moves parameters and optimizer state to another device.")
-        .def("bytes_moved", [](const Network& n) {
+        .def("bytes_moved", [](const Network& n) { auto lk = lock_net(n);
             auto dev = n.backend().device();
             py::dict d;
             d["up"] = dev ? dev->bytes_uploaded.load() : 0;
             d["down"] = dev ? dev->bytes_downloaded.load() : 0;
             return d;
         }, "Host->device ('up') and device->host ('down') bytes since the device was opened (0 on the CPU).")
-        .def("memory_stats", [](const Network& n) {
+        .def("memory_stats", [](const Network& n) { auto lk = lock_net(n);
             auto dev = n.backend().device();
             DeviceMemoryStats s = dev ? dev->memory_stats() : DeviceMemoryStats{};
             py::dict d;
@@ -334,15 +362,19 @@ PYBIND11_MODULE(_core, m) {
             return d;
         }, "The device's pooled memory in bytes (in_use, reserved, peak_in_use, peak_reserved; zeros where the "
            "device does not pool: the CPU, OpenCL).")
-        .def("synchronize", [](Network& n) {
+        .def("synchronize", [](Network& n) { auto lk = lock_net(n);
             py::gil_scoped_release nogil;
             if (auto dev = n.backend().device()) dev->synchronize();
         }, "Waits until the device has finished the queued work (for timing).")
-        .def_readwrite("record_forwards", &Network::record_forwards,
+        .def_property("record_forwards", [](const Network& n) { auto lk = lock_net(n); return n.record_forwards; },
+                      [](Network& n, bool on) { auto lk = lock_net(n); n.record_forwards = on; },
                        "Record fixed-shape forwards once and replay them (CUDA graphs); on by default.")
-        .def_property_readonly("last_forward_replayed", &Network::last_forward_replayed,
+        .def_property_readonly("last_forward_replayed", [](const Network& n) {
+            auto lk = lock_net(n);
+            return n.last_forward_replayed();
+        },
                                "Whether the last forward ran as a replayed recording.")
-        .def("fallback_ops", [](const Network& n) {
+        .def("fallback_ops", [](const Network& n) { auto lk = lock_net(n);
             py::list out;
             for (size_t i = 0; i < n.layers.size(); ++i) {
                 py::list ops;
@@ -352,9 +384,13 @@ PYBIND11_MODULE(_core, m) {
             }
             return out;
         }, "Per layer, the ops that ran on the CPU instead of the device so far.")
-        .def("resize_input", &Network::resize_input, py::arg("width"), py::arg("height"),
+        .def("resize_input", [](Network& n, int width, int height) {
+            auto lk = lock_net(n);
+            py::gil_scoped_release nogil;
+            n.resize_input(width, height);
+        }, py::arg("width"), py::arg("height"),
              "Rebuilds for a new input size keeping parameters and optimizer state (multi-scale training).")
-        .def("net_options", [](const Network& n) {
+        .def("net_options", [](const Network& n) { auto lk = lock_net(n);
             const NetOptions& o = n.options;
             py::dict d;
             d["width"] = o.width; d["height"] = o.height; d["channels"] = o.channels;
@@ -371,7 +407,7 @@ PYBIND11_MODULE(_core, m) {
             d["label_smooth_eps"] = o.label_smooth_eps;
             return d;
         }, "The [net] section's options, training ones included.")
-        .def("yolo_train_options", [](const Network& n, int i) {
+        .def("yolo_train_options", [](const Network& n, int i) { auto lk = lock_net(n);
             const YoloSpec& s = n.yolo(layer_arg(n, i, "yolo_train_options")).spec;
             py::dict d;
             d["jitter"] = s.jitter; d["random"] = s.random; d["resize"] = s.resize; d["max_boxes"] = s.max_boxes;
@@ -380,7 +416,7 @@ PYBIND11_MODULE(_core, m) {
             d["cls_normalizer"] = s.cls_normalizer; d["label_smooth_eps"] = s.label_smooth_eps;
             return d;
         })
-        .def("cfg_sections", [](const Network& n) {
+        .def("cfg_sections", [](const Network& n) { auto lk = lock_net(n);
             py::list out;
             for (const Section& s : n.cfg().sections) {
                 py::dict options;
@@ -393,16 +429,17 @@ PYBIND11_MODULE(_core, m) {
             }
             return out;
         }, "The parsed cfg as [{type, line, options: {key: value text}}]; sections[i + 1] built layer i.")
-        .def_property_readonly("yolo_layers", &Network::yolo_layers)
-        .def("layer_table", &Network::layer_table)
-        .def("total_bflops", &Network::total_bflops)
-        .def("layer_ms", &Network::layer_ms, "Milliseconds per layer in the last forward pass.")
-        .def("layers", [](const Network& n) {
+        .def_property_readonly("yolo_layers", [](const Network& n) { auto lk = lock_net(n); return n.yolo_layers(); })
+        .def("layer_table", [](const Network& n) { auto lk = lock_net(n); return n.layer_table(); })
+        .def("total_bflops", [](const Network& n) { auto lk = lock_net(n); return n.total_bflops(); })
+        .def("layer_ms", [](const Network& n) { auto lk = lock_net(n); return n.layer_ms(); },
+             "Milliseconds per layer in the last forward pass.")
+        .def("layers", [](const Network& n) { auto lk = lock_net(n);
             py::list out;
             for (auto& l : n.layers) out.append(layer_info(*l));
             return out;
         })
-        .def("yolo_info", [](const Network& n, int i) {
+        .def("yolo_info", [](const Network& n, int i) { auto lk = lock_net(n);
             const YoloSpec& s = n.yolo(layer_arg(n, i, "yolo_info")).spec;
             py::dict d;
             d["classes"] = s.classes;
@@ -417,6 +454,8 @@ PYBIND11_MODULE(_core, m) {
         })
         .def("params", [](py::object self, int i) {
             Network& n = self.cast<Network&>();
+            auto lk = lock_net(n);
+            if (n.backend().device() == nullptr) n.own_params();  // the views below are writable
             py::dict d;
             for (const Param& p : n.layers[layer_arg(n, i, "params")]->params) {
                 const Shape& s = p.shape;
@@ -429,8 +468,9 @@ PYBIND11_MODULE(_core, m) {
             }
             return d;
         }, "The layer's parameters in .weights file order: live NumPy views on the CPU, copies on a GPU.")
-        .def("set_params", [](Network& n, int i, const py::dict& values) {
+        .def("set_params", [](Network& n, int i, const py::dict& values) { auto lk = lock_net(n);
             i = layer_arg(n, i, "set_params");
+            n.own_params();  // a clone sharing the values keeps its own
             Layer& l = *n.layers[i];
             for (auto item : values) {
                 std::string name = py::str(item.first);
@@ -448,7 +488,7 @@ PYBIND11_MODULE(_core, m) {
                 copy_from_host(a.data(), it->value);
             }
         }, py::arg("i"), py::arg("values"), "Writes parameters of layer i from a {name: array} dict (any device).")
-        .def("load_weights", [](Network& n, const std::string& path, int max_layers) {
+        .def("load_weights", [](Network& n, const std::string& path, int max_layers) { auto lk = lock_net(n);
             WeightsHeader h;
             {
                 py::gil_scoped_release nogil;
@@ -461,11 +501,11 @@ PYBIND11_MODULE(_core, m) {
             d["seen"] = h.seen;
             return d;
         }, py::arg("path"), py::arg("max_layers") = -1)
-        .def("save_weights", [](Network& n, const std::string& path) {
+        .def("save_weights", [](Network& n, const std::string& path) { auto lk = lock_net(n);
             py::gil_scoped_release nogil;
             save_weights(n, path);
         })
-        .def("forward", [](Network& n, const FloatArray& x, std::vector<int> which) {
+        .def("forward", [](Network& n, const FloatArray& x, std::vector<int> which) { auto lk = lock_net(n);
             Shape xs = nchw("forward", "x", x, 0);  // the batch and CxHxW are the network's to check
             for (int i : which) layer_arg(n, i, "forward");  // before the work, not after
             const LayerOutputs* outs;
@@ -475,7 +515,7 @@ PYBIND11_MODULE(_core, m) {
             }
             return layer_outputs(n, *outs, which, "forward");
         }, py::arg("x"), py::arg("layers"), "Runs the network; returns the outputs of the given layers.")
-        .def("forward_train", [](Network& n, const FloatArray& x, std::vector<int> which) {
+        .def("forward_train", [](Network& n, const FloatArray& x, std::vector<int> which) { auto lk = lock_net(n);
             Shape xs = nchw("forward_train", "x", x, 0);
             for (int i : which) layer_arg(n, i, "forward_train");
             const LayerOutputs* outs;
@@ -485,7 +525,7 @@ PYBIND11_MODULE(_core, m) {
             }
             return layer_outputs(n, *outs, which, "forward_train");
         }, py::arg("x"), py::arg("layers"), "Training-mode forward; zeroes the deltas.")
-        .def("set_delta", [](Network& n, int i, const FloatArray& d) {
+        .def("set_delta", [](Network& n, int i, const FloatArray& d) { auto lk = lock_net(n);
             n.require_training_state("set_delta()");
             i = layer_arg(n, i, "set_delta");
             Tensor& t = n.deltas()[i];
@@ -494,7 +534,7 @@ PYBIND11_MODULE(_core, m) {
             else check_size("set_delta", arg + " (" + t.shape().str() + ")", (size_t)d.size(), t.size());
             copy_from_host(d.data(), t);
         }, "Sets dL/d(output) of layer i (after forward_train, before backward).")
-        .def("yolo_loss", [](Network& n, const std::vector<FloatArray>& truths) {
+        .def("yolo_loss", [](Network& n, const std::vector<FloatArray>& truths) { auto lk = lock_net(n);
             n.require_training_state("yolo_loss()");
             std::vector<std::vector<TruthBox>> boxes = truth_boxes(n, truths);
             py::list result;
@@ -524,15 +564,15 @@ PYBIND11_MODULE(_core, m) {
             }
             return result;
         }, "Darknet's yolo loss for the last forward_train: fills the heads' deltas, returns per-head statistics.")
-        .def("delta", [](Network& n, int i) {
+        .def("delta", [](Network& n, int i) { auto lk = lock_net(n);
             n.require_training_state("delta()");
             return to_numpy(n.deltas()[layer_arg(n, i, "delta")]);
         })
-        .def("backward", [](Network& n) {
+        .def("backward", [](Network& n) { auto lk = lock_net(n);
             py::gil_scoped_release nogil;
             n.backward();
         })
-        .def("update", [](Network& n, float lr, int batch, int t) {
+        .def("update", [](Network& n, float lr, int batch, int t) { auto lk = lock_net(n);
             check_min("update", "batch", batch, 1), check_min("update", "t", t, 0);
             if (!std::isfinite(lr)) bad_arg("update", "lr", "a finite number", std::to_string(lr));
             py::gil_scoped_release nogil;
@@ -541,6 +581,8 @@ PYBIND11_MODULE(_core, m) {
            "SGD/Adam step; t = Adam's step (the iteration), 0 = count this network's updates.")
         .def("gradients", [](py::object self, int i) {
             Network& n = self.cast<Network&>();
+            auto lk = lock_net(n);
+            n.allocate_grads();
             py::dict d;
             for (const Param& p : n.layers[layer_arg(n, i, "gradients")]->params) {
                 if (!p.has_grad) continue;
@@ -551,7 +593,7 @@ PYBIND11_MODULE(_core, m) {
             return d;
         }, "Gradient accumulators of layer i, 4-D (live views on the CPU, copies on a GPU).")
         .def("detect", [](Network& n, const FloatArray& x, std::vector<std::pair<int, int>> sizes, float thresh,
-                          float nms_thresh, bool letterbox, const std::string& postproc) {
+                          float nms_thresh, bool letterbox, const std::string& postproc) { auto lk = lock_net(n);
             check_ndim("detect", "x", x, 4);
             if ((int)sizes.size() != x.shape(0))
                 bad_arg("detect", "sizes", "one (width, height) per image (" + std::to_string(x.shape(0)) + ")",

@@ -1,10 +1,12 @@
 """The Python face of a Darknet network: load a .cfg/.weights pair, detect objects in images."""
 from __future__ import annotations
 
+import functools
 import os
+import threading
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import cv2
 import numpy as np
@@ -60,17 +62,32 @@ def _model_file(path: PathLike, what: str, suffix: str) -> str:
     return resolve_model_file(os.fspath(path), what, suffix)
 
 
+def _serialized(method):
+    """Runs a method under its network's lock. The engine serializes each call into one network itself;
+    this makes a method that makes several (detect: the input size, then the forward) one step that
+    no other thread's call on the same network interleaves with. Waiting for it releases the GIL."""
+    @functools.wraps(method)
+    def locked(self: "Network", *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return locked
+
+
 class Network:
     """A Darknet network built from a .cfg file, optionally with .weights and class names.
 
     >>> net = Network("yolov4-tiny.cfg", "yolov4-tiny.weights", "coco.names")
     >>> for d in net.detect(cv2.imread("dog.jpg")):
     ...     print(d.class_name, d.confidence, d.box)
+
+    Any method may be called from several threads at once: calls on one network run one at a time
+    (in some order); separate networks, e.g. clone()s, run in parallel.
     """
 
     def __init__(self, cfg: PathLike, weights: Optional[PathLike] = None, names: Optional[PathLike] = None,
                  device: Optional[str] = None, *, backend: Optional[str] = None) -> None:
         # device: see darknet_py.devices (None: $DARKNET_PY_DEVICE, else "auto"); backend: its old name
+        self._lock = threading.RLock()
         self.cfg_path = _model_file(cfg, "cfg file", ".cfg")
         self._net = _core.Net(self.cfg_path, resolve(device or backend or default_device()))
         for msg in self._net.warnings:
@@ -80,7 +97,26 @@ class Network:
             self.load_weights(weights)
         self.names: List[str] = read_names(_model_file(names, "names file", ".names")) if names is not None else []
 
+    def clone(self) -> "Network":
+        """Another Network on the same device that shares this one's weights (no copy) and has its own
+        activations: one clone per thread lets several threads detect in parallel for one copy of the
+        weights. Changing the weights of either (load_weights, set_params, writing a params() view,
+        training) first gives that one its own copy, so the other is unaffected."""
+        with self._lock:
+            twin = object.__new__(Network)
+            twin._lock = threading.RLock()
+            twin._net = self._net.clone()
+            twin.cfg_path, twin.weights_path, twin.names = self.cfg_path, self.weights_path, list(self.names)
+            return twin
+
     # ---- model files -------------------------------------------------------------------------
+    @_serialized
+    def resize_input(self, width: int, height: int) -> None:
+        """Rebuilds the network for another input size (the cfg's width and height), keeping the weights;
+        detect() then resizes images to it. Cfgs whose parameters depend on the size cannot."""
+        self._net.resize_input(int(width), int(height))
+
+    @_serialized
     def load_weights(self, path: PathLike, max_layers: Optional[int] = None) -> dict:
         """Loads Darknet .weights; with max_layers, only the first N layers (Darknet's `partial`).
         Returns the file header (major, minor, revision, seen)."""
@@ -98,7 +134,8 @@ class Network:
 
     def params(self, layer: int) -> dict:
         """The parameters of layer `layer`, in .weights file order. On the CPU they are writable NumPy
-        views of the engine's memory; on a GPU they are copies: write them back with set_params."""
+        views of the engine's memory; on a GPU they are copies: write them back with set_params.
+        (A view taken before clone() writes to both networks: take it again after clone().)"""
         return self._net.params(layer)
 
     def set_params(self, layer: int, values: dict) -> None:
@@ -135,6 +172,7 @@ class Network:
         return self._net.backend
 
     @device.setter
+    @_serialized
     def device(self, name: str) -> None:
         self._net.set_backend(resolve(name))
 
@@ -146,11 +184,13 @@ class Network:
     backend = device  # the old name
 
     # ---- inference -----------------------------------------------------------------------------
+    @_serialized
     def preprocess(self, image: np.ndarray, letterbox: bool = False) -> np.ndarray:
         """BGR uint8 image -> float32 CHW RGB in [0, 1] at the network size (Darknet's resize)."""
         w, h = self.input_size
         return _core.preprocess(_as_image(image, self.channels), w, h, letterbox)
 
+    @_serialized
     def forward(self, blob: np.ndarray) -> List[np.ndarray]:
         """Runs the network on an NxCxHxW float32 blob. Returns each yolo layer's output (after the
         head's activations, Darknet's layout), or the last layer's output for a classifier."""
@@ -165,16 +205,20 @@ class Network:
         """Detects objects in one BGR uint8 image (as cv2.imread returns it). postproc: see detect_blob."""
         return self.detect_batch([image], thresh, nms, letterbox, postproc)[0]
 
-    def detect_batch(self, images: Sequence[np.ndarray], thresh: float = 0.25, nms: float = 0.45,
+    @_serialized
+    def detect_batch(self, images: Iterable[np.ndarray], thresh: float = 0.25, nms: float = 0.45,
                      letterbox: bool = False, postproc: str = "device") -> List[List[Detection]]:
-        """Detects objects in several images in one forward pass; one list of detections per image."""
+        """Detects objects in several images (any iterable: a list, a generator) in one forward pass;
+        one list of detections per image."""
         _check_postproc(postproc)
-        if not len(images):
+        images = list(images)
+        if not images:
             return []
         blob = np.stack([self.preprocess(im, letterbox) for im in images])
         sizes = [(im.shape[1], im.shape[0]) for im in images]
         return self.detect_blob(blob, sizes, thresh, nms, letterbox, postproc)
 
+    @_serialized
     def detect_blob(self, blob: np.ndarray, sizes: Sequence[Tuple[int, int]], thresh: float = 0.25,
                     nms: float = 0.45, letterbox: bool = False, postproc: str = "device") -> List[List[Detection]]:
         """Detections from an already preprocessed NxCxHxW blob; `sizes` are the original (width, height).
@@ -188,8 +232,9 @@ class Network:
             raise DarknetError(f"thresh must be in [0, 1), got {thresh}")
         raw = self._net.detect(np.ascontiguousarray(blob, dtype=np.float32), [tuple(map(int, s)) for s in sizes],
                                float(thresh), float(nms), bool(letterbox), postproc)
-        return [[Detection(c, self.class_name(c), float(p), x, y, w, h) for (c, p, x, y, w, h) in per_image]
-                for per_image in raw]
+        names = self.names
+        return [[Detection(c, names[c] if c < len(names) else str(c), float(p), x, y, w, h)
+                 for (c, p, x, y, w, h) in per_image] for per_image in raw]
 
     def stream(self, source: Union[int, PathLike], thresh: float = 0.25, nms: float = 0.45, letterbox: bool = False,
                max_frames: Optional[int] = None, drop: bool = True) -> "Iterator[Tuple[np.ndarray, List[Detection]]]":
@@ -203,6 +248,7 @@ class Network:
         return stream_detections(self, source, thresh, nms, letterbox, max_frames, drop)
 
     # ---- export ---------------------------------------------------------------------------------
+    @_serialized
     def export_onnx(self, path: PathLike, size: Optional[Tuple[int, int]] = None, batch: int = 1,
                     dynamic_batch: bool = False, postprocess: bool = False, thresh: float = 0.25,
                     nms: float = 0.45) -> "ExportSummary":
@@ -216,6 +262,11 @@ class Network:
         return export_onnx(self, path, size, batch, dynamic_batch, postprocess, thresh, nms)
 
     def class_name(self, class_id: int) -> str:
+        """The name of class `class_id` (its number as text where the names file has fewer names)."""
+        classes = self.classes
+        if not 0 <= class_id < classes:
+            raise DarknetError(f"class id {class_id} is out of range: this network has {classes} classes "
+                               f"(0..{classes - 1})")
         return self.names[class_id] if class_id < len(self.names) else str(class_id)
 
     def __repr__(self) -> str:

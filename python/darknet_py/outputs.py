@@ -12,6 +12,7 @@ TempVideo. A failure raises OutputError naming the file, and removes the tempora
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from typing import Optional
 
@@ -78,11 +79,24 @@ def write_text(path: str, text: str, *, sync: bool = True) -> str:
     return write_bytes(path, text.encode("utf-8"), sync=sync)
 
 
+# Formats that hold one channel: a colour image (annotations are drawn in colour) is written in grey.
+GREY_ONLY_EXTS = (".pgm", ".pbm")
+_said_grey = False
+
+
 def encode_image(path: str, image: np.ndarray, params: Optional[list] = None) -> bytes:
-    """`image` (BGR uint8) encoded in the format `path`'s extension names (.jpg when it has none)."""
+    """`image` (BGR uint8) encoded in the format `path`'s extension names (.jpg when it has none).
+    A .pgm or .pbm holds one channel: a colour image goes in as grey, said once per process."""
     import cv2
 
+    global _said_grey
     ext = os.path.splitext(path)[1] or ".jpg"
+    if ext.lower() in GREY_ONLY_EXTS and image.ndim == 3 and image.shape[2] != 1:
+        if not _said_grey:
+            _said_grey = True
+            print(f"note: {ext} holds one channel: annotated images are written in grey ({path}); "
+                  f"colour boxes need a colour format such as .ppm or .png", file=sys.stderr)
+        image = cv2.cvtColor(image, cv2.COLOR_BGRA2GRAY if image.shape[2] == 4 else cv2.COLOR_BGR2GRAY)
     ok, buf = cv2.imencode(ext, image, params or [])
     if not ok:
         raise OutputError(f"{path}: OpenCV cannot encode an image as {ext}")

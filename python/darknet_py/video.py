@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import os
 import queue
+import tempfile
 import threading
 from typing import Any, Callable, Iterator, List, Optional, Tuple
 
@@ -24,6 +25,29 @@ _FOURCC = {".mp4": "mp4v", ".mov": "mp4v", ".mkv": "mp4v", ".m4v": "mp4v", ".avi
 _END = object()
 MAX_BAD_RUN = 50  # this many undecodable frames in a row end the video (the rest is taken as lost)
 
+
+
+def _writer_failure(path: str, fps: float, size: Tuple[int, int]) -> str:
+    """Why OpenCV's writer did not open: the frame size, the frame rate, or the codec itself. OpenCV
+    only says no, so the same codec is tried on a scratch file at 64x64 and 25 fps to tell them apart."""
+    fourcc, ext = fourcc_for(path), os.path.splitext(path)[1] or "no extension"
+
+    def opens(fps_: float, size_: Tuple[int, int]) -> bool:
+        with tempfile.TemporaryDirectory() as d:
+            w = cv2.VideoWriter(os.path.join(d, "probe" + os.path.splitext(path)[1]),
+                                cv2.VideoWriter_fourcc(*fourcc), fps_, size_)
+            ok = w.isOpened()
+            w.release()
+            return ok
+
+    if not opens(25.0, (64, 64)):
+        return f"codec {fourcc} unavailable for {ext} in this OpenCV"
+    if not opens(25.0, size):
+        hint = "; .avi (MJPG) takes any size" if fourcc != "MJPG" else ""
+        return f"OpenCV's {fourcc} encoder refuses {size[0]}x{size[1]} frames{hint}"
+    if not opens(fps, (64, 64)):
+        return f"OpenCV's {fourcc} encoder refuses {fps:g} frames per second"
+    return f"OpenCV's {fourcc} encoder did not open for {size[0]}x{size[1]} frames at {fps:g} fps"
 
 class _Failure:
     def __init__(self, exc: BaseException) -> None:
@@ -167,8 +191,7 @@ class FrameWriter:
         writer = cv2.VideoWriter(temp.tmp, cv2.VideoWriter_fourcc(*fourcc_for(self.path)), self.fps, (w, h))
         if not writer.isOpened():
             temp.discard()
-            raise OutputError(f"{self.path}: cannot write this video (codec {fourcc_for(self.path)} unavailable "
-                              f"for {os.path.splitext(self.path)[1] or 'no extension'})")
+            raise OutputError(f"{self.path}: cannot write this video ({_writer_failure(self.path, self.fps, (w, h))})")
         self._writer, self._temp, self.size = writer, temp, (w, h)
         self._thread = threading.Thread(target=self._encode, name="darknet_py-encode", daemon=True)
         self._thread.start()

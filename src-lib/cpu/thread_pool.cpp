@@ -109,15 +109,18 @@ void ThreadPool::parallel_for(size_t n, const Fn& fn, size_t min_chunk) {
 
 void ThreadPool::parallel_for(size_t n, const Fn& fn, size_t min_chunk, bool one_chunk_per_thread) {
     if (n == 0) return;
+    // One caller at a time uses the workers. Another caller (a second network forwarding on another
+    // thread) runs its loop itself instead of waiting: two networks on two threads then run in
+    // parallel rather than taking turns loop by loop.
+    std::unique_lock<std::mutex> run(run_mu_, std::try_to_lock);
     size_t max_chunks = (n + min_chunk - 1) / (min_chunk ? min_chunk : 1);
     // a few chunks per thread, so that a thread that starts late (woken, or preempted by another
     // process) leaves its share to the others instead of holding everyone up
-    size_t chunks = std::min<size_t>((size_t)threads() * (one_chunk_per_thread ? 1 : 4), max_chunks);
+    size_t chunks = run.owns_lock() ? std::min<size_t>((size_t)threads() * (one_chunk_per_thread ? 1 : 4), max_chunks) : 1;
     if (chunks <= 1 || workers_.empty()) {
         fn(0, n);
         return;
     }
-    std::lock_guard<std::mutex> run(run_mu_);
     {
         std::lock_guard<std::mutex> lk(mu_);
         job_ = &fn, job_n_ = n, chunks_ = chunks;
