@@ -261,7 +261,7 @@ def test_training_list_missing_or_empty_names_the_data_file(tmp_path):
 
     data = tmp_path / "t.data"
     data.write_text(f"classes = 1\ntrain = {tmp_path / 'train.txt'}\n")
-    with pytest.raises(DataFileError, match=rf"t\.data:2: the train list .*train\.txt does not exist"):
+    with pytest.raises(DataFileError, match=r"t\.data:2: the train list .*train\.txt does not exist"):
         BatchLoader.from_files(str(data), None, 1)
     (tmp_path / "train.txt").write_text("\n")
     with pytest.raises(DataFileError, match=r"train\.txt: the train list named by .*t\.data:2 is empty"):

@@ -8,13 +8,12 @@ module was built without CUDA or the machine has no NVIDIA GPU, everything here 
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 import pytest
 
 import gpu_devices
-from darknet_py import Network, _core
+from darknet_py import Network
 from test_gpu_backend import CFG_NAMES, REL_TOL, cli, pair, rel_err, train_losses
 from test_train import small_cfg
 

@@ -4,7 +4,6 @@ unused-option warnings. Each test fails if the option is ignored."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from darknet_py import _core
 

@@ -33,7 +33,6 @@ import argparse
 import datetime
 import json
 import os
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
