@@ -364,7 +364,7 @@ def compute_map(data: str, cfg: Optional[str] = None, weights: Optional[str] = N
     valid = spec.valid or spec.train
     if not valid:
         raise ValueError(f"{data}: no `valid =` (nor `train =`) line names the images to evaluate")
-    if not os.path.isfile(valid):
+    if not os.path.exists(valid):
         raise FileNotFoundError(f"{spec.where(key)}: the {key} list {valid} does not exist")
     paths = read_image_list(valid)
     if not paths:
