@@ -173,7 +173,7 @@ def set_net_options(ed: CfgEditor, options: Dict[str, object]) -> CfgEditor:
 def set_anchors(ed: CfgEditor, anchors: Sequence[Tuple[float, float]], masks: Sequence[Sequence[int]]) -> CfgEditor:
     """Writes `anchors` (w, h pairs, Darknet's order) into every [yolo] section, `masks[k]` into the
     k-th, num = len(anchors), and the filters before each head for its new mask size."""
-    pairs = ", ".join(f"{round(w)},{round(h)}" for w, h in anchors)
+    pairs = ", ".join(f"{max(1, int(w))},{max(1, int(h))}" for w, h in anchors)  # truncated, as Darknet prints them
     heads = heads_and_convs(ed)
     if len(masks) != len(heads):
         raise ValueError(f"{ed.name}: {len(heads)} heads but {len(masks)} masks")
