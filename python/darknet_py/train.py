@@ -19,6 +19,9 @@ atomically (checkpoint.py), `<cfg>` being the cfg's file name without its extens
                        max(100, 4 epochs) iterations (and not before burn_in) and at the end
   <cfg>_final.weights  at max_batches
   chart.png            average loss and mAP against iterations, redrawn as training goes
+  plots/               the evaluation plots of <cfg>_best.weights (plots.py), when it is saved
+  <cfg>-<K>classes.cfg the cfg adapted to the dataset's K classes, when the cfg's differ
+                       (fit_cfg_to_classes); <cfg> is then this file's name
 
 The .weights files store `seen`; training from `_last.weights` continues at its iteration and rate
 (`clear` restarts from 0). As in Darknet the momentum is not stored, so a resumed run restarts
@@ -50,6 +53,7 @@ from .weights_transfer import load_start_weights, weights_layers_in_file  # noqa
 LAST_EVERY = 100  # Darknet saves <cfg>_last.weights every 100 iterations
 MULTISCALE_EVERY = 10  # random=1 picks a new network size every 10 iterations
 CHART_NAME = "chart.png"
+PLOTS_NAME = "plots"  # the best weights' evaluation plots (plots.py), in the backup folder
 QUICK_MAX_BATCHES = 200  # `train CFG` without data: the demonstration's length (quickstart.py)
 
 
@@ -80,6 +84,7 @@ class TrainResult:
     maps: List[Tuple[int, float]] = field(default_factory=list)
     losses: List[Tuple[int, float, float]] = field(default_factory=list)  # (iteration, loss, avg loss)
     chart: Optional[str] = None
+    plots: Optional[str] = None  # the folder of the best weights' evaluation plots (calc_map)
     stopped: bool = False  # True: stopped early by the callback
     seconds: float = 0.0
     net: Any = field(default=None, repr=False)  # the trained darknet_py._core.Net (its last input size)
@@ -408,7 +413,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
             # mAP at Darknet's cadence: every map_every iterations (not before burn_in) and at the end
             if eval_net is not None and (iteration >= max(iter_map + map_every, schedule.burn_in)
                                          or iteration == total):
-                from .evaluate import compute_map
+                from .evaluate import compute_map, write_evaluation_plots
 
                 _copy_params(raw, eval_net)
                 con.close()
@@ -424,7 +429,9 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
                     best_map = r.map
                     result.best = save(os.path.join(backup, f"{base}_best.weights"), iteration)
                     result.best_map = best_map
-                    say(f"New best mAP! Saved {result.best}")
+                    result.plots = os.path.join(backup, PLOTS_NAME)
+                    write_evaluation_plots(result.plots, r.accumulator, r)  # type: ignore[attr-defined]
+                    say(f"New best mAP! Saved {result.best} (its evaluation plots: {result.plots}{os.sep})")
                 if ch is not None:
                     ch.save()
 
