@@ -25,6 +25,18 @@ Darknet's rules, as implemented here:
   detections in that order, and `add` takes each image's detections in the order given.
   counts="ranked" instead gives each truth to its most confident match (the AP's rule), which
   counts a TP wherever the AP does: Darknet's rule can count fewer TPs.
+  The rule is hank-ai Darknet's src-lib/detector_map.cpp (commit f684e1d, lines 440-504):
+      if (current_iou > shared_info.iou_threshold and current_iou > best_iou)
+          { best_iou = current_iou; truth_index = shared_info.unique_truth_count + j; }
+      ...
+      if (probability > shared_info.thresh_calc_avg_iou) {
+          // only detections of this image, those added since checkpoint_box_probabilities
+          for (z = checkpoint_box_probabilities; z < current_count - 1; ++z)
+              if (shared_info.box_probabilities[z].unique_truth_index == truth_index) found = true;
+          if (truth_index > -1 and found == false) { avg_iou += best_iou; tp_for_thresh++; }
+          else fp_for_thresh++;
+      }
+  and line 785: avg_iou /= (tp_for_thresh + fp_for_thresh).
 
 Boxes are (x, y, w, h) with x, y the top-left corner; detections and truths of one image must use
 the same units (the file-based path uses fractions of the image size, as the labels do; IoU does
