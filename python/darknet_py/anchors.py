@@ -170,12 +170,13 @@ def add_parser(sub: Any, formatter: Any) -> argparse.ArgumentParser:
 def cmd_calc_anchors(args: argparse.Namespace) -> int:
     if bool(args.cfg) != bool(args.output):
         args.parser.error("--cfg and -o go together: the cfg to take and the file to write")
-    cfg = None
-    if args.cfg:
+    k = args.num_of_clusters
+    cfg = masks = None
+    if args.cfg:  # before the work: a cfg whose heads cannot take k anchors fails fast
         from .cfgfiles import resolve_cfg
 
         cfg = resolve_cfg(args.cfg)
-    k = args.num_of_clusters
+        masks = head_masks(cfg, k)
     print(f"Recalculating anchors, num_of_clusters={k}, width={args.width}, height={args.height}")
     boxes, counts, images = training_boxes(args.data, args.width, args.height,
                                            lambda m: print(f"warning: {m}", file=sys.stderr))
@@ -190,7 +191,6 @@ def cmd_calc_anchors(args: argparse.Namespace) -> int:
     if cfg:
         from .cfg_edit import CfgEditor, set_anchors, set_net_options
 
-        masks = head_masks(cfg, k)
         ed = CfgEditor.from_file(cfg)
         set_anchors(ed, [(float(w), float(h)) for w, h in r.anchors], masks)
         set_net_options(ed, {"width": args.width, "height": args.height})
