@@ -22,6 +22,8 @@ from typing import List, Sequence, Tuple
 
 import numpy as np
 
+from .box_iou import iou_matrix
+
 
 @dataclass
 class ImageOutcome:
@@ -70,8 +72,6 @@ def per_image_outcomes(image_boxes: Sequence[Tuple[np.ndarray, np.ndarray, np.nd
 
 
 def _assign_confusions(o: ImageOutcome, iou_thresh: float) -> None:
-    from .evaluate import iou_matrix
-
     if not o.fp.any() or not len(o.truth_boxes):
         return
     iou = iou_matrix(o.det_boxes, o.truth_boxes)

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
-from .dataset_yaml import is_yaml, list_images, read_yaml_dataset, yaml_names
+from .dataset_yaml import is_yaml, list_images, yaml_dataset_fields, yaml_names
 
 # pjreddie Darknet's layout: these folder names hold images, `labels` beside them holds the .txt
 # files (COCO's images/, VOC's JPEGImages/). See labels_folder_path.
@@ -72,7 +72,7 @@ def read_data_file(path: str) -> DataFile:
     dataset YAML (.yaml, .yml) is read as the equivalent .data file (data.dataset_yaml)."""
     path = os.fspath(path)
     if is_yaml(path):
-        return read_yaml_dataset(path)
+        return DataFile(path=path, **yaml_dataset_fields(path, resolve_relative))
     with open(path, encoding="utf-8", errors="replace") as f:
         text = f.read()
     base = os.path.dirname(os.path.abspath(path))

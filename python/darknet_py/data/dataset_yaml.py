@@ -13,7 +13,7 @@ order (as Ultralytics globs it), for the image extensions OpenCV reads.
 from __future__ import annotations
 
 import os
-from typing import Any, List
+from typing import Any, Callable, Dict, List
 
 YAML_SUFFIXES = (".yaml", ".yml")
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp", ".jp2", ".pbm", ".pgm", ".ppm")
@@ -54,29 +54,27 @@ def yaml_names(path: str) -> List[str]:
     raise ValueError(f"{path}: no `names:` (a list of class names, or {{0: name, 1: name}})")
 
 
-def read_yaml_dataset(path: str):
-    """The DataFile of an Ultralytics dataset YAML: classes = the number of names, train / valid =
-    the `train` / `val` folder or list, names = the YAML itself (read by read_names_file)."""
-    from .darknet_files import DataFile, DataFileError, resolve_relative
-
+def yaml_dataset_fields(path: str, resolve: Callable[[str, str], str]) -> Dict[str, Any]:
+    """The .data fields of an Ultralytics dataset YAML: classes = the number of names, train / valid
+    = the `train` / `val` folder or list (resolved by `resolve(path, base_dir)`), names = the YAML
+    itself (read_names_file reads its names)."""
     doc = _load(path)
     if not isinstance(doc, dict):
-        raise DataFileError(f"{path}: expected a mapping with path, train, val and names")
+        raise ValueError(f"{path}: expected a mapping with path, train, val and names")
     names = yaml_names(path)
     base = os.path.dirname(os.path.abspath(path))
-    root = resolve_relative(str(doc["path"]), base) if doc.get("path") else base
-    data = DataFile(path=os.fspath(path), classes=len(names), names=os.fspath(path))
+    root = resolve(str(doc["path"]), base) if doc.get("path") else base
+    fields: Dict[str, Any] = {"classes": len(names), "names": os.fspath(path)}
     for key, attr in (("train", "train"), ("val", "valid")):
         entry = doc.get(key)
         if isinstance(entry, list):
             if len(entry) != 1:
-                raise DataFileError(f"{path}: `{key}:` lists {len(entry)} sources; darknet_py takes one folder "
-                                    "or list file per split (merge them into one list file)")
+                raise ValueError(f"{path}: `{key}:` lists {len(entry)} sources; darknet_py takes one folder "
+                                 "or list file per split (merge them into one list file)")
             entry = entry[0]
         if entry:
-            setattr(data, attr, resolve_relative(str(entry), root))
-    data.lines = {}
-    return data
+            fields[attr] = resolve(str(entry), root)
+    return fields
 
 
 def list_images(folder: str) -> List[str]:
