@@ -29,8 +29,8 @@ def both(tmp_path_factory):
             shutil.copy(image, ultra / "images" / split / (stem + ".jpg"))
             shutil.copy(os.path.splitext(image)[0] + ".txt", ultra / "labels" / split / (stem + ".txt"))
     yaml_path = root / "shapes.yaml"
-    yaml_path.write_text(f"# Ultralytics layout\npath: ultra\ntrain: images/train\nval: images/val\n"
-                         f"names:\n  0: circle\n  1: square\n  2: triangle\n  3: star\n")
+    yaml_path.write_text("# Ultralytics layout\npath: ultra\ntrain: images/train\nval: images/val\n"
+                         "names:\n  0: circle\n  1: square\n  2: triangle\n  3: star\n")
     return {"data": data, "yaml": str(yaml_path), "root": root}
 
 

@@ -142,10 +142,12 @@ def head_filters(lines: Sequence[str], head: Section, classes: int) -> int:
     return (classes + extra) * _anchors_of_head(lines, head)
 
 
-def cfg_classes(ed: CfgEditor) -> int:
-    """The class count of the cfg's last head (what Darknet's detector takes)."""
-    head, _ = heads_and_convs(ed)[-1]
-    return int(value(ed.lines, head, "classes", "20") or 20)  # Darknet's default for yolo/region
+def cfg_classes(ed: CfgEditor) -> Optional[int]:
+    """The class count of the cfg's last head (what Darknet's detector takes); None without a head."""
+    heads = [s for s in ed.sections() if s.name in HEAD_EXTRA]
+    if not heads:
+        return None
+    return int(value(ed.lines, heads[-1], "classes", "20") or 20)  # Darknet's default for yolo/region
 
 
 def adapt_classes(ed: CfgEditor, classes: int) -> CfgEditor:

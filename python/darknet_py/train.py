@@ -179,7 +179,7 @@ def fit_cfg_to_classes(cfg: str, classes: int, folder: str, say: Callable[[str],
 
     ed = CfgEditor.from_file(cfg)
     have = cfg_classes(ed)
-    if have == classes:
+    if have is None or have == classes:  # no head: the engine's check below says so
         return cfg
     path = adapt_classes(ed, classes).write(os.path.join(folder, adapted_name(cfg, classes)))
     say(f"{cfg} has classes={have}, the dataset {classes}: training {path}, a copy with these lines changed:")
@@ -196,7 +196,10 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
           verbose: bool = False, heads_every: int = 10, device: Optional[str] = None, stream: Optional[TextIO] = None,
           progress: Optional[bool] = None, chart: bool = True, multiscale: bool = True,
           quiet: bool = False) -> TrainResult:
-    """Trains the detector `cfg` on the `train` list of the Darknet .data file `data`.
+    """Trains the detector `cfg` on the `train` list of the Darknet .data file `data` (or an
+    Ultralytics dataset YAML). When the cfg's class count differs from the data's, an adapted copy
+    is written to the backup folder and trained (fit_cfg_to_classes); `weights` made for the
+    original cfg then give every layer but the head convolutions (weights_transfer.py).
 
     weights: start from these weights (all layers, or the leading layers a pretrained prefix file
     holds), continuing at the iteration its `seen` gives unless `clear`. calc_map: measure mAP@0.5

@@ -81,8 +81,12 @@ def load_start_weights(raw, weights: str, made_for: Optional[str], say: Callable
             copied.append(i)
         else:
             kept.append(i)
-    say(f"loaded {len(copied)} of {len(raw.layers())} layers from {weights} (made for {os.path.basename(made_for)}); "
-        f"layer{'s' if len(kept) != 1 else ''} {', '.join(map(str, kept)) or 'none'} (the convolutions before the "
-        "heads, sized for another class count) and any layer past the file's end start from Darknet's random "
-        "initialisation; iterations count from 0")
+    if kept:
+        say(f"loaded {len(copied)} of {len(raw.layers())} layers from {weights} (made for "
+            f"{os.path.basename(made_for)}); layer{'s' if len(kept) != 1 else ''} {', '.join(map(str, kept))} (the "
+            "convolutions before the heads, sized for another class count) and any layer past the file's end start "
+            "from Darknet's random initialisation; iterations count from 0")
+    else:  # a prefix that ends before the heads, e.g. yolov4-tiny.conv.29
+        say(f"loaded the first {len(copied)} of {len(raw.layers())} layers from {weights} (the others start from "
+            "Darknet's random initialisation); iterations count from 0")
     return True
