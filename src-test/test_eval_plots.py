@@ -127,3 +127,11 @@ def test_report_prints_per_class_fn_precision_recall(demo_map, capsys):
     compute_map(demo_map["data"], demo["cfg"], demo["weights"], progress=False, verbose=True, coco=False)
     out = capsys.readouterr().out
     assert "class_id = 0, name = circle, ap = " in out and ")   FN = " in out and ", recall = " in out
+
+
+def test_unwritable_plots_folder_is_an_output_error(demo_map, tmp_path, capsys):
+    demo = demo_files()
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    assert main(["map", demo_map["data"], demo["cfg"], demo["weights"], "--plots", str(blocker / "plots")]) == 5
+    assert str(blocker / "plots") in capsys.readouterr().err

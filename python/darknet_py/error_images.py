@@ -59,10 +59,9 @@ def draw_errors(image: np.ndarray, o: ImageOutcome, names: Sequence[str]) -> np.
 def save_error_images(folder: str, paths: Sequence[str], outcomes: Sequence[ImageOutcome],
                       names: Sequence[str]) -> List[str]:
     """Writes the images with a FP or FN into `folder`; returns the paths written."""
-    from .outputs import encode_image, write_bytes
+    from .outputs import write_image
     from .sources import read_image
 
-    os.makedirs(folder, exist_ok=True)
     stems = [os.path.splitext(os.path.basename(p))[0] for p in paths]
     repeated = {s for s, n in Counter(stems).items() if n > 1}
     written = []
@@ -71,6 +70,6 @@ def save_error_images(folder: str, paths: Sequence[str], outcomes: Sequence[Imag
             continue
         stem = f"{i:06d}_{stems[i]}" if stems[i] in repeated else stems[i]
         target = os.path.join(folder, stem + ".jpg")
-        write_bytes(target, encode_image(".jpg", draw_errors(read_image(path), o, names)))
+        write_image(target, draw_errors(read_image(path), o, names))
         written.append(target)
     return written

@@ -13,7 +13,7 @@ from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from .checkpoint import save_image_atomic
+from .outputs import write_image
 from .draw import class_color
 
 GRID = np.linspace(0.0, 1.0, 1001)  # confidence thresholds of the curves
@@ -97,7 +97,7 @@ def line_plot(path: str, title: str, xlabel: str, ylabel: str,
         if ly < y1:
             cv2.line(img, (x1 + 15, ly - 4), (x1 + 40, ly - 4), colour, max(2, thick), cv2.LINE_AA)
             cv2.putText(img, name[:24], (x1 + 48, ly), font, 0.45, BLACK, 1, cv2.LINE_AA)
-    return save_image_atomic(path, img)
+    return write_image(path, img)
 
 
 def confusion_image(path: str, matrix: np.ndarray, names: Sequence[str], normalize: bool) -> str:
@@ -134,12 +134,11 @@ def confusion_image(path: str, matrix: np.ndarray, names: Sequence[str], normali
                 text = f"{v:.2f}" if normalize else str(int(m[i, j]))
                 colour = (255, 255, 255) if v > 0.6 else BLACK
                 cv2.putText(img, text, (a[0] + 3, a[1] + cell // 2 + 4), font, scale, colour, 1, cv2.LINE_AA)
-    return save_image_atomic(path, img)
+    return write_image(path, img)
 
 
 def write_plots(folder: str, curves_: Curves, matrix: np.ndarray, names: Sequence[str]) -> Dict[str, str]:
     """All the PNGs (PLOT_FILES) into `folder`; returns {file name: path}."""
-    os.makedirs(folder, exist_ok=True)
     k = len(curves_.truths)
     names = [names[c] if c < len(names) else str(c) for c in range(k)]
     colours = [class_color(c, k) for c in range(k)]
