@@ -67,9 +67,9 @@ def test_quick_start_without_data(tmp_path, monkeypatch, capsys):
     assert [ln.split(":")[0] for ln in lines if " avg loss, " in ln] == ["1", "2"]
     assert out.count("mean_average_precision (mAP@0.50)") == 2  # after iteration 1 and 2
     backup = tmp_path / "backup"
-    assert os.path.isfile(backup / "yolov4-tiny-quickstart_final.weights")
+    assert os.path.isfile(backup / "yolov4-tiny-quickstart-4classes_final.weights")
     assert os.path.isfile(backup / "plots" / "confusion_matrix.png")
-    qcfg = open(backup / "yolov4-tiny-quickstart.cfg").read()
+    qcfg = open(backup / "yolov4-tiny-quickstart-4classes.cfg").read()
     assert "classes=4" in qcfg and "width=64" in qcfg and "max_batches=2" in qcfg
     # the second time the dataset comes from the cache
     assert main(["train", "yolov4-tiny.cfg", "--max-batches", "1", "--workers", "0", "--out", "b2"]) == 0

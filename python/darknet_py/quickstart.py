@@ -3,8 +3,9 @@
 The dataset is `darknet_py synth`'s coloured shapes (synth.generate), made once into the per-user
 cache folder (`$DARKNET_PY_CACHE_DIR`, else `$XDG_CACHE_HOME/darknet_py`, `~/.cache/darknet_py`,
 `~/Library/Caches/darknet_py` on macOS: where the selftest report goes) and reused after. The cfg
-is trained as given except for what makes it a few-minute demonstration: its classes (4, the
-shapes), a smaller input and batch, and a schedule scaled to the iterations (burn_in and steps).
+is trained as given except for what makes it a few-minute demonstration: a smaller input and
+batch and a schedule scaled to the iterations (burn_in and steps), then, as for any dataset, its
+classes (4, the shapes: train.fit_cfg_to_classes).
 """
 from __future__ import annotations
 
@@ -50,11 +51,12 @@ def net_options(max_batches: int) -> Dict[str, object]:
 
 
 def quickstart_cfg(cfg: str, folder: str, max_batches: int, say: Callable[[str], None]) -> str:
-    """A copy of `cfg` in `folder` with the demonstration's [net] options and 4 classes."""
-    from .cfg_edit import CfgEditor, adapt_classes, set_net_options
+    """A copy of `cfg` in `folder` with the demonstration's [net] options. Its classes are left to
+    train's adaptation, which then also takes --weights made for `cfg` (all but the heads)."""
+    from .cfg_edit import CfgEditor, set_net_options
 
     ed = CfgEditor.from_file(cfg)
-    set_net_options(adapt_classes(ed, CLASSES), net_options(max_batches))
+    set_net_options(ed, net_options(max_batches))
     os.makedirs(folder, exist_ok=True)
     path = ed.write(os.path.join(folder, f"{os.path.splitext(os.path.basename(cfg))[0]}-quickstart.cfg"))
     say(f"cfg: {path}, a copy of {cfg} with these lines changed:")
