@@ -38,6 +38,11 @@ Darknet's rules, as implemented here:
       }
   and line 785: avg_iou /= (tp_for_thresh + fp_for_thresh).
 
+Beyond Darknet: per class FN, precision and recall at the threshold; the confusion matrix
+(confusion.py, from the same TP flags, so its diagonal is the TP count); `compute_map(plots=DIR)`
+(`map --plots`) draws it and the PR/F1/P/R curves (plots.py); `save_errors=DIR` (`--save-errors`)
+writes the images with a FP or FN, drawn (error_images.py).
+
 Boxes are (x, y, w, h) with x, y the top-left corner; detections and truths of one image must use
 the same units (the file-based path uses fractions of the image size, as the labels do; IoU does
 not change when both axes are scaled).
