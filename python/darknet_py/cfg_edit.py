@@ -180,12 +180,9 @@ def set_anchors(ed: CfgEditor, anchors: Sequence[Tuple[float, float]], masks: Se
     if len(masks) != len(heads):
         raise ValueError(f"{ed.name}: {len(heads)} heads but {len(masks)} masks")
     for k in range(len(heads)):
-        head, conv = heads_and_convs(ed)[k]  # re-read: an added line moves the later sections
-        ed.set(head, "mask", ",".join(str(m) for m in masks[k]))
-        head, conv = heads_and_convs(ed)[k]
-        ed.set(head, "anchors", pairs)
-        head, conv = heads_and_convs(ed)[k]
-        ed.set(head, "num", str(len(anchors)))
+        # sections are re-read before each edit: an added line moves the sections after it
+        for key, v in (("mask", ",".join(str(m) for m in masks[k])), ("anchors", pairs), ("num", str(len(anchors)))):
+            ed.set(heads_and_convs(ed)[k][0], key, v)
         head, conv = heads_and_convs(ed)[k]
         classes = int(value(ed.lines, head, "classes", "20") or 20)
         ed.set(conv, "filters", str(head_filters(ed.lines, head, classes)))

@@ -59,8 +59,8 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Op
 
 import numpy as np
 
-from . import exit_codes, plots
-from .plots import PLOT_FILES
+from . import exit_codes
+from .plots import PLOT_FILES, Curves, curves, write_plots
 from .box_iou import iou_matrix
 from .confusion import confusion_matrix, per_image_outcomes
 from .argtypes import positive_int, unit_interval
@@ -295,10 +295,10 @@ class Accumulator:
                          precision, recall, f1, avg_iou, int(conf.size), self.n_truths, self.images, map_50_95,
                          counts=counts, confusion=matrix.tolist())
 
-    def curves(self, iou_thresh: float = 0.5) -> "plots.Curves":
+    def curves(self, iou_thresh: float = 0.5) -> Curves:
         """Precision and recall per class against the confidence (the AP's matching, in rank order)."""
         conf, cls, truth, iou, _ = self._ranked()
-        return plots.curves(conf, cls, self._tp_flags(truth, iou, iou_thresh), self.truth_counts)
+        return curves(conf, cls, self._tp_flags(truth, iou, iou_thresh), self.truth_counts)
 
 
 def evaluate(images: Iterable[Tuple[Iterable[Any], Iterable[Truth]]], classes: int, iou_thresh: float = 0.5,
@@ -486,7 +486,7 @@ def compute_map(data: str, cfg: Optional[str] = None, weights: Optional[str] = N
 
 def write_evaluation_plots(folder: str, acc: Accumulator, result: MapResult) -> Dict[str, str]:
     """The plots of `result` (computed by `acc`) into `folder`."""
-    return plots.write_plots(folder, acc.curves(result.iou_thresh), np.array(result.confusion), acc.names)
+    return write_plots(folder, acc.curves(result.iou_thresh), np.array(result.confusion), acc.names)
 
 
 # ---- the `map` command -----------------------------------------------------------------------
