@@ -129,3 +129,17 @@ def test_command_errors(tmp_path, capsys):
     assert main(["calc_anchors", data, "--num-of-clusters", "5", "--width", "64", "--height", "64",
                  "--cfg", "yolov4-tiny.cfg", "-o", str(tmp_path / "x.cfg")]) == 1
     assert "multiple of it" in capsys.readouterr().err
+
+
+def test_set_anchors_adds_missing_keys(tmp_path):
+    from darknet_py.cfg_edit import CfgEditor, set_anchors
+
+    text = ("[net]\nwidth=64\nheight=64\nchannels=3\n\n[convolutional]\nfilters=8\nsize=3\nstride=2\npad=1\n"
+            "activation=leaky\n\n[convolutional]\nfilters=18\nsize=1\nstride=1\npad=1\nactivation=linear\n\n"
+            "[yolo]\nclasses=1\nanchors=10,10\n")
+    ed = set_anchors(CfgEditor(text, "t.cfg"), [(4.7, 5.2), (9, 9), (20, 30), (40, 40)], [[0, 1, 2, 3]])
+    assert "[yolo] of line 20: added mask=0,1,2,3" in ed.changes and "line 22: anchors=10,10 -> anchors=4,5, 9,9, 20,30, 40,40" in ed.changes
+    assert "[yolo] of line 20: added num=4" in ed.changes and "line 14: filters=18 -> filters=24" in ed.changes
+    net = _core.Net(ed.write(str(tmp_path / "t.cfg")), "cpu")
+    info = net.yolo_info(net.yolo_layers[0])
+    assert info["mask"] == [0, 1, 2, 3] and info["anchors"] == [4, 5, 9, 9, 20, 30, 40, 40]
