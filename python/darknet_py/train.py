@@ -244,6 +244,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
     base = os.path.splitext(os.path.basename(cfg))[0]
     # a run killed inside a save leaves its hidden temporary file; its complete files are intact
     remove_stale_temporaries(backup, [glob.escape(base) + "_*.weights", CHART_NAME])
+    remove_stale_temporaries(os.path.join(backup, PLOTS_NAME), ["*.png"])
     if seed is None:
         seed = random.SystemRandom().randrange(2 ** 31)
     if threads:
