@@ -16,7 +16,6 @@ IMAGES = 600
 CLASSES = 4
 SIZE = 256  # the images' and the network's size: small enough for a laptop CPU
 BATCH = 16
-
 SEED = 1
 
 
