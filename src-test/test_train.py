@@ -328,8 +328,11 @@ def test_cli_train_writes_the_expected_files(tiny, tmp_path, capsys):
                  "--seed", "1", "--map", "--workers", "1"])
     assert code == 0
     files = sorted(os.listdir(out))
-    assert files == ["chart.png", "tiny_2.weights", "tiny_4.weights", "tiny_best.weights", "tiny_final.weights",
-                     "tiny_last.weights"]
+    assert files == ["chart.png", "plots", "tiny_2.weights", "tiny_4.weights", "tiny_best.weights",
+                     "tiny_final.weights", "tiny_last.weights"]
+    from darknet_py.plots import PLOT_FILES
+
+    assert sorted(os.listdir(out / "plots")) == sorted(PLOT_FILES)  # the best weights' evaluation plots
     stdout = capsys.readouterr().out
     lines = [ln for ln in stdout.splitlines() if " avg loss, " in ln]
     assert [ln.split(":")[0] for ln in lines] == ["1", "2", "3", "4"]

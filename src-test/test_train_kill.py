@@ -1,7 +1,7 @@
 """Training survives SIGKILL: `darknet_py train` is killed at >= 20 random moments, inside an
 iteration, inside a weights save (before the temporary file is written, before its sync, before the
 rename), inside the mAP pass and inside chart writing. After every kill each file in the backup
-folder loads (weights with darknet_py.Network, chart.png with cv2.imread), at most the one hidden
+folder loads (weights with darknet_py.Network, chart.png and plots/*.png with cv2.imread), at most the one hidden
 temporary file of the interrupted save is left (the next run deletes it), and the next run, started
 with --weights <cfg>_last.weights, resumes at the iteration that file's `seen` gives.
 
@@ -91,6 +91,12 @@ def _check_backup(job, where):
                 last_iteration = seen // BATCH
         elif name == "chart.png":
             assert cv2.imread(path) is not None, f"{where}: chart.png does not load"
+        elif name == "plots":  # the best weights' evaluation plots: each loads, or is a hidden temporary
+            for plot in sorted(os.listdir(path)):
+                if plot.startswith(".") and plot.endswith(".tmp"):
+                    temporaries.append(f"plots/{plot}")
+                else:
+                    assert cv2.imread(os.path.join(path, plot)) is not None, f"{where}: plots/{plot} does not load"
         else:
             pytest.fail(f"{where}: unexpected file in the backup folder: {name}")
     return temporaries, last_iteration

@@ -1,4 +1,4 @@
-"""The `darknet_py` command: detect, info, cfglayers, map, synth, train, selftest, export.
+"""The `darknet_py` command: detect, info, cfglayers, map, synth, train, cfg, calc_anchors, selftest, export.
 
 Exit codes: see exit_codes.py (listed by `--help`). Errors are one line on stderr, no traceback.
 """
@@ -151,6 +151,14 @@ def build_parser() -> argparse.ArgumentParser:
     from .train import add_parser as add_train_parser
 
     add_train_parser(sub, _Formatter)
+
+    from .cfg_cli import add_parser as add_cfg_parser
+
+    add_cfg_parser(sub, _Formatter)
+
+    from .anchors import add_parser as add_anchors_parser
+
+    add_anchors_parser(sub, _Formatter)
 
     from .selftest import add_parser as add_selftest_parser
 

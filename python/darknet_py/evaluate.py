@@ -25,6 +25,23 @@ Darknet's rules, as implemented here:
   detections in that order, and `add` takes each image's detections in the order given.
   counts="ranked" instead gives each truth to its most confident match (the AP's rule), which
   counts a TP wherever the AP does: Darknet's rule can count fewer TPs.
+  The rule is hank-ai Darknet's src-lib/detector_map.cpp (commit f684e1d, lines 440-504):
+      if (current_iou > shared_info.iou_threshold and current_iou > best_iou)
+          { best_iou = current_iou; truth_index = shared_info.unique_truth_count + j; }
+      ...
+      if (probability > shared_info.thresh_calc_avg_iou) {
+          // only detections of this image, those added since checkpoint_box_probabilities
+          for (z = checkpoint_box_probabilities; z < current_count - 1; ++z)
+              if (shared_info.box_probabilities[z].unique_truth_index == truth_index) found = true;
+          if (truth_index > -1 and found == false) { avg_iou += best_iou; tp_for_thresh++; }
+          else fp_for_thresh++;
+      }
+  and line 785: avg_iou /= (tp_for_thresh + fp_for_thresh).
+
+Beyond Darknet: per class FN, precision and recall at the threshold; the confusion matrix
+(confusion.py, from the same TP flags, so its diagonal is the TP count); `compute_map(plots=DIR)`
+(`map --plots`) draws it and the PR/F1/P/R curves (plots.py); `save_errors=DIR` (`--save-errors`)
+writes the images with a FP or FN, drawn (error_images.py).
 
 Boxes are (x, y, w, h) with x, y the top-left corner; detections and truths of one image must use
 the same units (the file-based path uses fractions of the image size, as the labels do; IoU does
@@ -43,6 +60,9 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Op
 import numpy as np
 
 from . import exit_codes
+from .plots import PLOT_FILES, Curves, curves, write_plots
+from .box_iou import iou_matrix
+from .confusion import confusion_matrix, per_image_outcomes
 from .argtypes import positive_int, unit_interval
 from .devices import add_device_option
 
@@ -77,18 +97,6 @@ class Box(NamedTuple):
 
 
 # ---- the metric ------------------------------------------------------------------------------
-def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """IoU of every box of `a` (n x 4, top-left x, y, w, h) with every box of `b` (m x 4)."""
-    ax1, ay1, ax2, ay2 = a[:, 0:1], a[:, 1:2], a[:, 0:1] + a[:, 2:3], a[:, 1:2] + a[:, 3:4]
-    bx1, by1, bx2, by2 = b[:, 0], b[:, 1], b[:, 0] + b[:, 2], b[:, 1] + b[:, 3]
-    iw = np.clip(np.minimum(ax2, bx2) - np.maximum(ax1, bx1), 0, None)
-    ih = np.clip(np.minimum(ay2, by2) - np.maximum(ay1, by1), 0, None)
-    inter = iw * ih
-    union = a[:, 2:3] * a[:, 3:4] + b[:, 2] * b[:, 3] - inter
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(union > 0, inter / np.where(union > 0, union, 1), 0.0)
-
-
 def average_precision(tp: Sequence[bool], n_truth: int, points: int = 0) -> float:
     """AP of one class from its detections' TP flags in rank order (highest confidence first)."""
     if points not in VALID_POINTS:
@@ -120,6 +128,9 @@ class ClassResult:
     fp: int  # at the confidence threshold
     truths: int
     detections: int  # all collected (above .005)
+    fn: int = 0  # truths - tp
+    precision: float = 0.0  # tp / (tp + fp) at the confidence threshold (0 without detections)
+    recall: float = 0.0  # tp / truths
 
 
 @dataclass
@@ -142,6 +153,9 @@ class MapResult:
     map_50_95: Optional[float] = None
     skipped: List[str] = field(default_factory=list)  # "path: what is wrong" per image that could not be read
     counts: str = "darknet"
+    # rows: the truth's class, then "background" (a detection matching no truth); columns: the
+    # detection's class, then "missed" (a truth no detection found); see confusion.py
+    confusion: Optional[List[List[int]]] = None
 
     def to_dict(self) -> Dict[str, Any]:
         return asdict(self)
@@ -151,7 +165,8 @@ class MapResult:
         lines = [f" detections_count = {self.detections}, unique_truth_count = {self.truths}"]
         for c in self.classes:
             lines.append(f"class_id = {c.class_id}, name = {c.name}, ap = {100 * c.ap:.2f}%   "
-                         f"(TP = {c.tp}, FP = {c.fp})")
+                         f"(TP = {c.tp}, FP = {c.fp})   FN = {c.fn}, precision = {c.precision:.2f}, "
+                         f"recall = {c.recall:.2f}")
         t = self.thresh
         lines += ["", f" for conf_thresh = {t:.2f}, precision = {self.precision:.2f}, recall = {self.recall:.2f}, "
                       f"F1-score = {self.f1:.2f}",
@@ -181,6 +196,7 @@ class Accumulator:
         self._truth: List[np.ndarray] = []
         self._iou: List[np.ndarray] = []
         self.truth_counts = np.zeros(classes, dtype=np.int64)
+        self.image_boxes: List[Tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # per image: detections, truths, classes
         self.n_truths = 0
         self.images = 0
 
@@ -207,6 +223,7 @@ class Accumulator:
         self._cls.append(dc)
         self._truth.append(best)
         self._iou.append(best_iou)
+        self.image_boxes.append((db, tb, tc))
         np.add.at(self.truth_counts, tc, 1)
         self.n_truths += len(tr)
         self.images += 1
@@ -246,19 +263,22 @@ class Accumulator:
         conf, cls, truth, iou, order = self._ranked()
         tp = self._tp_flags(truth, iou, iou_thresh)
         aps = self._aps(tp, cls, points)
+        collected = np.empty_like(order)
+        collected[order] = np.arange(order.size)  # collection index -> rank
         if counts == "darknet":  # first claim in collection order (truth ids are unique across images)
-            collected = np.empty_like(order)
-            collected[order] = np.arange(order.size)  # collection index -> rank
             tp_count = np.zeros_like(tp)
             tp_count[collected] = self._tp_flags(truth[collected], iou[collected], iou_thresh)
         else:
             tp_count = tp
         above = conf > thresh
         tp_t, fp_t = tp_count & above, ~tp_count & above
-        classes = [ClassResult(c, self.names[c] if c < len(self.names) else str(c), float(aps[c]),
-                               int(np.sum(tp_t[cls == c])), int(np.sum(fp_t[cls == c])),
-                               int(self.truth_counts[c]), int(np.sum(cls == c)))
-                   for c in range(self.n_classes)]
+        classes = []
+        for c in range(self.n_classes):
+            n_tp_c, n_fp_c, n_truth_c = int(np.sum(tp_t[cls == c])), int(np.sum(fp_t[cls == c])), int(self.truth_counts[c])
+            classes.append(ClassResult(c, self.names[c] if c < len(self.names) else str(c), float(aps[c]),
+                                       n_tp_c, n_fp_c, n_truth_c, int(np.sum(cls == c)), n_truth_c - n_tp_c,
+                                       n_tp_c / (n_tp_c + n_fp_c) if n_tp_c + n_fp_c else 0.0,
+                                       n_tp_c / n_truth_c if n_truth_c else 0.0))
         n_tp, n_fp = int(tp_t.sum()), int(fp_t.sum())
         precision = n_tp / (n_tp + n_fp) if n_tp + n_fp else 0.0  # Darknet prints nan here
         recall = n_tp / self.n_truths if self.n_truths else 0.0
@@ -268,9 +288,17 @@ class Accumulator:
         if coco:  # AP only: rank order
             map_50_95 = float(np.mean([self._aps(self._tp_flags(truth, iou, t), cls, points).mean()
                                        for t in COCO_IOUS]))
+        self.outcomes = per_image_outcomes(self.image_boxes, cls[collected], conf[collected], tp_count[collected],
+                                           above[collected], truth[collected], iou_thresh)
+        matrix = confusion_matrix(self.outcomes, self.n_classes)
         return MapResult(iou_thresh, points, thresh, float(aps.mean()), classes, n_tp, n_fp, self.n_truths - n_tp,
                          precision, recall, f1, avg_iou, int(conf.size), self.n_truths, self.images, map_50_95,
-                         counts=counts)
+                         counts=counts, confusion=matrix.tolist())
+
+    def curves(self, iou_thresh: float = 0.5) -> Curves:
+        """Precision and recall per class against the confidence (the AP's matching, in rank order)."""
+        conf, cls, truth, iou, _ = self._ranked()
+        return curves(conf, cls, self._tp_flags(truth, iou, iou_thresh), self.truth_counts)
 
 
 def evaluate(images: Iterable[Tuple[Iterable[Any], Iterable[Truth]]], classes: int, iou_thresh: float = 0.5,
@@ -348,14 +376,17 @@ def compute_map(data: str, cfg: Optional[str] = None, weights: Optional[str] = N
                 network: Any = None, detections_for: Optional[Callable[[str], Sequence[Any]]] = None,
                 classes: Optional[int] = None, iou_thresh: float = 0.5, points: int = 0, thresh: float = 0.25,
                 letterbox: Optional[bool] = None, device: Optional[str] = None, coco: bool = True,
-                progress: bool = True, verbose: bool = False, counts: str = "darknet") -> MapResult:
+                progress: bool = True, verbose: bool = False, counts: str = "darknet",
+                plots: Optional[str] = None, save_errors: Optional[str] = None) -> MapResult:
     """mAP of a detector on the `valid` list of the .data file `data`.
 
     The detector is, in order of precedence: `detections_for(image_path)` returning boxes
     (class_id, confidence, x, y, w, h, top-left, in fractions of the image size); `network` (a
     darknet_py.Network, e.g. the one being trained); or Network(cfg, weights). The network is run
     with Darknet's validation settings (thresh .005, NMS .45, letterbox per the cfg's [net]
-    letter_box unless `letterbox` is given). `verbose` prints Darknet's report to stdout."""
+    letter_box unless `letterbox` is given). `verbose` prints Darknet's report to stdout. `plots`: a
+    folder for the evaluation plots (plots.PLOT_FILES); `save_errors`: a folder for the images with
+    false positives or negatives at `thresh`, drawn (error_images.py)."""
     from .data.darknet_files import label_path_for, read_data_file, read_image_list, read_names_file
     from .progress import Progress
 
@@ -364,7 +395,7 @@ def compute_map(data: str, cfg: Optional[str] = None, weights: Optional[str] = N
     valid = spec.valid or spec.train
     if not valid:
         raise ValueError(f"{data}: no `valid =` (nor `train =`) line names the images to evaluate")
-    if not os.path.isfile(valid):
+    if not os.path.exists(valid):
         raise FileNotFoundError(f"{spec.where(key)}: the {key} list {valid} does not exist")
     paths = read_image_list(valid)
     if not paths:
@@ -399,6 +430,7 @@ def compute_map(data: str, cfg: Optional[str] = None, weights: Optional[str] = N
 
     acc = Accumulator(n_classes, names)
     skipped: List[str] = []
+    evaluated: List[str] = []  # the images added to acc, in order
     bar = Progress(len(paths), "images", "mAP") if progress else None
     warned = set()
 
@@ -428,6 +460,7 @@ def compute_map(data: str, cfg: Optional[str] = None, weights: Optional[str] = N
             else:
                 dets = network_detections(network, image, bool(letterbox))
             acc.add(dets, read_truths(label_path_for(path), n_classes, warn))
+            evaluated.append(path)
             if bar is not None:
                 bar.update()
     finally:
@@ -435,9 +468,25 @@ def compute_map(data: str, cfg: Optional[str] = None, weights: Optional[str] = N
             bar.close()
     result = acc.result(iou_thresh, points, thresh, coco, counts)
     result.skipped = skipped
+    result.accumulator = acc  # type: ignore[attr-defined]  # for plots later (train --map); not in to_dict
     if verbose:
         print(result.report())
+    if plots:
+        write_evaluation_plots(plots, acc, result)
+        if verbose:
+            print(f"plots: {plots}/ ({', '.join(PLOT_FILES)})")
+    if save_errors:
+        from .error_images import save_error_images
+
+        written = save_error_images(save_errors, evaluated, acc.outcomes, acc.names)
+        if verbose:
+            print(f"images with false positives or negatives at thresh {thresh:g}: {len(written)} in {save_errors}/")
     return result
+
+
+def write_evaluation_plots(folder: str, acc: Accumulator, result: MapResult) -> Dict[str, str]:
+    """The plots of `result` (computed by `acc`) into `folder`."""
+    return write_plots(folder, acc.curves(result.iou_thresh), np.array(result.confusion), acc.names)
 
 
 # ---- the `map` command -----------------------------------------------------------------------
@@ -454,6 +503,7 @@ counted); the skips are listed at the end and the exit code is {exit_codes.SKIPP
 examples:
   darknet_py map shapes.data shapes.cfg shapes_best.weights
   darknet_py map coco.data yolov4-tiny.cfg yolov4-tiny.weights --points 101 --json map.json
+  darknet_py map shapes.data shapes.cfg shapes_best.weights --plots plots/ --save-errors errors/
 
 {exit_codes.HELP}
 """
@@ -477,7 +527,11 @@ def add_parser(sub: Any, formatter: Any) -> argparse.ArgumentParser:
                    help="TP/FP at --thresh: `darknet` counts as Darknet does (a detection is a FP when one collected\n"
                         "before it in the same image, of any confidence, has its truth); `ranked` gives each truth to\n"
                         "its most confident match, as the AP does (default: %(default)s)")
-    p.add_argument("--json", metavar="FILE", help="also write the results to this JSON file")
+    p.add_argument("--json", metavar="FILE", help="also write the results to this JSON file (the confusion matrix too)")
+    p.add_argument("--plots", metavar="DIR", help="write the confusion matrix and the PR, F1, precision and recall\n"
+                                                  "curves per class as PNGs into DIR")
+    p.add_argument("--save-errors", metavar="DIR", help="write the images with false positives or negatives at\n"
+                                                        "--thresh into DIR, with them drawn")
 
     p.add_argument("--threads", type=positive_int, metavar="N", help="CPU threads (default: all cores)")
     add_device_option(p)
@@ -506,7 +560,7 @@ def cmd_map(args: argparse.Namespace) -> int:
         warnings.simplefilter("always")
         result = compute_map(args.data, network=net, iou_thresh=args.iou_thresh, points=args.points,
                              thresh=args.thresh, letterbox=True if args.letterbox else None, verbose=True,
-                             counts=args.counts)
+                             counts=args.counts, plots=args.plots, save_errors=args.save_errors)
     for w in caught:
         print(f"warning: {w.message}", file=sys.stderr)
     if args.json:

@@ -19,6 +19,9 @@ atomically (checkpoint.py), `<cfg>` being the cfg's file name without its extens
                        max(100, 4 epochs) iterations (and not before burn_in) and at the end
   <cfg>_final.weights  at max_batches
   chart.png            average loss and mAP against iterations, redrawn as training goes
+  plots/               the evaluation plots of <cfg>_best.weights (plots.py), when it is saved
+  <cfg>-<K>classes.cfg the cfg adapted to the dataset's K classes, when the cfg's differ
+                       (fit_cfg_to_classes); <cfg> is then this file's name
 
 The .weights files store `seen`; training from `_last.weights` continues at its iteration and rate
 (`clear` restarts from 0). As in Darknet the momentum is not stored, so a resumed run restarts
@@ -32,7 +35,6 @@ import glob
 import math
 import os
 import random
-import struct
 import sys
 import time
 from dataclasses import dataclass, field
@@ -46,10 +48,13 @@ from .chart import Chart
 from .checkpoint import remove_stale_temporaries, save_weights_atomic
 from .lr_policy import LrSchedule
 from .phase_hook import phase
+from .weights_transfer import load_start_weights, weights_layers_in_file  # noqa: F401 (public here too)
 
 LAST_EVERY = 100  # Darknet saves <cfg>_last.weights every 100 iterations
 MULTISCALE_EVERY = 10  # random=1 picks a new network size every 10 iterations
 CHART_NAME = "chart.png"
+PLOTS_NAME = "plots"  # the best weights' evaluation plots (plots.py), in the backup folder
+QUICK_MAX_BATCHES = 200  # `train CFG` without data: the demonstration's length (quickstart.py)
 
 
 class StopTraining(Exception):
@@ -79,6 +84,7 @@ class TrainResult:
     maps: List[Tuple[int, float]] = field(default_factory=list)
     losses: List[Tuple[int, float, float]] = field(default_factory=list)  # (iteration, loss, avg loss)
     chart: Optional[str] = None
+    plots: Optional[str] = None  # the folder of the best weights' evaluation plots (calc_map)
     stopped: bool = False  # True: stopped early by the callback
     seconds: float = 0.0
     net: Any = field(default=None, repr=False)  # the trained darknet_py._core.Net (its last input size)
@@ -90,32 +96,6 @@ class TrainResult:
 
 
 # ---- helpers --------------------------------------------------------------------------------
-def weights_layers_in_file(raw, path: str) -> int:
-    """How many leading layers of `raw` (a _core.Net) a .weights file holds completely: all of
-    them (-1) for a full file, fewer for a pretrained prefix such as yolov4-tiny.conv.29 (Darknet
-    loads such files up to their end). Raises DarknetError-style ValueError when the file ends inside
-    a layer, via the engine's own message."""
-    size = os.path.getsize(path)
-    with open(path, "rb") as f:
-        head = f.read(12)
-    if len(head) < 12:
-        raw.load_weights(path, -1)  # the engine's message for a short header
-    major, minor, _ = struct.unpack("<3i", head)
-    offset = 12 + (8 if major * 10 + minor >= 2 and major < 1000 and minor < 1000 else 4)
-    floats = (size - offset) // 4
-    used = 0
-    layers = raw.layers()
-    for i in range(len(layers)):
-        need = sum(v.size for v in raw.params(i).values())
-        if used + need > floats:
-            if used == floats:
-                return i
-            raw.load_weights(path, i + 1)  # ends inside layer i: the engine names the layer and sizes
-            return i
-        used += need
-    return -1
-
-
 def _finite_params(raw) -> bool:
     for i in range(len(raw.layers())):
         for v in raw.params(i).values():
@@ -191,6 +171,23 @@ class _Console:
             self.bar_text = ""
 
 
+def fit_cfg_to_classes(cfg: str, classes: int, folder: str, say: Callable[[str], None]) -> str:
+    """`cfg` when its heads have `classes` classes; else an adapted copy written to `folder`
+    (cfg_edit.adapt_classes: classes of every head, filters of the convolution before each), its
+    changed lines reported through `say`."""
+    from .cfg_edit import CfgEditor, adapt_classes, adapted_name, cfg_classes
+
+    ed = CfgEditor.from_file(cfg)
+    have = cfg_classes(ed)
+    if have is None or have == classes:  # no head: the engine's check below says so
+        return cfg
+    path = adapt_classes(ed, classes).write(os.path.join(folder, adapted_name(cfg, classes)))
+    say(f"{cfg} has classes={have}, the dataset {classes}: training {path}, a copy with these lines changed:")
+    for change in ed.changes:
+        say(f"  {change}")
+    return path
+
+
 # ---- the loop -------------------------------------------------------------------------------
 def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = False, calc_map: bool = False,
           map_every: Optional[int] = None, save_every: Optional[int] = None, out_dir: Optional[str] = None,
@@ -199,7 +196,10 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
           verbose: bool = False, heads_every: int = 10, device: Optional[str] = None, stream: Optional[TextIO] = None,
           progress: Optional[bool] = None, chart: bool = True, multiscale: bool = True,
           quiet: bool = False) -> TrainResult:
-    """Trains the detector `cfg` on the `train` list of the Darknet .data file `data`.
+    """Trains the detector `cfg` on the `train` list of the Darknet .data file `data` (or an
+    Ultralytics dataset YAML). When the cfg's class count differs from the data's, an adapted copy
+    is written to the backup folder and trained (fit_cfg_to_classes); `weights` made for the
+    original cfg then give every layer but the head convolutions (weights_transfer.py).
 
     weights: start from these weights (all layers, or the leading layers a pretrained prefix file
     holds), continuing at the iteration its `seen` gives unless `clear`. calc_map: measure mAP@0.5
@@ -217,7 +217,8 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
     quiet: no iteration lines. Returns a TrainResult; raises TrainingDiverged on NaN/Inf."""
     from . import _core
     from .cfgfiles import resolve_cfg
-    from .data import BatchLoader, darknet_truth, random_network_size, read_data_file, read_image_list
+    from .data import (BatchLoader, darknet_truth, random_network_size, read_data_file, read_image_list,
+                       read_names_file)
 
     t_start = time.perf_counter()
     out = stream if stream is not None else sys.stdout
@@ -234,11 +235,16 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
     cfg = resolve_cfg(cfg)
     spec = read_data_file(data)
     classes = spec.require("classes")
-    base = os.path.splitext(os.path.basename(cfg))[0]
     backup = os.path.abspath(out_dir or spec.backup or "backup")
     os.makedirs(backup, exist_ok=True)
+    adapted_from = None
+    fitted = fit_cfg_to_classes(cfg, classes, backup, say)
+    if fitted != cfg:
+        adapted_from, cfg = cfg, fitted
+    base = os.path.splitext(os.path.basename(cfg))[0]
     # a run killed inside a save leaves its hidden temporary file; its complete files are intact
     remove_stale_temporaries(backup, [glob.escape(base) + "_*.weights", CHART_NAME])
+    remove_stale_temporaries(os.path.join(backup, PLOTS_NAME), ["*.png"])
     if seed is None:
         seed = random.SystemRandom().randrange(2 ** 31)
     if threads:
@@ -262,15 +268,8 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
         raise ValueError(f"{spec.where('classes')}: classes = {classes} but the cfg's [yolo] layers have "
                          f"classes={net_classes}")
     darknet_init(raw, seed)
-    if weights:
-        n = weights_layers_in_file(raw, weights)
-        before = len(raw.warnings)
-        raw.load_weights(weights, n)
-        for w in raw.warnings[before:]:
-            warn(str(w))
-        if n >= 0:
-            say(f"loaded the first {n} of {len(raw.layers())} layers from {weights} (the others start from "
-                "Darknet's random initialisation)")
+    if weights and load_start_weights(raw, weights, adapted_from, say, warn):
+        clear = True  # another network's iteration count means nothing for this one
     if clear:
         raw.seen = 0
 
@@ -296,10 +295,12 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
     if calc_map:
         from .network import Network
 
-        if not valid_list or not os.path.isfile(valid_list) or not read_image_list(valid_list):
+        if not valid_list or not os.path.exists(valid_list) or not read_image_list(valid_list):
             raise ValueError(f"{spec.where('valid')}: no valid image list for mAP ({valid_list}); "
                              "set `valid =` in the .data file or train without --map")
-        eval_net = Network(cfg, None, spec.names if spec.names and os.path.isfile(spec.names) else None, device)
+        eval_net = Network(cfg, None, None, device)
+        if spec.names and os.path.isfile(spec.names):
+            eval_net.names = read_names_file(spec.names)
 
     # ---- data
     loader = BatchLoader.from_files(data, cfg, batch_size=mini, seed=seed, workers=workers,
@@ -416,7 +417,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
             # mAP at Darknet's cadence: every map_every iterations (not before burn_in) and at the end
             if eval_net is not None and (iteration >= max(iter_map + map_every, schedule.burn_in)
                                          or iteration == total):
-                from .evaluate import compute_map
+                from .evaluate import compute_map, write_evaluation_plots
 
                 _copy_params(raw, eval_net)
                 con.close()
@@ -432,7 +433,9 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
                     best_map = r.map
                     result.best = save(os.path.join(backup, f"{base}_best.weights"), iteration)
                     result.best_map = best_map
-                    say(f"New best mAP! Saved {result.best}")
+                    result.plots = os.path.join(backup, PLOTS_NAME)
+                    write_evaluation_plots(result.plots, r.accumulator, r)  # type: ignore[attr-defined]
+                    say(f"New best mAP! Saved {result.best} (its evaluation plots: {result.plots}{os.sep})")
                 if ch is not None:
                     ch.save()
 
@@ -483,28 +486,41 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
 
 # ---- the `train` command --------------------------------------------------------------------
 TRAIN_EXAMPLES = """\
-Trains the detector CFG on the `train` list of the Darknet .data file DATA, as `darknet detector
-train` does: Darknet's batch/subdivisions, learning-rate policy and augmentation from the cfg.
-In the backup folder (--out, else the .data file's `backup`): <cfg>_last.weights every 100
-iterations, <cfg>_N.weights every --save-every, <cfg>_best.weights when the mAP improves (--map),
-<cfg>_final.weights at the end, and chart.png. Resume with --weights <cfg>_last.weights.
-Ctrl-C saves <cfg>_last.weights and stops.
+Trains the detector CFG on the `train` list of DATA, as `darknet detector train` does: Darknet's
+batch/subdivisions, learning-rate policy and augmentation from the cfg. DATA is a Darknet .data
+file or an Ultralytics dataset YAML (path, train, val, names); CFG and DATA may come in either
+order (Darknet's is DATA CFG): a cfg is the file with a [net] section.
+
+Without DATA it trains CFG for a few minutes on a synthetic dataset of shapes (made once in the
+cache folder), to show training work: the loss falling and a first mAP.
+
+When DATA's class count differs from the cfg's, a copy of the cfg with `classes` of every [yolo]
+and `filters` of the convolution before each changed is written to the backup folder and
+trained; --weights made for the original cfg (e.g. 80-class yolov4-tiny.weights) then gives every
+layer but those convolutions.
+
+In the backup folder (--out, else the .data file's `backup`, else ./backup): <cfg>_last.weights
+every 100 iterations, <cfg>_N.weights every --save-every, <cfg>_best.weights when the mAP improves
+(--map, with the evaluation plots of the best weights in plots/), <cfg>_final.weights at the end,
+and chart.png. Resume with --weights <cfg>_last.weights. Ctrl-C saves <cfg>_last.weights and stops.
 
 examples:
-  darknet_py synth shapes/ --images 2000 --classes 4
-  darknet_py train shapes/shapes.data my-shapes.cfg --map
-  darknet_py train shapes/shapes.data my-shapes.cfg --weights shapes/backup/my-shapes_last.weights
-  darknet_py train coco.data yolov4-tiny.cfg --weights yolov4-tiny.conv.29 --clear --max-batches 6000
+  darknet_py train yolov4-tiny.cfg
+  darknet_py train yolov4-tiny.cfg shapes/shapes.data --map
+  darknet_py train shapes/shapes.data yolov4-tiny.cfg --weights yolov4-tiny.weights --clear
+  darknet_py train yolov4-tiny.cfg coco8.yaml --max-batches 2000
+  darknet_py train shapes/shapes.data my-shapes.cfg --weights backup/my-shapes_last.weights
 """
 
 
 def add_parser(sub: Any, formatter: Any) -> argparse.ArgumentParser:
     """Registers the `train` subcommand on the CLI's subparsers."""
-    p = sub.add_parser("train", help="train a detector on a Darknet dataset (Darknet's detector train)",
-                       description="Train a YOLO detector from a Darknet .data file and .cfg.",
+    p = sub.add_parser("train", help="train a detector (CFG [DATA]: no DATA = a quick demonstration on shapes)",
+                       description="Train a YOLO detector from a .cfg and a Darknet .data file or dataset YAML.",
                        epilog=TRAIN_EXAMPLES, formatter_class=formatter)
-    p.add_argument("data", metavar="DATA", help="Darknet .data file (classes, train, valid, names, backup)")
-    p.add_argument("cfg", metavar="CFG", help="network .cfg: a path or a shipped cfg's name")
+    p.add_argument("first", metavar="CFG", help="network .cfg (a path or a shipped cfg's name), or DATA (Darknet's order)")
+    p.add_argument("second", metavar="DATA", nargs="?",
+                   help="Darknet .data file or Ultralytics dataset YAML (or CFG); none: synthetic shapes")
     p.add_argument("--weights", metavar="W", help="start from these weights (a _last.weights resumes)")
     p.add_argument("--clear", action="store_true", help="reset the iteration count (seen) to 0")
     p.add_argument("--map", action="store_true", help="measure mAP@0.5 on the valid list; keep <cfg>_best.weights")
@@ -512,10 +528,11 @@ def add_parser(sub: Any, formatter: Any) -> argparse.ArgumentParser:
                    help="mAP every N iterations (default: Darknet's max(100, 4 epochs))")
     p.add_argument("--save-every", type=positive_int, metavar="N",
                    help="keep <cfg>_N.weights every N iterations (default: 1000, or 10000 past 10000 batches)")
-    p.add_argument("--out", metavar="DIR", help="backup folder (default: the .data file's backup)")
+    p.add_argument("--out", metavar="DIR", help="backup folder (default: the .data file's backup, else ./backup)")
     p.add_argument("--threads", type=positive_int, metavar="N", help="CPU threads (default: all cores)")
     p.add_argument("--workers", type=int, metavar="N", help="image loading threads (default: min(4, cores))")
-    p.add_argument("--max-batches", type=positive_int, metavar="N", help="train to iteration N (replaces the cfg's)")
+    p.add_argument("--max-batches", type=positive_int, metavar="N",
+                   help="train to iteration N (replaces the cfg's; without DATA: default %d)" % QUICK_MAX_BATCHES)
     p.add_argument("--seed", type=int, metavar="S", help="random seed: initialisation, data, augmentation")
     p.add_argument("--verbose", action="store_true", help="print the per-head statistics every iteration")
     add_device_option(p)
@@ -523,13 +540,66 @@ def add_parser(sub: Any, formatter: Any) -> argparse.ArgumentParser:
     return p
 
 
+def input_kind(path: str) -> str:
+    """'cfg' or 'data' for a `train` argument, from its content: a dataset YAML is data, a file with
+    a [net] section a cfg, any other existing file data; a name that is no file but a shipped cfg's
+    is a cfg. Raises FileNotFoundError naming the argument otherwise."""
+    from .cfgfiles import resolve_cfg
+    from .data.dataset_yaml import is_yaml
+
+    if os.path.isfile(path):
+        if is_yaml(path):
+            return "data"
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.split("#", 1)[0].strip().lower() in ("[net]", "[network]"):
+                    return "cfg"
+        return "data"
+    try:
+        resolve_cfg(path)
+    except FileNotFoundError as e:  # name it as what it may be: either
+        raise FileNotFoundError(str(e).replace("cfg file not found", "not found (neither a file nor a shipped cfg)")
+                                .replace(" (not a file, nor a shipped .cfg file: ", " (shipped cfgs: ")) from None
+    return "cfg"
+
+
+def order_inputs(first: str, second: Optional[str]) -> Tuple[Optional[str], str]:
+    """(data, cfg) from `train`'s one or two positional arguments, in either order."""
+    kinds = [input_kind(first)] + ([input_kind(second)] if second is not None else [])
+    if kinds == ["data"]:
+        raise ValueError(f"{first} is a dataset, not a cfg (no [net] section): give the cfg too, "
+                         f"e.g. darknet_py train yolov4-tiny.cfg {first}")
+    if second is None:
+        return None, first
+    if kinds[0] == kinds[1]:
+        what = "cfgs ([net] sections)" if kinds[0] == "cfg" else "datasets (no [net] section)"
+        raise ValueError(f"{first} and {second} are both {what}: give one cfg and one .data file or dataset YAML")
+    return (first, second) if kinds[0] == "data" else (second, first)
+
+
 def cmd_train(args: argparse.Namespace) -> int:
-    if not os.path.isfile(args.data):
-        raise FileNotFoundError(f"data file not found: {args.data}")
+    data, cfg = order_inputs(args.first, args.second)
     if args.weights and not os.path.isfile(args.weights):
         raise FileNotFoundError(f"weights file not found: {args.weights}")
-    r = train(args.data, args.cfg, args.weights, clear=args.clear, calc_map=args.map, map_every=args.map_every,
-              save_every=args.save_every, out_dir=args.out, threads=args.threads, max_batches=args.max_batches,
+    calc_map, map_every, max_batches, out = args.map, args.map_every, args.max_batches, args.out
+    if data is None:
+        from . import quickstart
+        from .cfgfiles import resolve_cfg
+
+        def say(text: str) -> None:
+            print(text, flush=True)
+
+        max_batches = max_batches or QUICK_MAX_BATCHES
+        say(f"No dataset given: training {cfg} for {max_batches} iterations on synthetic shapes "
+            f"({quickstart.CLASSES} classes, {quickstart.SIZE}x{quickstart.SIZE}) to show training work. "
+            f"On your own data: darknet_py train {cfg} my.data (a Darknet .data file or an Ultralytics dataset YAML)")
+        data = quickstart.dataset(say)
+        out = os.path.abspath(out or "backup")
+        cfg = quickstart.quickstart_cfg(resolve_cfg(cfg), out, max_batches, say)
+        calc_map = True
+        map_every = map_every or max(1, max_batches // 2)
+    r = train(data, cfg, args.weights, clear=args.clear, calc_map=calc_map, map_every=map_every,
+              save_every=args.save_every, out_dir=out, threads=args.threads, max_batches=max_batches,
               seed=args.seed, workers=args.workers, verbose=args.verbose, device=args.device)
     print(f"iteration {r.iteration} in {r.seconds:.1f} s; weights: {r.weights}"
           + (f"; best mAP@0.5 {r.best_map:.4f}: {r.best}" if r.best else ""), file=sys.stderr)

@@ -13,6 +13,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
+from .dataset_yaml import is_yaml, list_images, yaml_dataset_fields, yaml_names
+
 # pjreddie Darknet's layout: these folder names hold images, `labels` beside them holds the .txt
 # files (COCO's images/, VOC's JPEGImages/). See labels_folder_path.
 _IMAGE_DIRS = ("images", "JPEGImages")
@@ -66,8 +68,11 @@ _PATH_KEYS = ("train", "valid", "names", "backup")
 def read_data_file(path: str) -> DataFile:
     """Parses a Darknet .data file: `key = value` lines; blank lines and lines starting with `#`
     or `;` are skipped (as Darknet's read_data_cfg). Unlike Darknet, spaces inside a value are
-    kept (paths with spaces work) and a malformed line is an error, not a message."""
+    kept (paths with spaces work) and a malformed line is an error, not a message. An Ultralytics
+    dataset YAML (.yaml, .yml) is read as the equivalent .data file (data.dataset_yaml)."""
     path = os.fspath(path)
+    if is_yaml(path):
+        return DataFile(path=path, **yaml_dataset_fields(path, resolve_relative))
     with open(path, encoding="utf-8", errors="replace") as f:
         text = f.read()
     base = os.path.dirname(os.path.abspath(path))
@@ -103,8 +108,11 @@ def read_data_file(path: str) -> DataFile:
 def read_image_list(path: str) -> List[str]:
     """The image paths of a train/valid list: one per line; blank lines and `#` comments are
     skipped (Darknet would try to load them as images); surrounding spaces and CR are stripped;
-    relative paths are resolved as resolve_relative does."""
+    relative paths are resolved as resolve_relative does. A folder (an Ultralytics dataset's
+    `train: images/train`) lists the images under it, sorted."""
     path = os.fspath(path)
+    if os.path.isdir(path):
+        return list_images(path)
     with open(path, encoding="utf-8", errors="replace") as f:
         text = f.read()
     base = os.path.dirname(os.path.abspath(path))
@@ -118,7 +126,9 @@ def read_image_list(path: str) -> List[str]:
 
 def read_names_file(path: str) -> List[str]:
     """Class names, one per line (Darknet's get_labels keeps every line; we drop trailing blank lines
-    so that a final newline or two does not add empty classes)."""
+    so that a final newline or two does not add empty classes). A dataset YAML gives its `names:`."""
+    if is_yaml(path):
+        return yaml_names(path)
     with open(path, encoding="utf-8", errors="replace") as f:
         names = [line.strip() for line in f.read().splitlines()]
     while names and not names[-1]:

@@ -309,7 +309,7 @@ class BatchLoader:
                                 f"classes={opts['classes']}")
         opts.update(options or {})
         list_path = d.require(list_key)
-        if not os.path.isfile(list_path):
+        if not os.path.exists(list_path):
             raise DataFileError(f"{d.where(list_key)}: the {list_key} list {list_path} does not exist")
         paths = read_image_list(list_path)
         if not paths:

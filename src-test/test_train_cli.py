@@ -1,0 +1,76 @@
+"""`darknet_py train` as people type it: CFG DATA and DATA CFG, and CFG alone (the quick start on
+cached synthetic shapes)."""
+import os
+
+import pytest
+
+from darknet_py import quickstart
+from darknet_py.cfgfiles import resolve_cfg
+from darknet_py.cli import main
+from darknet_py.synth import generate
+from darknet_py.train import order_inputs
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ds")
+    data = generate(str(root / "ds"), images=8, classes=2, size=(64, 64), seed=2, valid_fraction=0.25, workers=1)
+    cfg = root / "small.cfg"
+    text = open(resolve_cfg("yolov3-tiny.cfg")).read()
+    cfg.write_text(text.replace("batch=64", "batch=2").replace("subdivisions=2", "subdivisions=1")
+                   .replace("width=416", "width=64").replace("height=416", "height=64"))
+    return {"data": data, "cfg": str(cfg), "root": root}
+
+
+def test_either_order_by_content(dataset, tmp_path):
+    data, cfg = dataset["data"], dataset["cfg"]
+    assert order_inputs(cfg, data) == (data, cfg) == order_inputs(data, cfg)
+    assert order_inputs("yolov4-tiny.cfg", None) == (None, "yolov4-tiny.cfg")  # a shipped cfg's name
+    renamed = tmp_path / "model.data"  # the extension does not decide: the [net] section does
+    renamed.write_text(open(cfg).read())
+    assert order_inputs(data, str(renamed)) == (data, str(renamed))
+    with pytest.raises(ValueError, match="both cfgs"):
+        order_inputs(cfg, str(renamed))
+    with pytest.raises(ValueError, match="both datasets"):
+        order_inputs(data, data)
+    with pytest.raises(ValueError, match=r"is a dataset, not a cfg .* darknet_py train yolov4-tiny.cfg"):
+        order_inputs(data, None)
+    with pytest.raises(FileNotFoundError, match="neither a file nor a shipped cfg.*yolov4-tiny.cfg"):
+        order_inputs("nope.cfg", data)
+
+
+def test_cfg_first_trains(dataset, tmp_path, capsys):
+    out = tmp_path / "backup"
+    # the cfg has 80 classes, the data 2: adapted on the way
+    assert main(["train", dataset["cfg"], dataset["data"], "--max-batches", "1", "--out", str(out), "--workers", "0",
+                 "--seed", "1"]) == 0
+    assert os.path.isfile(out / "small-2classes_final.weights") and os.path.isfile(out / "small-2classes.cfg")
+    assert main(["train", dataset["data"]]) == 1
+    assert "is a dataset, not a cfg" in capsys.readouterr().err
+
+
+def test_quick_start_without_data(tmp_path, monkeypatch, capsys):
+    """The no-data path, shrunk (24 images of 64x64, batch 4) so that it takes seconds here; the
+    real one is quickstart.py's 600 images of 256x256, batch 16."""
+    monkeypatch.setenv("DARKNET_PY_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(quickstart, "IMAGES", 24)
+    monkeypatch.setattr(quickstart, "SIZE", 64)
+    monkeypatch.setattr(quickstart, "BATCH", 4)
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "yolov4-tiny.cfg", "--max-batches", "2", "--workers", "0", "--seed", "1"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0].startswith("No dataset given: training yolov4-tiny.cfg for 2 iterations on synthetic shapes")
+    assert "On your own data: darknet_py train yolov4-tiny.cfg my.data" in lines[0]
+    cached = tmp_path / "cache" / "quickstart-shapes-24-64-seed1"
+    assert lines[1] == f"making the synthetic dataset once: 24 images of 64x64 in {cached}"
+    assert [ln.split(":")[0] for ln in lines if " avg loss, " in ln] == ["1", "2"]
+    assert out.count("mean_average_precision (mAP@0.50)") == 2  # after iteration 1 and 2
+    backup = tmp_path / "backup"
+    assert os.path.isfile(backup / "yolov4-tiny-quickstart-4classes_final.weights")
+    assert os.path.isfile(backup / "plots" / "confusion_matrix.png")
+    qcfg = open(backup / "yolov4-tiny-quickstart-4classes.cfg").read()
+    assert "classes=4" in qcfg and "width=64" in qcfg and "max_batches=2" in qcfg
+    # the second time the dataset comes from the cache
+    assert main(["train", "yolov4-tiny.cfg", "--max-batches", "1", "--workers", "0", "--out", "b2"]) == 0
+    assert f"synthetic dataset: {cached}/shapes.data (cached)" in capsys.readouterr().out
