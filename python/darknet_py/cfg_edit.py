@@ -6,8 +6,9 @@ README's "how to train" steps), which is where many broken cfgs come from. These
 those edits and say which lines changed. Everything else in the file (comments, order, spacing)
 is kept, so the result diffs cleanly against the original.
 
-    text, changes = adapt_classes(open("yolov4-tiny.cfg").read(), 4)
-    # changes: ["line 212: filters=255 -> filters=27", "line 220: classes=80 -> classes=4", ...]
+    ed = adapt_classes(CfgEditor.from_file("yolov4-tiny.cfg"), 4)
+    ed.write("my.cfg")
+    # ed.changes: ["line 229: classes=80 -> classes=4", "line 221: filters=255 -> filters=27", ...]
 """
 from __future__ import annotations
 
