@@ -155,3 +155,19 @@ def test_train_through_processes_is_the_run_through_threads(shapes, tmp_path):
     assert len(lines) == 3 and all(ln.split("hours left, ")[1].endswith("% waiting for data") for ln in lines)
     assert "images/s" in lines[0] and "loader processes x2" in logs["processes"]
     assert "throughput: " in logs["processes"].splitlines()[-1]
+
+
+def test_too_little_shared_memory_is_an_error_not_a_crash(shapes, monkeypatch):
+    """A full /dev/shm (Docker's default is 64 MB) would kill a worker with SIGBUS mid-write."""
+    from collections import namedtuple
+
+    from darknet_py.data import process_loader
+
+    if not os.path.isdir(process_loader.SHM_FOLDER):
+        pytest.skip(f"no {process_loader.SHM_FOLDER} here: nothing is checked")
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(process_loader.shutil, "disk_usage", lambda path: usage(2 ** 20, 2 ** 20 - 1000, 1000))
+    with BatchLoader.from_files(shapes, None, 2, options=OPTS, workers=1, processes=True) as loader:
+        with pytest.raises(OSError, match=r"need 0 MB of shared memory .* has 0 MB free: enlarge it \(docker run "
+                                          r"--shm-size=2g\) or load in threads \(--loader threads\)"):
+            loader.next_batch()

@@ -310,6 +310,13 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
     # ---- data
     workers = default_workers() if workers is None else workers
     processes = use_processes(loader_kind, device, workers)
+    if processes and loader_kind == "auto":
+        from .data.process_loader import shared_memory_shortfall
+
+        problem = shared_memory_shortfall(4 * (2 + 2) * mini * 3 * int(raw.width * raw.height * 2))
+        if problem:  # the ring of 4 batches at up to twice the pixels (random=1 sizes)
+            warn(problem + "; loading in threads")
+            processes = False
     loader = BatchLoader.from_files(data, cfg, batch_size=mini, seed=seed, workers=workers,
                                     start=start * subdivisions, iteration_images=batch, processes=processes,
                                     on_problem=lambda kind, path, message: warn(message))

@@ -13,8 +13,10 @@ context and threads), so a script that trains through processes needs the usual
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import pickle
 import queue
+import shutil
 import time
 from multiprocessing import shared_memory
 from typing import Dict, List, Optional, Tuple
@@ -76,6 +78,22 @@ def _worker_main(maker: SampleMaker, jobs, results, current_gen, keep: int) -> N
         shm.close()
 
 
+SHM_FOLDER = "/dev/shm"  # where Linux keeps POSIX shared memory (a tmpfs; Docker's default is 64 MB)
+
+
+def shared_memory_shortfall(nbytes: int) -> Optional[str]:
+    """Why `nbytes` more of shared memory would not fit (a write past a full tmpfs kills the worker
+    with SIGBUS), or None. Only Linux's /dev/shm is checked; elsewhere None."""
+    if not os.path.isdir(SHM_FOLDER):
+        return None
+    free = shutil.disk_usage(SHM_FOLDER).free
+    if nbytes <= free:
+        return None
+    return (f"the loader's worker processes need {nbytes / 2 ** 20:.0f} MB of shared memory for their batches but "
+            f"{SHM_FOLDER} has {free / 2 ** 20:.0f} MB free: enlarge it (docker run --shm-size=2g) or load in threads "
+            "(--loader threads)")
+
+
 class _SharedBuffer(shared_memory.SharedMemory):
     """Shared memory whose arrays may outlive it: a batch handed out keeps its mapping alive, and
     closing it meanwhile is put off (BufferError) instead of reported at collection."""
@@ -131,6 +149,9 @@ class ProcessEngine:
         if buf is None or buf.gen != self.gen or buf.shm.size < nbytes:
             if buf is not None:  # a batch of an old size may still be read (or written by a stale job)
                 self._retire(buf.shm)
+            problem = shared_memory_shortfall(nbytes)
+            if problem:
+                raise OSError(problem)
             buf = self.ring[index] = _Buffer(nbytes, self.gen)
         return buf
 
