@@ -143,6 +143,7 @@ def main(argv=None) -> int:
     ap.add_argument("--iterations", type=int, default=30, help="timed training iterations per run")
     ap.add_argument("--warmup", type=int, default=5, help="training iterations left out of the figures")
     ap.add_argument("--loader-batches", type=int, default=8, help="timed batches per loader-alone run")
+    ap.add_argument("--loader-only", action="store_true", help="only the loader-alone table")
     ap.add_argument("--write", help="also write the markdown tables to this file")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -188,10 +189,13 @@ def main(argv=None) -> int:
             say(f"| {'processes' if processes else 'threads'} | " + " | ".join(cells) + " |")
         say("")
 
-        say("### End to end: `train` against the engine's in-memory step")
-        say("")
-        say("| precision | run | s/iteration | images/s | waiting for data | / in-memory step |")
-        say("|---|---|---|---|---|---|")
+        if args.loader_only:
+            precisions = []
+        else:
+            say("### End to end: `train` against the engine's in-memory step")
+            say("")
+            say("| precision | run | s/iteration | images/s | waiting for data | / in-memory step |")
+            say("|---|---|---|---|---|---|")
         for precision in precisions:
             base = {"data": data, "cfg": cfg, "device": device, "iterations": args.iterations}
             step = in_child(dict(base, what="engine"), precision)
