@@ -81,6 +81,18 @@ def test_samples_follow_the_seed_rules_written_down(shapes):
             np.testing.assert_array_equal(got[k][1][j], truth)
 
 
+def test_to_chw_is_x_over_255_in_float32_into_a_batch_row():
+    """to_chw splits the planes (vectorised divides): the bits of Darknet's x / 255 all the same."""
+    rng = np.random.default_rng(0)
+    for img in (rng.integers(0, 256, (7, 5, 3), np.uint8), rng.integers(0, 256, (7, 5), np.uint8)):
+        want = (img if img.ndim == 3 else img[:, :, None]).transpose(2, 0, 1).astype(np.float32) / np.float32(255)
+        np.testing.assert_array_equal(A.to_chw(img), want)
+        batch = np.full((2,) + want.shape, -1, np.float32)
+        assert np.shares_memory(A.to_chw(img, batch[1]), batch)
+        np.testing.assert_array_equal(batch[1], want)
+        assert (batch[0] == -1).all()
+
+
 def test_bad_files_are_reported_once_by_the_parent(shapes, tmp_path):
     good = [ln for ln in open(os.path.join(os.path.dirname(shapes), "train.txt")).read().split()][:3]
     broken = tmp_path / "broken.jpg"

@@ -100,9 +100,8 @@ class _Engine:
             if slot is None or slot.gen != gen:
                 continue  # dropped by set_size
             try:
-                image, truth = self.maker.sample(k, j, slot.w, slot.h)
-                slot.images[j] = image  # outside the lock: each job owns its row
-                slot.truths[j] = truth
+                # outside the lock: each job owns its row
+                slot.truths[j] = self.maker.sample(k, j, slot.w, slot.h, out=slot.images[j])[1]
                 error = None
             except BaseException as e:  # handed to the caller by next_batch
                 error = e
@@ -120,7 +119,7 @@ class _Engine:
             w, h = self.size
             slot = _Slot(self.gen, self.batch_size, self.channels, w, h)
             for j in range(self.batch_size):
-                slot.images[j], slot.truths[j] = self.maker.sample(self.next_k, j, w, h)
+                slot.truths[j] = self.maker.sample(self.next_k, j, w, h, out=slot.images[j])[1]
             self.next_k += 1
             return slot.images, slot.truths  # type: ignore[return-value]
         with self.cond:

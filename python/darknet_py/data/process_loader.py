@@ -66,8 +66,7 @@ def _worker_main(maker: SampleMaker, jobs, results, current_gen, keep: int) -> N
                 if len(attached) >= keep:  # the oldest: most likely one the parent has replaced
                     attached.pop(next(iter(attached))).close()
                 shm = attached[name] = shared_memory.SharedMemory(name=name)
-            image, truth = maker.sample(k, j, shape[3], shape[2])
-            np.ndarray(shape, np.float32, buffer=shm.buf)[j] = image
+            _, truth = maker.sample(k, j, shape[3], shape[2], out=np.ndarray(shape, np.float32, buffer=shm.buf)[j])
         except FileNotFoundError as e:  # the buffer of a batch dropped by set_size
             if gen == current_gen.value:
                 error = _portable_error(e)

@@ -106,15 +106,16 @@ class SampleMaker:
         group = load_group(sub * self.batch_size + j, self.per_iteration * self.batch_size)
         return kind if np.random.default_rng([self.seed, iteration, group, 0x6D1C]).random() < 0.5 else ""
 
-    def sample(self, k: int, j: int, w: int, h: int) -> Tuple[np.ndarray, np.ndarray]:
+    def sample(self, k: int, j: int, w: int, h: int, out: Optional[np.ndarray] = None) -> Tuple[np.ndarray, np.ndarray]:
+        """(float32 CHW image at w x h, written into `out` if given (the batch's row j); (n, 5) truths)."""
         rng = np.random.default_rng([self.seed, k, j])
         mixing = self.group_mixing(k, j)
         if mixing == "mosaic":
-            return augmentation.mosaic([self._draw(rng) for _ in range(4)], w, h, self.opts, rng)
+            return augmentation.mosaic([self._draw(rng) for _ in range(4)], w, h, self.opts, rng, out)
         img, boxes = self._draw(rng)
-        first = augmentation.augment_one(img, boxes, w, h, self.opts, rng)
         if mixing == "mixup":  # Darknet's second pass: another random image, blended over this one
+            first = augmentation.augment_one(img, boxes, w, h, self.opts, rng)
             other, other_boxes = self._draw(rng)
             second = augmentation.augment_one(other, other_boxes, w, h, self.opts, rng)
-            return augmentation.mixup(first, second, int(self.opts["max_boxes"]))
-        return first
+            return augmentation.mixup(first, second, int(self.opts["max_boxes"]), out)
+        return augmentation.augment_one(img, boxes, w, h, self.opts, rng, out)
