@@ -16,7 +16,7 @@ from darknet_py import synth
 from darknet_py.data import BatchLoader, augment as A
 from darknet_py.data.darknet_files import label_path_for
 from darknet_py.data.labels import read_labels
-from darknet_py.train_rate import ThroughputMeter, use_processes
+from darknet_py.train_rate import ThroughputMeter, default_train_workers, use_processes
 
 # every augmentation a detector trains with, at a small size so the test stays fast
 OPTS = dict(width=64, height=48, jitter=0.3, hue=0.1, saturation=1.5, exposure=1.5, flip=1, mosaic=1, blur=1,
@@ -140,6 +140,8 @@ def test_throughput_meter_and_loader_choice():
     assert "the loader limits training: raise --workers" in m.summary("threads x2")
     m.add(64, 10.0, 0.0)
     assert "the training step limits training" in m.summary("processes x4")
+    cores = os.cpu_count() or 1
+    assert default_train_workers("cpu") == min(4, cores) and default_train_workers("cuda") == max(1, min(8, cores - 1))
     assert use_processes("auto", "cuda:0", 4) and not use_processes("auto", "cpu", 4)
     assert not use_processes("auto", "cuda", 1) and use_processes("processes", "cpu", 1)
     with pytest.raises(ValueError, match="loader kind must be auto, threads or processes"):

@@ -45,7 +45,7 @@ from .devices import add_device_option
 from .chart import Chart
 from .checkpoint import remove_stale_temporaries, save_weights_atomic
 from .lr_policy import LrSchedule
-from .train_rate import ThroughputMeter, use_processes
+from .train_rate import ThroughputMeter, default_train_workers, use_processes
 from .phase_hook import phase
 
 LAST_EVERY = 100  # Darknet saves <cfg>_last.weights every 100 iterations
@@ -212,8 +212,8 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
     backup folder. threads: CPU threads for the engine. max_batches: replaces the cfg's (the end of
     training, and the poly/sgdr schedules that use it). seed: initialisation, data order and
     augmentation (None: a random seed, printed); the same seed gives the same run, and a resumed run
-    draws the batches an uninterrupted one would have. workers: the loader's threads (0: load in this
-    thread). loader_kind: "threads", "processes" (they scale with cores; see data/process_loader.py)
+    draws the batches an uninterrupted one would have. workers: the loader's workers (0: load in this
+    thread; default train_rate.default_train_workers). loader_kind: "threads", "processes" (they scale with cores; see data/process_loader.py)
     or "auto" (processes when training on a GPU with workers > 1, else threads). callback(stats): called after every iteration with a dict (iteration, loss, avg_loss,
     rate, seconds, load_seconds, images, eta_seconds, width, height, heads, map, best_map,
     max_batches, net: the _core.Net being trained); returning False or raising StopTraining stops
@@ -223,7 +223,6 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
     from . import _core
     from .cfgfiles import resolve_cfg
     from .data import BatchLoader, darknet_truth, random_network_size, read_data_file, read_image_list
-    from .data.loader import default_workers
 
     t_start = time.perf_counter()
     out = stream if stream is not None else sys.stdout
@@ -308,7 +307,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
         eval_net = Network(cfg, None, spec.names if spec.names and os.path.isfile(spec.names) else None, device)
 
     # ---- data
-    workers = default_workers() if workers is None else workers
+    workers = default_train_workers(device) if workers is None else workers
     processes = use_processes(loader_kind, device, workers)
     if processes and loader_kind == "auto":
         from .data.process_loader import shared_memory_shortfall
@@ -536,7 +535,8 @@ def add_parser(sub: Any, formatter: Any) -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="DIR", help="backup folder (default: the .data file's backup)")
     p.add_argument("--threads", type=positive_int, metavar="N", help="CPU threads (default: all cores)")
     p.add_argument("--workers", type=non_negative_int, metavar="N",
-                   help="image loading workers (default: min(4, cores)); see --loader and the README on picking N")
+                   help="image loading workers (default: min(4, cores) on the CPU, min(8, cores - 1) on a GPU); "
+                        "see --loader and the README on picking N")
     p.add_argument("--loader", choices=("auto", "threads", "processes"), default="auto",
                    help="run the workers as threads or processes (processes scale with cores; default auto: "
                         "processes when training on a GPU with 2+ workers, else threads)")

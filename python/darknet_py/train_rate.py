@@ -8,6 +8,13 @@ import os
 WAIT_WORTH_MENTIONING = 0.05
 
 
+def default_train_workers(device: str) -> int:
+    """--workers' default: on the CPU min(4, cores) (the engine wants the cores); on a GPU
+    min(8, cores - 1) (one core stays with the training loop), enough for yolov4-tiny's step."""
+    cores = os.cpu_count() or 1
+    return max(1, min(4, cores)) if device.startswith("cpu") else max(1, min(8, cores - 1))
+
+
 def use_processes(loader_kind: str, device: str, workers: int) -> bool:
     """Whether the loader runs in processes: asked for, or "auto" on a GPU with several workers (a GPU
     step is fast enough for the GIL to cap threads; on the CPU the engine wants the cores itself)."""
