@@ -185,3 +185,43 @@ def test_too_little_shared_memory_is_an_error_not_a_crash(shapes, monkeypatch):
         with pytest.raises(OSError, match=r"need 0 MB of shared memory .* has 0 MB free: enlarge it \(docker run "
                                           r"--shm-size=2g\) or load in threads \(--loader threads\)"):
             loader.next_batch()
+
+
+def _running(pid):
+    """Whether `pid` runs (a zombie waiting for a reaper, as in a container without init, does not)."""
+    if os.path.isdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except FileNotFoundError:
+            return False
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def test_workers_do_not_outlive_a_killed_parent(shapes):
+    import subprocess
+    import sys
+    import time
+
+    script = ("import time\nfrom darknet_py.data import BatchLoader\nif __name__ == '__main__':\n"
+              f"    L = BatchLoader.from_files({shapes!r}, None, 2, options=dict(width=32, height=32), workers=2, "
+              "processes=True)\n    L.next_batch()\n    print(*[p.pid for p in L._engine.procs], flush=True)\n"
+              "    time.sleep(60)\n")
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              text=True)
+    try:
+        pids = [int(p) for p in parent.stdout.readline().split()]
+        assert len(pids) == 2
+    finally:
+        parent.kill()  # SIGKILL: no finalizer runs
+        parent.wait()
+    deadline = time.monotonic() + 10
+    alive = pids
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.2)
+        alive = [p for p in pids if _running(p)]
+    assert not alive, f"loader workers {alive} outlived their parent"

@@ -17,6 +17,7 @@ import os
 import pickle
 import queue
 import shutil
+import signal
 import time
 from multiprocessing import shared_memory
 from typing import Dict, List, Optional, Tuple
@@ -50,10 +51,17 @@ def _portable_error(e: BaseException) -> BaseException:
 def _worker_main(maker: SampleMaker, jobs, results, current_gen, keep: int) -> None:
     """A worker process: jobs (buffer name, batch shape, gen, k, j) -> the image into the buffer.
     It keeps the `keep` buffers it used last attached (the parent's ring)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent handles it
+    parent = os.getppid()
     maker.reporter = _ForwardingReporter(results)
     attached: Dict[str, shared_memory.SharedMemory] = {}
     while True:
-        job = jobs.get()
+        try:
+            job = jobs.get(timeout=1.0)
+        except queue.Empty:
+            if os.getppid() != parent:  # the parent was killed: do not linger as an orphan
+                break
+            continue
         if job is None:
             break
         name, shape, gen, k, j = job
