@@ -45,8 +45,8 @@ from .devices import add_device_option
 from .chart import Chart
 from .checkpoint import remove_stale_temporaries, save_weights_atomic
 from .lr_policy import LrSchedule
-from .train_rate import ThroughputMeter, default_train_workers, use_processes
 from .phase_hook import phase
+from .train_rate import ThroughputMeter, default_train_workers, use_processes
 
 LAST_EVERY = 100  # Darknet saves <cfg>_last.weights every 100 iterations
 MULTISCALE_EVERY = 10  # random=1 picks a new network size every 10 iterations
@@ -213,9 +213,10 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
     training, and the poly/sgdr schedules that use it). seed: initialisation, data order and
     augmentation (None: a random seed, printed); the same seed gives the same run, and a resumed run
     draws the batches an uninterrupted one would have. workers: the loader's workers (0: load in this
-    thread; default train_rate.default_train_workers). loader_kind: "threads", "processes" (they scale with cores; see data/process_loader.py)
-    or "auto" (processes when training on a GPU with workers > 1, else threads). callback(stats): called after every iteration with a dict (iteration, loss, avg_loss,
-    rate, seconds, load_seconds, images, eta_seconds, width, height, heads, map, best_map,
+    thread; default train_rate.default_train_workers). loader_kind: "threads", "processes" (they
+    scale with cores; data/process_loader.py) or "auto" (processes when training on a GPU with
+    workers > 1, else threads). callback(stats): called after every iteration with a dict
+    (iteration, loss, avg_loss, rate, seconds, load_seconds, images, eta_seconds, width, height, heads, map, best_map,
     max_batches, net: the _core.Net being trained); returning False or raising StopTraining stops
     training. verbose: the per-head lines
     every iteration (else every `heads_every`). multiscale=False ignores random=1 (a fixed size).
@@ -310,10 +311,11 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
     workers = default_train_workers(device) if workers is None else workers
     processes = use_processes(loader_kind, device, workers)
     if processes and loader_kind == "auto":
-        from .data.process_loader import shared_memory_shortfall
+        from .data.process_loader import batch_ring_bytes, shared_memory_shortfall
 
-        problem = shared_memory_shortfall(4 * (2 + 2) * mini * 3 * int(raw.width * raw.height * 2))
-        if problem:  # the ring of 4 batches at up to twice the pixels (random=1 sizes)
+        # random=1 sizes reach about twice the cfg's pixels
+        problem = shared_memory_shortfall(2 * batch_ring_bytes(mini, raw.channels, raw.width, raw.height))
+        if problem:
             warn(problem + "; loading in threads")
             processes = False
     loader = BatchLoader.from_files(data, cfg, batch_size=mini, seed=seed, workers=workers,

@@ -85,6 +85,7 @@ def _worker_main(maker: SampleMaker, jobs, results, current_gen, keep: int) -> N
         shm.close()
 
 
+PREFETCH_SLACK = 2  # buffers beyond `prefetch`: the batch in use and the one before it stay intact
 SHM_FOLDER = "/dev/shm"  # where Linux keeps POSIX shared memory (a tmpfs; Docker's default is 64 MB)
 
 
@@ -99,6 +100,11 @@ def shared_memory_shortfall(nbytes: int) -> Optional[str]:
     return (f"the loader's worker processes need {nbytes / 2 ** 20:.0f} MB of shared memory for their batches but "
             f"{SHM_FOLDER} has {free / 2 ** 20:.0f} MB free: enlarge it (docker run --shm-size=2g) or load in threads "
             "(--loader threads)")
+
+
+def batch_ring_bytes(batch_size: int, channels: int, width: int, height: int, prefetch: int = 2) -> int:
+    """The shared memory of a ProcessEngine's batch buffers at this network size."""
+    return 4 * (max(1, prefetch) + PREFETCH_SLACK) * batch_size * channels * width * height
 
 
 class _SharedBuffer(shared_memory.SharedMemory):
@@ -136,7 +142,7 @@ class ProcessEngine:
         self.paths, self.batch_size, self.channels = maker.paths, maker.batch_size, maker.channels
         self.size = (int(maker.opts["width"]), int(maker.opts["height"]))
         self.prefetch = max(1, prefetch)
-        self.ring: List[Optional[_Buffer]] = [None] * (self.prefetch + 2)
+        self.ring: List[Optional[_Buffer]] = [None] * (self.prefetch + PREFETCH_SLACK)
         self.retired: List[shared_memory.SharedMemory] = []  # unlinked, closed once no array uses them
         self.slots: Dict[int, _ProcessSlot] = {}
         self.next_k = self.scheduled = start
