@@ -22,6 +22,7 @@ import time
 from multiprocessing import shared_memory
 from typing import Dict, List, Optional, Tuple
 
+import cv2
 import numpy as np
 
 from .sampler import SampleMaker
@@ -48,10 +49,13 @@ def _portable_error(e: BaseException) -> BaseException:
         return RuntimeError(f"{type(e).__name__}: {e}")
 
 
-def _worker_main(maker: SampleMaker, jobs, results, current_gen, keep: int) -> None:
+def _worker_main(maker: SampleMaker, jobs, results, current_gen, keep: int, cv_threads: int) -> None:
     """A worker process: jobs (buffer name, batch shape, gen, k, j) -> the image into the buffer.
-    It keeps the `keep` buffers it used last attached (the parent's ring)."""
+    It keeps the `keep` buffers it used last attached (the parent's ring). OpenCV gets `cv_threads`
+    threads: its share of the cores (each process would otherwise start a pool as large as the
+    machine, and 8 workers would run 8 x cores threads). Its results do not depend on the count."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent handles it
+    cv2.setNumThreads(cv_threads)
     parent = os.getppid()
     maker.reporter = _ForwardingReporter(results)
     attached: Dict[str, shared_memory.SharedMemory] = {}
@@ -151,7 +155,8 @@ class ProcessEngine:
         ctx = mp.get_context("spawn")
         self.jobs, self.results = ctx.Queue(), ctx.Queue()
         self.current_gen = ctx.RawValue("l", 0)
-        self.procs = [ctx.Process(target=_worker_main, args=(maker, self.jobs, self.results, self.current_gen, len(self.ring)),
+        self.procs = [ctx.Process(target=_worker_main, args=(maker, self.jobs, self.results, self.current_gen, len(self.ring),
+                                        max(1, (os.cpu_count() or 1) // max(1, workers))),
                                   name=f"darknet_py-loader-{i}", daemon=True) for i in range(max(1, workers))]
         for p in self.procs:
             p.start()
