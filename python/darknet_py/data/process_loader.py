@@ -155,9 +155,10 @@ class ProcessEngine:
         ctx = mp.get_context("spawn")
         self.jobs, self.results = ctx.Queue(), ctx.Queue()
         self.current_gen = ctx.RawValue("l", 0)
-        self.procs = [ctx.Process(target=_worker_main, args=(maker, self.jobs, self.results, self.current_gen, len(self.ring),
-                                        max(1, (os.cpu_count() or 1) // max(1, workers))),
-                                  name=f"darknet_py-loader-{i}", daemon=True) for i in range(max(1, workers))]
+        workers = max(1, workers)
+        args = (maker, self.jobs, self.results, self.current_gen, len(self.ring), max(1, (os.cpu_count() or 1) // workers))
+        self.procs = [ctx.Process(target=_worker_main, args=args, name=f"darknet_py-loader-{i}", daemon=True)
+                      for i in range(workers)]
         for p in self.procs:
             p.start()
 
