@@ -49,14 +49,14 @@ def _portable_error(e: BaseException) -> BaseException:
         return RuntimeError(f"{type(e).__name__}: {e}")
 
 
-def _worker_main(maker: SampleMaker, jobs, results, current_gen, keep: int, cv_threads: int) -> None:
+def _worker_main(maker: SampleMaker, jobs, results, current_gen, keep: int, cv_threads: int, parent: int) -> None:
     """A worker process: jobs (buffer name, batch shape, gen, k, j) -> the image into the buffer.
     It keeps the `keep` buffers it used last attached (the parent's ring). OpenCV gets `cv_threads`
     threads: its share of the cores (each process would otherwise start a pool as large as the
-    machine, and 8 workers would run 8 x cores threads). Its results do not depend on the count."""
+    machine, and 8 workers would run 8 x cores threads). Its results do not depend on the count.
+    `parent`: the parent's pid, passed in (the parent may die while this process still starts)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent handles it
     cv2.setNumThreads(cv_threads)
-    parent = os.getppid()
     maker.reporter = _ForwardingReporter(results)
     attached: Dict[str, shared_memory.SharedMemory] = {}
     while True:
@@ -156,7 +156,8 @@ class ProcessEngine:
         self.jobs, self.results = ctx.Queue(), ctx.Queue()
         self.current_gen = ctx.RawValue("l", 0)
         workers = max(1, workers)
-        args = (maker, self.jobs, self.results, self.current_gen, len(self.ring), max(1, (os.cpu_count() or 1) // workers))
+        args = (maker, self.jobs, self.results, self.current_gen, len(self.ring), max(1, (os.cpu_count() or 1) // workers),
+                os.getpid())
         self.procs = [ctx.Process(target=_worker_main, args=args, name=f"darknet_py-loader-{i}", daemon=True)
                       for i in range(workers)]
         for p in self.procs:
