@@ -181,10 +181,9 @@ def test_too_little_shared_memory_is_an_error_not_a_crash(shapes, monkeypatch):
         pytest.skip(f"no {process_loader.SHM_FOLDER} here: nothing is checked")
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(process_loader.shutil, "disk_usage", lambda path: usage(2 ** 20, 2 ** 20 - 1000, 1000))
-    with BatchLoader.from_files(shapes, None, 2, options=OPTS, workers=1, processes=True) as loader:
-        with pytest.raises(OSError, match=r"need 0 MB of shared memory .* has 0 MB free: enlarge it \(docker run "
-                                          r"--shm-size=2g\) or load in threads \(--loader threads\)"):
-            loader.next_batch()
+    with pytest.raises(OSError, match=r"need 0 MB of shared memory .* has 0 MB free: enlarge it \(docker run "
+                                      r"--shm-size=2g\) or load in threads \(--loader threads\)"):
+        BatchLoader.from_files(shapes, None, 2, options=OPTS, workers=1, processes=True)
 
 
 def _running(pid):

@@ -147,6 +147,10 @@ class ProcessEngine:
         self.size = (int(maker.opts["width"]), int(maker.opts["height"]))
         self.prefetch = max(1, prefetch)
         self.ring: List[Optional[_Buffer]] = [None] * (self.prefetch + PREFETCH_SLACK)
+        # the whole ring up front: tmpfs counts a buffer only once written, so one at a time would pass
+        problem = shared_memory_shortfall(batch_ring_bytes(self.batch_size, self.channels, *self.size, self.prefetch))
+        if problem:
+            raise OSError(problem)
         self.retired: List[shared_memory.SharedMemory] = []  # unlinked, closed once no array uses them
         self.slots: Dict[int, _ProcessSlot] = {}
         self.next_k = self.scheduled = start
