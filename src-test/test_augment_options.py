@@ -94,7 +94,7 @@ def test_mosaic_and_mixup_are_chosen_per_loading_group(shapes, kind):
     opts = dict(PLAIN, width=32, height=32, **{kind: 1})
     # batch 24 in subdivisions of 8: the groups of 4 images span mini-batches, one draw per group
     with BatchLoader.from_files(shapes, None, 8, options=opts, seed=5, workers=0, iteration_images=24) as loader:
-        engine = loader._engine
+        engine = loader.sampler
         choices = []
         for it in range(12):
             per_group = {}
@@ -111,7 +111,7 @@ def test_mosaic_and_mixup_are_chosen_per_loading_group(shapes, kind):
 def test_mixup_samples_are_a_blend_of_two_images(shapes):
     opts = dict(PLAIN, width=32, height=32, mixup=1)
     with BatchLoader.from_files(shapes, None, 6, options=opts, seed=1, workers=0) as loader:
-        engine = loader._engine
+        engine = loader.sampler
         mixed = [(k, j) for k in range(6) for j in range(6) if engine.group_mixing(k, j) == "mixup"]
         k, j = mixed[0]
         img, truth = engine.sample(k, j, 32, 32)

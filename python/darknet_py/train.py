@@ -42,13 +42,14 @@ from typing import Any, Callable, Dict, List, Optional, TextIO, Tuple
 
 import numpy as np
 
-from .argtypes import positive_int
+from .argtypes import non_negative_int, positive_int
 from .devices import add_device_option
 from .chart import Chart
 from .checkpoint import remove_stale_temporaries, save_weights_atomic
 from .lr_policy import LrSchedule
 from .phase_hook import phase
 from .weights_transfer import load_start_weights, weights_layers_in_file  # noqa: F401 (public here too)
+from .train_rate import ThroughputMeter, default_train_workers, use_processes
 
 LAST_EVERY = 100  # Darknet saves <cfg>_last.weights every 100 iterations
 MULTISCALE_EVERY = 10  # random=1 picks a new network size every 10 iterations
@@ -87,6 +88,9 @@ class TrainResult:
     plots: Optional[str] = None  # the folder of the best weights' evaluation plots (calc_map)
     stopped: bool = False  # True: stopped early by the callback
     seconds: float = 0.0
+    images_per_second: float = 0.0  # training images per second over this run's iterations
+    data_wait_share: float = 0.0  # the share of those iterations' time spent waiting for the loader
+    loader: str = ""  # how the batches were prepared: "threads x4", "processes x8", "this thread"
     net: Any = field(default=None, repr=False)  # the trained darknet_py._core.Net (its last input size)
 
     @property
@@ -195,7 +199,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
           workers: Optional[int] = None, callback: Optional[Callable[[Dict[str, Any]], Any]] = None,
           verbose: bool = False, heads_every: int = 10, device: Optional[str] = None, stream: Optional[TextIO] = None,
           progress: Optional[bool] = None, chart: bool = True, multiscale: bool = True,
-          quiet: bool = False) -> TrainResult:
+          quiet: bool = False, loader_kind: str = "auto") -> TrainResult:
     """Trains the detector `cfg` on the `train` list of the Darknet .data file `data` (or an
     Ultralytics dataset YAML). When the cfg's class count differs from the data's, an adapted copy
     is written to the backup folder and trained (fit_cfg_to_classes); `weights` made for the
@@ -208,9 +212,11 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
     backup folder. threads: CPU threads for the engine. max_batches: replaces the cfg's (the end of
     training, and the poly/sgdr schedules that use it). seed: initialisation, data order and
     augmentation (None: a random seed, printed); the same seed gives the same run, and a resumed run
-    draws the batches an uninterrupted one would have. workers: the loader's threads (0: load in this
-    thread). callback(stats): called after every iteration with a dict (iteration, loss, avg_loss,
-    rate, seconds, load_seconds, images, eta_seconds, width, height, heads, map, best_map,
+    draws the batches an uninterrupted one would have. workers: the loader's workers (0: load in this
+    thread; default train_rate.default_train_workers). loader_kind: "threads", "processes" (they
+    scale with cores; data/process_loader.py) or "auto" (processes when training on a GPU with
+    workers > 1, else threads). callback(stats): called after every iteration with a dict
+    (iteration, loss, avg_loss, rate, seconds, load_seconds, images, eta_seconds, width, height, heads, map, best_map,
     max_batches, net: the _core.Net being trained); returning False or raising StopTraining stops
     training. verbose: the per-head lines
     every iteration (else every `heads_every`). multiscale=False ignores random=1 (a fixed size).
@@ -303,9 +309,20 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
             eval_net.names = read_names_file(spec.names)
 
     # ---- data
+    workers = default_train_workers(device) if workers is None else workers
+    processes = use_processes(loader_kind, device, workers)
+    if processes and loader_kind == "auto":
+        from .data.process_loader import batch_ring_bytes, shared_memory_shortfall
+
+        # random=1 sizes reach about twice the cfg's pixels
+        problem = shared_memory_shortfall(2 * batch_ring_bytes(mini, raw.channels, raw.width, raw.height))
+        if problem:
+            warn(problem + "; loading in threads")
+            processes = False
     loader = BatchLoader.from_files(data, cfg, batch_size=mini, seed=seed, workers=workers,
-                                    start=start * subdivisions, iteration_images=batch,
+                                    start=start * subdivisions, iteration_images=batch, processes=processes,
                                     on_problem=lambda kind, path, message: warn(message))
+    result_loader = f"{'processes' if processes else 'threads'} x{workers}" if workers else "this thread"
     train_images = len(loader.paths)
     aug = loader.options
     init_w, init_h = raw.width, raw.height
@@ -316,7 +333,8 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
         map_every = max(100, 4 * train_images // batch)  # AlexeyAB: every 4 epochs, at least 100
 
     result = TrainResult(iteration=start, start_iteration=start, max_batches=total, seed=seed, backup_dir=backup,
-                         net=raw)
+                         net=raw, loader=result_loader)
+    rate_meter = ThroughputMeter()
     ch = Chart(os.path.join(backup, CHART_NAME), total, title=f"{base}  batch {batch}") if chart else None
     if ch is not None:
         result.chart = ch.save()
@@ -341,7 +359,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
         last_saved_at = iteration
 
     say(f"{base}: {len(raw.layers())} layers on {device}, {init_w}x{init_h}, batch {batch} (subdivisions {subdivisions}), "
-        f"{train_images} training images, seed {seed}")
+        f"{train_images} training images, seed {seed}, loader {result_loader}")
     say(f"Learning Rate: {schedule.learning_rate:g}, Momentum: {opts['momentum']:g}, Decay: {opts['decay']:g}, "
         f"policy {schedule.policy}, burn_in {schedule.burn_in}, max_batches {total}")
     if calc_map:
@@ -398,6 +416,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
             raw.update(rate, batch, iteration)  # Adam's step is the iteration, as Darknet, so resuming continues it
             raw.seen = iteration * batch
             seconds = time.perf_counter() - t0
+            rate_meter.add(batch, seconds, load_seconds)
             avg_loss = loss if avg_loss < 0 else avg_loss
             avg_loss = avg_loss * 0.9 + loss * 0.1
             ema_seconds = seconds if ema_seconds is None else 0.95 * ema_seconds + 0.05 * seconds
@@ -412,7 +431,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
                 for m in merged:
                     say(_head_line(m["layer"], m))
             say(f"{iteration}: {loss:.6f}, {avg_loss:.6f} avg loss, {rate:.6f} rate, {seconds:.3f} seconds, "
-                f"{iteration * batch} images, {eta / 3600:.3f} hours left")
+                f"{iteration * batch} images, {eta / 3600:.3f} hours left, {rate_meter.line()}")
 
             # mAP at Darknet's cadence: every map_every iterations (not before burn_in) and at the end
             if eval_net is not None and (iteration >= max(iter_map + map_every, schedule.burn_in)
@@ -470,6 +489,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
         con.close()
         loader.close()
         result.seconds = time.perf_counter() - t_start
+        result.images_per_second, result.data_wait_share = rate_meter.images_per_second, rate_meter.wait_share
         if ch is not None:
             try:
                 ch.save()
@@ -481,6 +501,8 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
     if iteration >= total:
         result.final = save(os.path.join(backup, f"{base}_final.weights"), iteration)
         say(f"training done: {result.final}")
+    if rate_meter.iterations:
+        say(rate_meter.summary(result_loader))
     return result
 
 
@@ -530,7 +552,12 @@ def add_parser(sub: Any, formatter: Any) -> argparse.ArgumentParser:
                    help="keep <cfg>_N.weights every N iterations (default: 1000, or 10000 past 10000 batches)")
     p.add_argument("--out", metavar="DIR", help="backup folder (default: the .data file's backup, else ./backup)")
     p.add_argument("--threads", type=positive_int, metavar="N", help="CPU threads (default: all cores)")
-    p.add_argument("--workers", type=int, metavar="N", help="image loading threads (default: min(4, cores))")
+    p.add_argument("--workers", type=non_negative_int, metavar="N",
+                   help="image loading workers (default: min(4, cores) on the CPU, min(8, cores - 1) on a GPU); "
+                        "see --loader and the README on picking N")
+    p.add_argument("--loader", choices=("auto", "threads", "processes"), default="auto",
+                   help="run the workers as threads or processes (processes scale with cores; default auto: "
+                        "processes when training on a GPU with 2+ workers, else threads)")
     p.add_argument("--max-batches", type=positive_int, metavar="N",
                    help="train to iteration N (replaces the cfg's; without DATA: default %d)" % QUICK_MAX_BATCHES)
     p.add_argument("--seed", type=int, metavar="S", help="random seed: initialisation, data, augmentation")
@@ -600,7 +627,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         map_every = map_every or max(1, max_batches // 2)
     r = train(data, cfg, args.weights, clear=args.clear, calc_map=calc_map, map_every=map_every,
               save_every=args.save_every, out_dir=out, threads=args.threads, max_batches=max_batches,
-              seed=args.seed, workers=args.workers, verbose=args.verbose, device=args.device)
-    print(f"iteration {r.iteration} in {r.seconds:.1f} s; weights: {r.weights}"
+              seed=args.seed, workers=args.workers, verbose=args.verbose, device=args.device,
+              loader_kind=args.loader)
+    print(f"iteration {r.iteration} in {r.seconds:.1f} s ({r.images_per_second:.1f} images/s, "
+          f"{100 * r.data_wait_share:.1f}% waiting for data); weights: {r.weights}"
           + (f"; best mAP@0.5 {r.best_map:.4f}: {r.best}" if r.best else ""), file=sys.stderr)
     return 0

@@ -302,12 +302,14 @@ def augment_pixels(img: np.ndarray, p: CropParams, net_w: int, net_h: int) -> np
     return distort_hsv(sized, p.dhue, p.dsat, p.dexp)
 
 
-def to_chw(img: np.ndarray) -> np.ndarray:
-    """uint8 HxWxC (or HxW) -> float32 CxHxW in [0, 1], as Darknet's mat_to_image (x / 255)."""
-    if img.ndim == 2:
-        img = img[:, :, None]
-    out = np.empty((img.shape[2],) + img.shape[:2], np.float32)
-    np.divide(img.transpose(2, 0, 1), np.float32(255), out=out)
+def to_chw(img: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:
+    """uint8 HxWxC (or HxW) -> float32 CxHxW in [0, 1], as Darknet's mat_to_image (x / 255), into
+    `out` if given (a row of the batch: no copy afterwards)."""
+    planes = cv2.split(img) if img.ndim == 3 and img.shape[2] > 1 else [img.reshape(img.shape[:2])]
+    if out is None:
+        out = np.empty((len(planes),) + img.shape[:2], np.float32)
+    for plane, dst in zip(planes, out):  # contiguous planes: a vectorised divide (a strided transpose is not)
+        np.divide(plane, np.float32(255), out=dst)
     return out
 
 
@@ -376,24 +378,25 @@ def blur_and_noise(img: np.ndarray, truth: np.ndarray, choice: PixelNoise, rng) 
 
 
 def augment_one(img: np.ndarray, boxes: np.ndarray, net_w: int, net_h: int, opts: Dict[str, float],
-                rng) -> Tuple[np.ndarray, np.ndarray]:
-    """One training sample from one image: (float32 CHW in [0, 1], (n, 5) truth class-first)."""
+                rng, out: Optional[np.ndarray] = None) -> Tuple[np.ndarray, np.ndarray]:
+    """One training sample from one image: (float32 CHW in [0, 1], written into `out` if given;
+    (n, 5) truth class-first)."""
     oh, ow = img.shape[:2]
     p = sample_crop(rng, ow, oh, net_w, net_h, opts)
     noise = sample_pixel_noise(rng, opts)
     truth = correct_truth(boxes, p, ow, oh, net_w, net_h, int(opts["max_boxes"]), rng)
     pixels = blur_and_noise(augment_pixels(img, p, net_w, net_h), truth, noise, rng)
-    return to_chw(pixels), truth
+    return to_chw(pixels, out), truth
 
 
 # ---- mixup ----------------------------------------------------------------------------------
 def mixup(first: Tuple[np.ndarray, np.ndarray], second: Tuple[np.ndarray, np.ndarray],
-          max_boxes: int) -> Tuple[np.ndarray, np.ndarray]:
+          max_boxes: int, out: Optional[np.ndarray] = None) -> Tuple[np.ndarray, np.ndarray]:
     """Darknet's mixup=1 for one image: two augmented samples blended half and half
     (blend_images_cv 0.5/0.5), the second's boxes appended to the first's up to max_boxes
-    (blend_truth)."""
+    (blend_truth). The image goes into `out` if given."""
     (a, ta), (b, tb) = first, second
-    blended = (0.5 * a + 0.5 * b).astype(np.float32)
+    blended = np.add(np.float32(0.5) * a, np.float32(0.5) * b, out=out, dtype=np.float32)
     truth = np.concatenate([ta.reshape(-1, 5), tb.reshape(-1, 5)])[:max_boxes]
     return blended, truth.astype(np.float32)
 
@@ -437,15 +440,16 @@ def _mosaic_truth(truth: np.ndarray, k: int, w: int, h: int, cut_x: int, cut_y: 
 
 
 def mosaic(images: Sequence[Tuple[np.ndarray, np.ndarray]], net_w: int, net_h: int, opts: Dict[str, float],
-           rng) -> Tuple[np.ndarray, np.ndarray]:
+           rng, out: Optional[np.ndarray] = None) -> Tuple[np.ndarray, np.ndarray]:
     """Darknet's mosaic: four (image, boxes) pairs, each augmented on its own at the network size,
     fill the four quadrants around a random cut point (20 %..80 % of each side); each quadrant
-    shows the part of its image nearest the cut, shifted inward past any fill border."""
+    shows the part of its image nearest the cut, shifted inward past any fill border. The image goes
+    into `out` (float32 CHW) if given."""
     w, h = net_w, net_h
     cut_x = int(rng.integers(int(w * 0.2), int(w * 0.8) + 1))  # rand_int: both ends included
     cut_y = int(rng.integers(int(h * 0.2), int(h * 0.8) + 1))
     channels = 1 if images[0][0].ndim == 2 else images[0][0].shape[2]
-    out = np.zeros((h, w, channels), np.uint8)
+    canvas = np.zeros((h, w, channels), np.uint8)
     truths: List[Tuple[float, ...]] = []
     max_boxes = int(opts["max_boxes"])
     for k, (img, boxes) in enumerate(images):
@@ -467,9 +471,9 @@ def mosaic(images: Sequence[Tuple[np.ndarray, np.ndarray]], net_w: int, net_h: i
         qh = cut_y if k in (0, 1) else h - cut_y
         dx0 = 0 if k in (0, 2) else cut_x
         dy0 = 0 if k in (0, 1) else cut_y
-        out[dy0:dy0 + qh, dx0:dx0 + qw] = ai[sy0:sy0 + qh, sx0:sx0 + qw]
+        canvas[dy0:dy0 + qh, dx0:dx0 + qw] = ai[sy0:sy0 + qh, sx0:sx0 + qw]
         room = max_boxes - len(truths)
         if room > 0:
             shifts = (left_shift, right_shift, top_shift, bot_shift)
             truths += _mosaic_truth(truth, k, w, h, cut_x, cut_y, shifts, bool(opts["mosaic_bound"]))[:room]
-    return to_chw(out), np.array(truths, np.float32).reshape(-1, 5)
+    return to_chw(canvas, out), np.array(truths, np.float32).reshape(-1, 5)

@@ -6,11 +6,11 @@
                 loader.set_size(*random_network_size(w0, h0, rng))
             images, truths = loader.next_batch()   # (N, C, H, W) float32, N arrays (n_i, 5)
 
-Each sample is a function of (seed, batch index, index in batch, network size) only: its own
-NumPy Generator draws the image(s) (at random with replacement, as Darknet's get_random_paths)
-and every augmentation choice. So the batches are the same for a given seed whatever the number
-of workers or their timing. Workers prepare `prefetch` batches ahead in a bounded pipeline; OpenCV
-decoding and resizing release the GIL, so with spare cores the caller's compute does not wait.
+Each sample is a function of (seed, batch index, index in batch, network size) only (sampler.py
+holds these seed rules), so the batches are the same for a given seed whatever the number of
+workers, their kind (threads, or processes with processes=True) or their timing. Workers prepare
+`prefetch` batches ahead in a bounded pipeline; OpenCV decoding and resizing release the GIL, the
+Python between them does not: threads stop scaling at a few cores, processes do not.
 set_size() drops the batches prepared at the old size (as Darknet restarts its loader thread).
 
 Bad images and labels are reported once each (labels.DataReporter) and skipped, see labels.py.
@@ -30,26 +30,15 @@ import warnings
 import weakref
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-import cv2
 import numpy as np
 
 from . import augment as augmentation
-from .darknet_files import DataFileError, label_path_for, read_data_file, read_image_list
-from .labels import DataReporter, read_labels
+from .darknet_files import DataFileError, read_data_file, read_image_list
+from .labels import DataReporter
+from .process_loader import ProcessEngine
+from .sampler import LOAD_THREADS, SampleMaker, load_group  # noqa: F401 (LOAD_THREADS, load_group: re-exported)
 
 Batch = Tuple[np.ndarray, List[np.ndarray]]
-
-# Darknet's train_detector loads with args.threads = 6 * ngpus; one GPU: six groups per iteration.
-LOAD_THREADS = 6
-
-
-def load_group(index: int, images: int, threads: int = LOAD_THREADS) -> int:
-    """The loading thread (group) of image `index` among an iteration's `images`, as Darknet's
-    load_threads splits them: thread t gets [t * images / threads, (t + 1) * images / threads)."""
-    for t in range(threads - 1, -1, -1):
-        if t * images // threads <= index:
-            return t
-    return 0
 
 
 def default_workers() -> int:
@@ -72,22 +61,11 @@ class _Engine:
     threads do not keep the loader alive: when the loader is collected (or at interpreter exit)
     its finalizer stops them."""
 
-    MAX_DRAWS = 1000  # consecutive unusable images before giving up
-
-    def __init__(self, paths: Sequence[str], batch_size: int, classes: int, opts: Dict[str, float],
-                 seed: int, workers: int, prefetch: int, reporter: DataReporter, start: int = 0,
-                 iteration_images: int = 0) -> None:
-        self.paths = list(paths)
-        self.batch_size, self.classes, self.opts = batch_size, classes, opts
-        # batches per iteration (Darknet's subdivisions): the groups span an iteration's images
-        self.per_iteration = max(1, iteration_images // batch_size) if iteration_images else 1
-        self.seed = seed % 2 ** 64  # SeedSequence takes non-negative integers
-        self.channels = int(opts["channels"]) if int(opts["channels"]) == 1 else 3
-        self.size = (int(opts["width"]), int(opts["height"]))
+    def __init__(self, maker: SampleMaker, workers: int, prefetch: int, start: int = 0) -> None:
+        self.maker = maker
+        self.paths, self.batch_size, self.channels = maker.paths, maker.batch_size, maker.channels
+        self.size = (int(maker.opts["width"]), int(maker.opts["height"]))
         self.prefetch = max(1, prefetch)
-        self.reporter = reporter
-        self.labels: Dict[str, np.ndarray] = {}
-        self.bad: set = set()
         self.cond = threading.Condition()
         self.jobs: "queue.SimpleQueue[Optional[Tuple[int, int, int]]]" = queue.SimpleQueue()
         self.slots: Dict[int, _Slot] = {}
@@ -99,66 +77,6 @@ class _Engine:
                         for i in range(workers)]
         for t in self.threads:
             t.start()
-
-    # ---- samples ----------------------------------------------------------------------------
-    def _load_image(self, path: str) -> Optional[np.ndarray]:
-        if path in self.bad:
-            return None
-        if not os.path.isfile(path):
-            self.bad.add(path)
-            self.reporter.report("missing-image", path, f"{path}: image not found: skipped")
-            return None
-        try:  # imdecode: no OpenCV warning on stderr for a bad file, and any path encoding works
-            raw = np.fromfile(path, np.uint8)
-            flag = cv2.IMREAD_COLOR if self.channels == 3 else cv2.IMREAD_GRAYSCALE
-            img = cv2.imdecode(raw, flag) if raw.size else None
-        except (OSError, cv2.error):
-            img = None
-        if img is None:
-            self.bad.add(path)
-            self.reporter.report("unreadable-image", path, f"{path}: cannot decode the image: skipped")
-            return None
-        return cv2.cvtColor(img, cv2.COLOR_BGR2RGB) if self.channels == 3 else img
-
-    def _boxes(self, path: str) -> np.ndarray:
-        boxes = self.labels.get(path)
-        if boxes is None:  # read once: a bad label file is reported once; dict writes are atomic
-            boxes = read_labels(label_path_for(path), self.classes, self.reporter)
-            self.labels[path] = boxes
-        return boxes
-
-    def _draw(self, rng) -> Tuple[np.ndarray, np.ndarray]:
-        """A random usable image and its boxes (another one is drawn for a bad image)."""
-        for _ in range(self.MAX_DRAWS):
-            path = self.paths[int(rng.integers(len(self.paths)))]
-            img = self._load_image(path)
-            if img is not None:
-                return img, self._boxes(path)
-            if len(self.bad) >= len(self.paths):
-                break
-        raise RuntimeError(f"no usable training image: {len(self.bad)} of {len(self.paths)} could not be read")
-
-    def group_mixing(self, k: int, j: int) -> str:
-        """"mosaic", "mixup" or "" for image j of batch k: one even-odds draw per loading group."""
-        kind = "mosaic" if self.opts["mosaic"] else ("mixup" if self.opts.get("mixup") else "")
-        if not kind:
-            return ""
-        iteration, sub = divmod(k, self.per_iteration)
-        group = load_group(sub * self.batch_size + j, self.per_iteration * self.batch_size)
-        return kind if np.random.default_rng([self.seed, iteration, group, 0x6D1C]).random() < 0.5 else ""
-
-    def sample(self, k: int, j: int, w: int, h: int) -> Tuple[np.ndarray, np.ndarray]:
-        rng = np.random.default_rng([self.seed, k, j])
-        mixing = self.group_mixing(k, j)
-        if mixing == "mosaic":
-            return augmentation.mosaic([self._draw(rng) for _ in range(4)], w, h, self.opts, rng)
-        img, boxes = self._draw(rng)
-        first = augmentation.augment_one(img, boxes, w, h, self.opts, rng)
-        if mixing == "mixup":  # Darknet's second pass: another random image, blended over this one
-            other, other_boxes = self._draw(rng)
-            second = augmentation.augment_one(other, other_boxes, w, h, self.opts, rng)
-            return augmentation.mixup(first, second, int(self.opts["max_boxes"]))
-        return first
 
     # ---- pipeline ---------------------------------------------------------------------------
     def _schedule(self) -> None:
@@ -182,9 +100,8 @@ class _Engine:
             if slot is None or slot.gen != gen:
                 continue  # dropped by set_size
             try:
-                image, truth = self.sample(k, j, slot.w, slot.h)
-                slot.images[j] = image  # outside the lock: each job owns its row
-                slot.truths[j] = truth
+                # outside the lock: each job owns its row
+                slot.truths[j] = self.maker.sample(k, j, slot.w, slot.h, out=slot.images[j])[1]
                 error = None
             except BaseException as e:  # handed to the caller by next_batch
                 error = e
@@ -202,7 +119,7 @@ class _Engine:
             w, h = self.size
             slot = _Slot(self.gen, self.batch_size, self.channels, w, h)
             for j in range(self.batch_size):
-                slot.images[j], slot.truths[j] = self.sample(self.next_k, j, w, h)
+                slot.truths[j] = self.maker.sample(self.next_k, j, w, h, out=slot.images[j])[1]
             self.next_k += 1
             return slot.images, slot.truths  # type: ignore[return-value]
         with self.cond:
@@ -261,6 +178,9 @@ class BatchLoader:
     that it draws the batches an uninterrupted run would have drawn); iteration_images: the images
     of one training iteration (Darknet's batch, when batch_size is its mini-batch; default
     batch_size), over which mosaic and mixup are chosen per loading group as Darknet does.
+    processes=True: the workers are processes (process_loader.py), which scale with cores where
+    threads stop at the GIL; the arrays of a batch are then valid until two more batches are taken
+    (copy them to keep them longer). The batches are the same either way (sampler.py).
     """
 
     def __init__(self, paths: Sequence[str], batch_size: int, classes: int,
@@ -269,7 +189,7 @@ class BatchLoader:
                  prefetch: int = 2, augment: bool = True,
                  on_problem: Optional[Callable[[str, str, str], None]] = None,
                  reporter: Optional[DataReporter] = None, start: int = 0,
-                 iteration_images: Optional[int] = None) -> None:
+                 iteration_images: Optional[int] = None, processes: bool = False) -> None:
         if not paths:
             raise ValueError("no training images")
         if batch_size < 1:
@@ -289,9 +209,13 @@ class BatchLoader:
         # None: a fresh random seed, kept in .seed so that the run can be repeated
         self.seed = int(np.random.SeedSequence().entropy % 2 ** 63) if seed is None else int(seed)
         self.reporter = reporter if reporter is not None else DataReporter(on_problem)
-        self._engine = _Engine(paths, batch_size, classes, opts, self.seed,
-                               default_workers() if workers is None else workers, prefetch, self.reporter,
-                               start, iteration_images or batch_size)
+        maker = SampleMaker(paths, batch_size, classes, opts, self.seed, self.reporter, iteration_images or batch_size)
+        workers = default_workers() if workers is None else workers
+        self.processes = bool(processes and workers > 0)
+        if self.processes:
+            self._engine: "_Engine | ProcessEngine" = ProcessEngine(maker, workers, prefetch, start)
+        else:
+            self._engine = _Engine(maker, workers, prefetch, start)
         self._finalizer = weakref.finalize(self, self._engine.close)
         self.wait_seconds = 0.0  # total time next_batch() waited for the workers
         self.last_wait = 0.0
@@ -321,6 +245,11 @@ class BatchLoader:
     @property
     def paths(self) -> List[str]:
         return self._engine.paths
+
+    @property
+    def sampler(self) -> SampleMaker:
+        """What makes sample j of batch k (the seed rules)."""
+        return self._engine.maker
 
     @property
     def batch_size(self) -> int:

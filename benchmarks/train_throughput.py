@@ -1,0 +1,215 @@
+"""End-to-end `train` throughput on real JPEG files against the engine's in-memory training step,
+per precision and loader (threads or processes, worker count), and the loader alone.
+
+    python benchmarks/train_throughput.py                       # CUDA if present, else the CPU
+    python benchmarks/train_throughput.py --workers 1,2,4,8,14 --write /tmp/train_throughput.md
+    python benchmarks/train_throughput.py --device cpu --images 128 --batch 16 --workers 1,2 --iterations 4
+
+It writes a synthetic dataset with `darknet_py synth` (416x416 JPEGs) into a temporary folder and
+trains yolov4-tiny adapted to its classes (batch --batch, subdivisions 1) from random weights:
+  1. the loader alone: BatchLoader.next_batch images/s with threads and with processes, per worker
+     count, and per worker (images/s / workers: the scaling per added core);
+  2. the engine's training step on one batch already in memory (forward_train + YOLO loss + backward +
+     update, synchronized), per precision: the ceiling;
+  3. `train()` itself per precision and loader: median seconds per iteration from its callback (the
+     first --warmup iterations left out), images/s, the share of the iteration spent waiting for
+     data, and the ratio to the in-memory step.
+Each precision's runs are subprocesses with DARKNET_PY_TF32 set (fp32: 0, tf32: 1), as compare_gpu.py.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Dict, List
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def adapted_cfg(classes: int, batch: int, size: int, out: str) -> str:
+    """yolov4-tiny with `classes` classes at size x size, batch `batch` in one subdivision."""
+    from darknet_py.cfgfiles import resolve_cfg
+
+    lines = []
+    for line in Path(resolve_cfg("yolov4-tiny.cfg")).read_text().splitlines():
+        key = line.split("=")[0].strip()
+        if key == "classes":
+            line = f"classes={classes}"
+        elif key == "filters" and line.split("=")[1].strip() == "255":
+            line = f"filters={3 * (5 + classes)}"
+        elif key in ("batch", "subdivisions", "width", "height", "max_batches", "burn_in"):
+            line = {"batch": f"batch={batch}", "subdivisions": "subdivisions=1", "width": f"width={size}",
+                    "height": f"height={size}", "max_batches": "max_batches=100000", "burn_in": "burn_in=0"}[key]
+        lines.append(line)
+    Path(out).write_text("\n".join(lines) + "\n")
+    return out
+
+
+def loader_rate(data: str, cfg: str, batch: int, workers: int, processes: bool, batches: int) -> float:
+    """images/s of next_batch after two batches of warm-up (the workers starting)."""
+    from darknet_py.data import BatchLoader
+
+    with BatchLoader.from_files(data, cfg, batch, seed=1, workers=workers, processes=processes) as loader:
+        for _ in range(2):
+            loader.next_batch()
+        t0 = time.perf_counter()
+        for _ in range(batches):
+            loader.next_batch()
+        return batches * batch / (time.perf_counter() - t0)
+
+
+def engine_step(data: str, cfg: str, device: str, iterations: int) -> Dict[str, float]:
+    """The training step on one real augmented batch already in memory, synchronized each step."""
+    from darknet_py import _core
+    from darknet_py.data import BatchLoader, darknet_truth
+    from darknet_py.init_weights import darknet_init
+
+    raw = _core.Net(cfg, device)
+    darknet_init(raw, 1)
+    with BatchLoader.from_files(data, cfg, int(raw.net_options()["batch"]), seed=1, workers=0) as loader:
+        images, truths = loader.next_batch()
+    truths = [darknet_truth(t) for t in truths]
+    times = []
+    for i in range(iterations + 3):
+        t0 = time.perf_counter()
+        raw.forward_train(images, [])
+        raw.yolo_loss(truths)
+        raw.backward()
+        raw.update(1e-4, len(images), i + 1)
+        raw.synchronize()
+        times.append(time.perf_counter() - t0)
+    s = float(np.median(times[3:]))
+    return {"s_per_iteration": s, "images_per_s": len(images) / s}
+
+
+def train_run(data: str, cfg: str, device: str, iterations: int, warmup: int, workers: int, kind: str):
+    from darknet_py.train import train
+
+    seconds, waits = [], []
+
+    def callback(stats):
+        seconds.append(stats["seconds"])
+        waits.append(stats["load_seconds"])
+
+    with tempfile.TemporaryDirectory() as out:
+        r = train(data, cfg, out_dir=out, max_batches=iterations + warmup, workers=workers, loader_kind=kind,
+                  device=device, seed=1, quiet=True, chart=False, callback=callback)
+    s = np.array(seconds[warmup:])
+    batch = int(r.net.net_options()["batch"])
+    return {"s_per_iteration": float(np.median(s)), "images_per_s": batch / float(np.median(s)),
+            "wait_share": float(np.sum(waits[warmup:]) / np.sum(s)), "loader": r.loader}
+
+
+def child(args) -> int:
+    """One measurement in this process (the parent sets DARKNET_PY_TF32); prints its JSON."""
+    spec = json.loads(args.child)
+    if spec["what"] == "engine":
+        out = engine_step(spec["data"], spec["cfg"], spec["device"], spec["iterations"])
+    else:
+        out = train_run(spec["data"], spec["cfg"], spec["device"], spec["iterations"], spec["warmup"],
+                        spec["workers"], spec["kind"])
+    print("RESULT " + json.dumps(out))
+    return 0
+
+
+def in_child(spec: dict, precision: str) -> dict:
+    env = {**os.environ, "DARKNET_PY_TF32": "1" if precision == "tf32" else "0"}
+    p = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True, text=True,
+                       env=env, timeout=600)
+    for line in p.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return json.loads(line[7:])
+    raise RuntimeError(f"{spec['what']} run failed ({p.returncode}):\n{p.stderr[-3000:]}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n\n", 1)[1])
+    ap.add_argument("--device", help="engine device (default: cuda if available, else cpu)")
+    ap.add_argument("--images", type=int, default=2048, help="synthetic JPEGs (default 2048)")
+    ap.add_argument("--classes", type=int, default=4)
+    ap.add_argument("--size", type=int, default=416, help="network and image size (default 416)")
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--workers", default="1,2,4,8,14", help="worker counts of the loader-alone table")
+    ap.add_argument("--train-workers", help="worker counts of the end-to-end runs (default: the largest two)")
+    ap.add_argument("--precisions", default=None, help="fp32,tf32 on CUDA (default), fp32 elsewhere")
+    ap.add_argument("--iterations", type=int, default=30, help="timed training iterations per run")
+    ap.add_argument("--warmup", type=int, default=5, help="training iterations left out of the figures")
+    ap.add_argument("--loader-batches", type=int, default=8, help="timed batches per loader-alone run")
+    ap.add_argument("--loader-only", action="store_true", help="only the loader-alone table")
+    ap.add_argument("--write", help="also write the markdown tables to this file")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        return child(args)
+
+    import darknet_py
+    from darknet_py.devices import default_device
+    from darknet_py.sysinfo import cpu_info
+
+    device = args.device or default_device()
+    precisions = (args.precisions or ("fp32,tf32" if device.startswith("cuda") else "fp32")).split(",")
+    workers = [int(w) for w in args.workers.split(",")]
+    train_workers = [int(w) for w in (args.train_workers.split(",") if args.train_workers else
+                                      sorted(workers)[-2:])]
+    out: List[str] = [f"## `train` throughput: yolov4-tiny, {args.classes} classes, {args.size}x{args.size}, "
+                      f"batch {args.batch}, {args.images} JPEGs",
+                      "", f"{cpu_info()[0]}, {os.cpu_count()} cores; device {device}; darknet_py "
+                      f"{getattr(darknet_py, '__version__', '?')}", ""]
+
+    def say(line: str) -> None:
+        out.append(line)
+        print(line, flush=True)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "darknet_py", "synth", tmp, "--images", str(args.images), "--classes",
+                        str(args.classes), "--size", f"{args.size}x{args.size}", "--workers",
+                        str(os.cpu_count() or 1)], check=True, stdout=subprocess.DEVNULL)
+        print(f"synth: {args.images} images in {time.perf_counter() - t0:.1f} s", flush=True)
+        data = os.path.join(tmp, "shapes.data")
+        cfg = adapted_cfg(args.classes, args.batch, args.size, os.path.join(tmp, "net.cfg"))
+
+        say("### The loader alone (augmented batches, images/s; per worker in brackets)")
+        say("")
+        say("| workers | " + " | ".join(str(w) for w in workers) + " |")
+        say("|---|" + "---|" * len(workers))
+        for processes in (False, True):
+            cells = []
+            for w in workers:
+                rate = loader_rate(data, cfg, args.batch, w, processes, args.loader_batches)
+                cells.append(f"{rate:.0f} ({rate / w:.0f})")
+            say(f"| {'processes' if processes else 'threads'} | " + " | ".join(cells) + " |")
+        say("")
+
+        if args.loader_only:
+            precisions = []
+        else:
+            say("### End to end: `train` against the engine's in-memory step")
+            say("")
+            say("| precision | run | s/iteration | images/s | waiting for data | / in-memory step |")
+            say("|---|---|---|---|---|---|")
+        for precision in precisions:
+            base = {"data": data, "cfg": cfg, "device": device, "iterations": args.iterations}
+            step = in_child(dict(base, what="engine"), precision)
+            say(f"| {precision} | in-memory step | {step['s_per_iteration']:.4f} | {step['images_per_s']:.1f} | | 1.00 |")
+            for kind in ("threads", "processes"):
+                for w in train_workers:
+                    r = in_child(dict(base, what="train", warmup=args.warmup, workers=w, kind=kind), precision)
+                    say(f"| {precision} | train, {r['loader']} | {r['s_per_iteration']:.4f} | {r['images_per_s']:.1f} | "
+                        f"{100 * r['wait_share']:.1f}% | {r['images_per_s'] / step['images_per_s']:.2f} |")
+        say("")
+    if args.write:
+        Path(args.write).write_text("\n".join(out) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

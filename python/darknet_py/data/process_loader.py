@@ -1,0 +1,269 @@
+"""The training batches prepared in worker processes: the loader's path that scales with cores.
+
+In threads (loader._Engine) the Python between OpenCV's calls holds the GIL; in processes every
+step runs in parallel. Each worker process runs the same SampleMaker.sample as the threads (same
+seed rules, same code: the same bits) and writes its image straight into a batch buffer in shared
+memory; only the truths (a few boxes) and bad-file reports travel through a queue. The batches
+are the caller's without a copy: a ring of prefetch + 2 buffers, so the arrays of the last two
+batches handed out stay intact while the next ones are prepared (train() uploads a batch before
+it asks for the next one). Workers start with `spawn` (never `fork`: the parent may hold a GPU
+context and threads), so a script that trains through processes needs the usual
+`if __name__ == "__main__":` guard.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import pickle
+import queue
+import shutil
+import signal
+import time
+from multiprocessing import shared_memory
+from typing import Dict, List, Optional, Tuple
+
+import cv2
+import numpy as np
+
+from .sampler import SampleMaker
+
+Batch = Tuple[np.ndarray, List[np.ndarray]]
+
+
+class _ForwardingReporter:
+    """A worker's reporter: bad files go to the parent, whose DataReporter reports each once."""
+
+    def __init__(self, results) -> None:
+        self.results = results
+
+    def report(self, kind: str, path: str, message: str) -> bool:
+        self.results.put(("report", kind, path, message))
+        return True
+
+
+def _portable_error(e: BaseException) -> BaseException:
+    try:
+        pickle.loads(pickle.dumps(e))
+        return e
+    except Exception:  # an exception that does not pickle: its type and message
+        return RuntimeError(f"{type(e).__name__}: {e}")
+
+
+def _worker_main(maker: SampleMaker, jobs, results, current_gen, keep: int, cv_threads: int, parent: int) -> None:
+    """A worker process: jobs (buffer name, batch shape, gen, k, j) -> the image into the buffer.
+    It keeps the `keep` buffers it used last attached (the parent's ring). OpenCV gets `cv_threads`
+    threads: its share of the cores (each process would otherwise start a pool as large as the
+    machine, and 8 workers would run 8 x cores threads). Its results do not depend on the count.
+    `parent`: the parent's pid, passed in (the parent may die while this process still starts)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent handles it
+    cv2.setNumThreads(cv_threads)
+    maker.reporter = _ForwardingReporter(results)
+    attached: Dict[str, shared_memory.SharedMemory] = {}
+    while True:
+        try:
+            job = jobs.get(timeout=1.0)
+        except queue.Empty:
+            if os.getppid() != parent:  # the parent was killed: do not linger as an orphan
+                break
+            continue
+        if job is None:
+            break
+        name, shape, gen, k, j = job
+        if gen != current_gen.value:
+            continue  # dropped by set_size
+        truth, error = None, None
+        try:
+            shm = attached.get(name)
+            if shm is None:
+                if len(attached) >= keep:  # the oldest: most likely one the parent has replaced
+                    attached.pop(next(iter(attached))).close()
+                shm = attached[name] = shared_memory.SharedMemory(name=name)
+            _, truth = maker.sample(k, j, shape[3], shape[2], out=np.ndarray(shape, np.float32, buffer=shm.buf)[j])
+        except FileNotFoundError as e:  # the buffer of a batch dropped by set_size
+            if gen == current_gen.value:
+                error = _portable_error(e)
+        except BaseException as e:  # handed to the caller by next_batch
+            error = _portable_error(e)
+        results.put(("done", gen, k, j, truth, error))
+    for shm in attached.values():
+        shm.close()
+
+
+PREFETCH_SLACK = 2  # buffers beyond `prefetch`: the batch in use and the one before it stay intact
+SHM_FOLDER = "/dev/shm"  # where Linux keeps POSIX shared memory (a tmpfs; Docker's default is 64 MB)
+
+
+def shared_memory_shortfall(nbytes: int) -> Optional[str]:
+    """Why `nbytes` more of shared memory would not fit (a write past a full tmpfs kills the worker
+    with SIGBUS), or None. Only Linux's /dev/shm is checked; elsewhere None."""
+    if not os.path.isdir(SHM_FOLDER):
+        return None
+    free = shutil.disk_usage(SHM_FOLDER).free
+    if nbytes <= free:
+        return None
+    return (f"the loader's worker processes need {nbytes / 2 ** 20:.0f} MB of shared memory for their batches but "
+            f"{SHM_FOLDER} has {free / 2 ** 20:.0f} MB free: enlarge it (docker run --shm-size=2g) or load in threads "
+            "(--loader threads)")
+
+
+def batch_ring_bytes(batch_size: int, channels: int, width: int, height: int, prefetch: int = 2) -> int:
+    """The shared memory of a ProcessEngine's batch buffers at this network size."""
+    return 4 * (max(1, prefetch) + PREFETCH_SLACK) * batch_size * channels * width * height
+
+
+class _SharedBuffer(shared_memory.SharedMemory):
+    """Shared memory whose arrays may outlive it: a batch handed out keeps its mapping alive, and
+    closing it meanwhile is put off (BufferError) instead of reported at collection."""
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except (OSError, BufferError):
+            pass
+
+
+class _Buffer:
+    """One batch's shared memory (at least `nbytes`), tagged with the size generation it serves."""
+
+    def __init__(self, nbytes: int, gen: int) -> None:
+        self.shm = _SharedBuffer(create=True, size=max(1, nbytes))
+        self.gen = gen
+
+
+class _ProcessSlot:
+    def __init__(self, gen: int, buffer: _Buffer, shape: Tuple[int, int, int, int]) -> None:
+        self.gen, self.buffer, self.shape = gen, buffer, shape
+        self.truths: List[Optional[np.ndarray]] = [None] * shape[0]
+        self.remaining = shape[0]
+        self.error: Optional[BaseException] = None
+
+
+class ProcessEngine:
+    """BatchLoader's engine with `workers` processes; the interface of loader._Engine."""
+
+    def __init__(self, maker: SampleMaker, workers: int, prefetch: int, start: int = 0) -> None:
+        self.maker, self.reporter = maker, maker.reporter
+        self.paths, self.batch_size, self.channels = maker.paths, maker.batch_size, maker.channels
+        self.size = (int(maker.opts["width"]), int(maker.opts["height"]))
+        self.prefetch = max(1, prefetch)
+        self.ring: List[Optional[_Buffer]] = [None] * (self.prefetch + PREFETCH_SLACK)
+        # the whole ring up front: tmpfs counts a buffer only once written, so one at a time would pass
+        problem = shared_memory_shortfall(batch_ring_bytes(self.batch_size, self.channels, *self.size, self.prefetch))
+        if problem:
+            raise OSError(problem)
+        self.retired: List[shared_memory.SharedMemory] = []  # unlinked, closed once no array uses them
+        self.slots: Dict[int, _ProcessSlot] = {}
+        self.next_k = self.scheduled = start
+        self.gen = 0
+        self.closed = False
+        ctx = mp.get_context("spawn")
+        self.jobs, self.results = ctx.Queue(), ctx.Queue()
+        self.current_gen = ctx.RawValue("l", 0)
+        workers = max(1, workers)
+        args = (maker, self.jobs, self.results, self.current_gen, len(self.ring), max(1, (os.cpu_count() or 1) // workers),
+                os.getpid())
+        self.procs = [ctx.Process(target=_worker_main, args=args, name=f"darknet_py-loader-{i}", daemon=True)
+                      for i in range(workers)]
+        for p in self.procs:
+            p.start()
+
+    def _buffer_for(self, k: int, nbytes: int) -> _Buffer:
+        index = k % len(self.ring)
+        buf = self.ring[index]
+        if buf is None or buf.gen != self.gen or buf.shm.size < nbytes:
+            if buf is not None:  # a batch of an old size may still be read (or written by a stale job)
+                self._retire(buf.shm)
+            problem = shared_memory_shortfall(nbytes)
+            if problem:
+                raise OSError(problem)
+            buf = self.ring[index] = _Buffer(nbytes, self.gen)
+        return buf
+
+    def _retire(self, shm: shared_memory.SharedMemory) -> None:
+        shm.unlink()
+        self.retired.append(shm)
+        still = []
+        for s in self.retired:
+            try:
+                s.close()
+            except BufferError:  # an array handed out still maps it
+                still.append(s)
+        self.retired = still
+
+    def _schedule(self) -> None:
+        while self.scheduled < self.next_k + self.prefetch:
+            k = self.scheduled
+            w, h = self.size
+            shape = (self.batch_size, self.channels, h, w)
+            buf = self._buffer_for(k, 4 * int(np.prod(shape)))
+            self.slots[k] = _ProcessSlot(self.gen, buf, shape)
+            for j in range(self.batch_size):
+                self.jobs.put((buf.shm.name, shape, self.gen, k, j))
+            self.scheduled += 1
+
+    def _dispatch(self, message) -> None:
+        if message[0] == "report":
+            self.reporter.report(*message[1:])
+            return
+        _, gen, k, j, truth, error = message
+        slot = self.slots.get(k)
+        if slot is None or slot.gen != gen:
+            return  # a batch dropped by set_size
+        if error is not None and slot.error is None:
+            slot.error = error
+        slot.truths[j] = truth
+        slot.remaining -= 1
+
+    def next_batch(self) -> Batch:
+        if self.closed:
+            raise RuntimeError("the loader is closed")
+        self._schedule()
+        k = self.next_k
+        slot = self.slots[k]
+        while slot.remaining > 0 and slot.error is None:
+            try:
+                self._dispatch(self.results.get(timeout=0.5))
+            except queue.Empty:
+                if not all(p.is_alive() for p in self.procs):
+                    codes = [p.exitcode for p in self.procs]
+                    raise RuntimeError(f"a loader worker process has stopped (exit codes {codes})") from None
+        if slot.error is not None:
+            raise slot.error
+        del self.slots[k]
+        self.next_k += 1
+        self._schedule()
+        images = np.ndarray(slot.shape, np.float32, buffer=slot.buffer.shm.buf)
+        return images, slot.truths  # type: ignore[return-value]
+
+    def set_size(self, w: int, h: int) -> None:
+        if (w, h) == self.size:
+            return
+        self.size = (w, h)
+        self.gen += 1
+        self.current_gen.value = self.gen  # workers skip the queued jobs of the old size
+        self.slots.clear()
+        self.scheduled = self.next_k
+        if not self.closed:
+            self._schedule()
+
+    def close(self, timeout: float = 10.0) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.current_gen.value = -1  # the queued jobs are skipped
+        self.slots.clear()
+        for _ in self.procs:
+            self.jobs.put(None)
+        deadline = time.monotonic() + timeout
+        for p in self.procs:
+            p.join(max(0.0, deadline - time.monotonic()))
+            if p.is_alive():
+                p.terminate()
+                p.join(1.0)
+        for q in (self.jobs, self.results):
+            q.close()
+            q.cancel_join_thread()
+        for buf in self.ring:
+            if buf is not None:
+                self._retire(buf.shm)
+        self.ring = []

@@ -1,0 +1,121 @@
+"""Which images and augmentation choices make sample j of training batch k: the seed rules, in one place.
+
+Each sample is a function of (seed, batch index k, index in batch j, network size) only: its own
+NumPy Generator, seeded with [seed, k, j], draws the image(s) (at random with replacement, as
+Darknet's get_random_paths) and every augmentation choice; whether a loading group gets mosaic or
+mixup is one draw seeded with [seed, iteration, group]. So the batches are the same for a seed
+whatever runs them (threads or processes, how many, in what order), and a resumed run that starts
+at batch k draws what an uninterrupted run would have. A data-parallel rank that prepares a shard
+of each batch calls sample(k, j) for its own j only: the union over the ranks is the same batch.
+
+A SampleMaker holds no threads or open files, so it can be sent (pickled) to worker processes.
+Bad images and labels are reported once each through its reporter and skipped (labels.py).
+"""
+from __future__ import annotations
+
+import os
+from typing import Dict, Optional, Sequence, Tuple
+
+import cv2
+import numpy as np
+
+from . import augment as augmentation
+from .darknet_files import label_path_for
+from .labels import DataReporter, read_labels
+
+# Darknet's train_detector loads with args.threads = 6 * ngpus; one GPU: six groups per iteration.
+LOAD_THREADS = 6
+
+
+def load_group(index: int, images: int, threads: int = LOAD_THREADS) -> int:
+    """The loading thread (group) of image `index` among an iteration's `images`, as Darknet's
+    load_threads splits them: thread t gets [t * images / threads, (t + 1) * images / threads)."""
+    for t in range(threads - 1, -1, -1):
+        if t * images // threads <= index:
+            return t
+    return 0
+
+
+class SampleMaker:
+    """Makes the samples of a seed: sample(k, j, w, h) -> (float32 CHW image, (n, 5) truths)."""
+
+    MAX_DRAWS = 1000  # consecutive unusable images before giving up
+
+    def __init__(self, paths: Sequence[str], batch_size: int, classes: int, opts: Dict[str, float], seed: int,
+                 reporter: DataReporter, iteration_images: int = 0) -> None:
+        self.paths = list(paths)
+        self.batch_size, self.classes, self.opts = batch_size, classes, opts
+        # batches per iteration (Darknet's subdivisions): the groups span an iteration's images
+        self.per_iteration = max(1, iteration_images // batch_size) if iteration_images else 1
+        self.seed = seed % 2 ** 64  # SeedSequence takes non-negative integers
+        self.channels = int(opts["channels"]) if int(opts["channels"]) == 1 else 3
+        self.reporter = reporter
+        self.labels: Dict[str, np.ndarray] = {}
+        self.bad: set = set()
+
+    def __getstate__(self) -> dict:  # for a worker process: no cache, no lock (the reporter is replaced there)
+        state = dict(self.__dict__)
+        state.update(labels={}, bad=set(), reporter=None)
+        return state
+
+    # ---- files ------------------------------------------------------------------------------
+    def _load_image(self, path: str) -> Optional[np.ndarray]:
+        if path in self.bad:
+            return None
+        if not os.path.isfile(path):
+            self.bad.add(path)
+            self.reporter.report("missing-image", path, f"{path}: image not found: skipped")
+            return None
+        try:  # imdecode: no OpenCV warning on stderr for a bad file, and any path encoding works
+            raw = np.fromfile(path, np.uint8)
+            flag = cv2.IMREAD_COLOR if self.channels == 3 else cv2.IMREAD_GRAYSCALE
+            img = cv2.imdecode(raw, flag) if raw.size else None
+        except (OSError, cv2.error):
+            img = None
+        if img is None:
+            self.bad.add(path)
+            self.reporter.report("unreadable-image", path, f"{path}: cannot decode the image: skipped")
+            return None
+        return cv2.cvtColor(img, cv2.COLOR_BGR2RGB) if self.channels == 3 else img
+
+    def _boxes(self, path: str) -> np.ndarray:
+        boxes = self.labels.get(path)
+        if boxes is None:  # read once: a bad label file is reported once; dict writes are atomic
+            boxes = read_labels(label_path_for(path), self.classes, self.reporter)
+            self.labels[path] = boxes
+        return boxes
+
+    def _draw(self, rng) -> Tuple[np.ndarray, np.ndarray]:
+        """A random usable image and its boxes (another one is drawn for a bad image)."""
+        for _ in range(self.MAX_DRAWS):
+            path = self.paths[int(rng.integers(len(self.paths)))]
+            img = self._load_image(path)
+            if img is not None:
+                return img, self._boxes(path)
+            if len(self.bad) >= len(self.paths):
+                break
+        raise RuntimeError(f"no usable training image: {len(self.bad)} of {len(self.paths)} could not be read")
+
+    # ---- the seed rules ---------------------------------------------------------------------
+    def group_mixing(self, k: int, j: int) -> str:
+        """"mosaic", "mixup" or "" for image j of batch k: one even-odds draw per loading group."""
+        kind = "mosaic" if self.opts["mosaic"] else ("mixup" if self.opts.get("mixup") else "")
+        if not kind:
+            return ""
+        iteration, sub = divmod(k, self.per_iteration)
+        group = load_group(sub * self.batch_size + j, self.per_iteration * self.batch_size)
+        return kind if np.random.default_rng([self.seed, iteration, group, 0x6D1C]).random() < 0.5 else ""
+
+    def sample(self, k: int, j: int, w: int, h: int, out: Optional[np.ndarray] = None) -> Tuple[np.ndarray, np.ndarray]:
+        """(float32 CHW image at w x h, written into `out` if given (the batch's row j); (n, 5) truths)."""
+        rng = np.random.default_rng([self.seed, k, j])
+        mixing = self.group_mixing(k, j)
+        if mixing == "mosaic":
+            return augmentation.mosaic([self._draw(rng) for _ in range(4)], w, h, self.opts, rng, out)
+        img, boxes = self._draw(rng)
+        if mixing == "mixup":  # Darknet's second pass: another random image, blended over this one
+            first = augmentation.augment_one(img, boxes, w, h, self.opts, rng)
+            other, other_boxes = self._draw(rng)
+            second = augmentation.augment_one(other, other_boxes, w, h, self.opts, rng)
+            return augmentation.mixup(first, second, int(self.opts["max_boxes"]), out)
+        return augmentation.augment_one(img, boxes, w, h, self.opts, rng, out)
