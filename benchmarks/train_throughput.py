@@ -151,10 +151,10 @@ def main(argv=None) -> int:
         return child(args)
 
     import darknet_py
-    from darknet_py.devices import default_device
+    from darknet_py.devices import default_device, resolve
     from darknet_py.sysinfo import cpu_info
 
-    device = args.device or default_device()
+    device = resolve(args.device or default_device())  # "auto" -> the device it picks (cuda:0 ...)
     precisions = (args.precisions or ("fp32,tf32" if device.startswith("cuda") else "fp32")).split(",")
     workers = [int(w) for w in args.workers.split(",")]
     train_workers = [int(w) for w in (args.train_workers.split(",") if args.train_workers else
