@@ -40,9 +40,12 @@ from typing import Any, Callable, Dict, List, Optional, TextIO, Tuple
 
 import numpy as np
 
-from .argtypes import positive_int
-from .devices import add_device_option
+from .argtypes import positive_float, positive_int
+from .devices import check_name
 from .chart import Chart
+from .distributed import DEFAULT_TIMEOUT, RankInfo, init_process_group
+from .distributed.launch import launch, report_peer_lost, watch_launcher
+from .distributed.plan import BATCH_MODES, split_devices
 from .checkpoint import remove_stale_temporaries, save_weights_atomic
 from .lr_policy import LrSchedule
 from .phase_hook import phase
@@ -129,6 +132,13 @@ def _copy_params(src, dst) -> None:
         dst.set_params(i, src.params(i))
 
 
+def _broadcast_int(group, value: int) -> int:
+    """Rank 0's integer in [0, 2^64) on every rank (the others pass 0): 16-bit digits, exact in float32."""
+    digits = np.array([(value >> (16 * i)) & 0xFFFF for i in range(4)], np.float32)
+    summed = group.all_reduce(digits)
+    return sum(int(d) << (16 * i) for i, d in enumerate(summed))
+
+
 def _head_line(layer: int, s: Dict[str, float]) -> str:
     """Darknet's per-head line (yolo_layer.c, before the v3 loss printout)."""
     return (f"Region {layer} Avg IOU: {s['avg_iou']:.6f}, Class: {s['class']:.6f}, Obj: {s['obj']:.6f}, "
@@ -198,7 +208,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
           workers: Optional[int] = None, callback: Optional[Callable[[Dict[str, Any]], Any]] = None,
           verbose: bool = False, heads_every: int = 10, device: Optional[str] = None, stream: Optional[TextIO] = None,
           progress: Optional[bool] = None, chart: bool = True, multiscale: bool = True,
-          quiet: bool = False) -> TrainResult:
+          quiet: bool = False, group: Any = None, batch_mode: str = "split") -> TrainResult:
     """Trains the detector `cfg` on the `train` list of the Darknet .data file `data`.
 
     weights: start from these weights (all layers, or the leading layers a pretrained prefix file
@@ -214,12 +224,20 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
     max_batches, net: the _core.Net being trained); returning False or raising StopTraining stops
     training. verbose: the per-head lines
     every iteration (else every `heads_every`). multiscale=False ignores random=1 (a fixed size).
-    quiet: no iteration lines. Returns a TrainResult; raises TrainingDiverged on NaN/Inf."""
+    quiet: no iteration lines. group: this process's darknet_py.distributed.ProcessGroup when it is
+    one rank of a data-parallel training (rank 0 alone prints, saves, draws the chart and measures
+    mAP; the others train quietly); batch_mode: how the cfg's batch maps onto the ranks
+    (distributed/plan.py: "split" or "per-gpu"). Returns a TrainResult; raises TrainingDiverged on NaN/Inf."""
     from . import _core
     from .cfgfiles import resolve_cfg
     from .data import BatchLoader, darknet_truth, random_network_size, read_data_file, read_image_list
 
+    from .distributed.plan import plan_ranks  # noqa: E402 (beside the other imports of train())
+
     t_start = time.perf_counter()
+    ranks, is_root = (group.size, group.rank == 0) if group is not None else (1, True)
+    if not is_root:  # rank 0's duties: the console, the files, mAP
+        quiet, chart, calc_map = True, False, False
     out = stream if stream is not None else sys.stdout
     tty = sys.stderr.isatty() if progress is None else bool(progress)
     con = _Console(out, tty and not quiet)
@@ -241,6 +259,9 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
     remove_stale_temporaries(backup, [glob.escape(base) + "_*.weights", CHART_NAME])
     if seed is None:
         seed = random.SystemRandom().randrange(2 ** 31)
+    if group is not None:  # one seed for all: the ranks' shards are of the same batches
+        shared = _broadcast_int(group, seed % 2 ** 64 if is_root else 0)
+        seed = shared if shared < 2 ** 63 else shared - 2 ** 64
     if threads:
         _core.set_threads(int(threads))
 
@@ -262,7 +283,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
         raise ValueError(f"{spec.where('classes')}: classes = {classes} but the cfg's [yolo] layers have "
                          f"classes={net_classes}")
     darknet_init(raw, seed)
-    if weights:
+    if weights and is_root:
         n = weights_layers_in_file(raw, weights)
         before = len(raw.warnings)
         raw.load_weights(weights, n)
@@ -273,6 +294,10 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
                 "Darknet's random initialisation)")
     if clear:
         raw.seen = 0
+    if group is not None:  # every rank starts from rank 0's weights and iteration
+        group.collective.broadcast_params(raw, 0)
+        raw.seen = _broadcast_int(group, int(raw.seen) if is_root else 0)
+        _core.set_collective(raw, group.collective)
 
     opts = raw.net_options()
     if max_batches is not None:
@@ -282,7 +307,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
         raise ValueError(f"{cfg}: [net] has no max_batches: set it, or pass max_batches (--max-batches)")
     schedule = LrSchedule.from_options(opts)
     batch, subdivisions = int(opts["batch"]), int(opts["subdivisions"])
-    mini = batch // subdivisions
+    plan = plan_ranks(batch, subdivisions, ranks, batch_mode)  # one rank: passes = subdivisions, mini = batch / subdivisions
     start = int(raw.seen) // batch
     if start >= total:
         raise ValueError(f"{weights}: already trained to iteration {start} (seen = {raw.seen} images), not below "
@@ -302,8 +327,9 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
         eval_net = Network(cfg, None, spec.names if spec.names and os.path.isfile(spec.names) else None, device)
 
     # ---- data
-    loader = BatchLoader.from_files(data, cfg, batch_size=mini, seed=seed, workers=workers,
-                                    start=start * subdivisions, iteration_images=batch,
+    loader = BatchLoader.from_files(data, cfg, batch_size=plan.mini, seed=seed, workers=workers,
+                                    start=start * plan.passes, iteration_images=plan.step_images,
+                                    shard=(group.rank, ranks) if group is not None else (0, 1),
                                     on_problem=lambda kind, path, message: warn(message))
     train_images = len(loader.paths)
     aug = loader.options
@@ -324,7 +350,9 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
     path_last = os.path.join(backup, f"{base}_last.weights")
     last_saved_at: Optional[int] = None
 
-    def save(path: str, iteration: int) -> str:
+    def save(path: str, iteration: int) -> Optional[str]:
+        if not is_root:
+            return None
         if not _finite_params(raw):
             raise TrainingDiverged(
                 f"training stopped at iteration {iteration}: the parameters hold NaN or Inf (training diverged); "
@@ -341,6 +369,9 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
 
     say(f"{base}: {len(raw.layers())} layers on {device}, {init_w}x{init_h}, batch {batch} (subdivisions {subdivisions}), "
         f"{train_images} training images, seed {seed}")
+    if group is not None:
+        say(f"data parallel: {ranks} ranks ({group.collective.name}), batch mode {batch_mode}: each trains "
+            f"{plan.passes} x {plan.mini} images per step, a step sees {plan.step_images} images")
     say(f"Learning Rate: {schedule.learning_rate:g}, Momentum: {opts['momentum']:g}, Decay: {opts['decay']:g}, "
         f"policy {schedule.policy}, burn_in {schedule.burn_in}, max_batches {total}")
     if calc_map:
@@ -374,15 +405,19 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
             load_seconds = 0.0
             loss_sum = 0.0
             passes = []
-            for _ in range(subdivisions):
+            for p in range(plan.passes):
                 images, truths = loader.next_batch()
                 load_seconds += loader.last_wait
                 raw.forward_train(images, [])
                 stats = raw.yolo_loss([darknet_truth(t) for t in truths])
-                raw.backward()
+                # the last pass's gradients are summed over the ranks while its backward runs
+                raw.backward(all_reduce=group is not None and p == plan.passes - 1)
                 loss_sum += sum(s["loss"] for s in stats) / len(stats)  # get_network_cost: mean over heads
                 passes.append(stats)
-            loss = loss_sum / batch
+            if group is not None:  # every rank sees the step's loss (and stops together on NaN)
+                _core.finish_gradient_reduction(raw)  # the collective runs one reduction at a time, in order
+                loss_sum = float(group.all_reduce(np.array([loss_sum], np.float32))[0])
+            loss = loss_sum / plan.update_batch
             if not math.isfinite(loss):
                 raise TrainingDiverged(
                     f"training stopped at iteration {iteration + 1}: the loss is {loss} (training diverged); "
@@ -394,7 +429,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
             iteration += 1
             phase("iteration", f"update {iteration}")
             rate = schedule.rate(iteration, lr_rng)
-            raw.update(rate, batch, iteration)  # Adam's step is the iteration, as Darknet, so resuming continues it
+            raw.update(rate, plan.update_batch, iteration)  # Adam's step is the iteration, as Darknet, so resuming continues it
             raw.seen = iteration * batch
             seconds = time.perf_counter() - t0
             avg_loss = loss if avg_loss < 0 else avg_loss
@@ -444,6 +479,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
                 ch.maybe_save()
             con.progress(iteration, start, total, eta, avg_loss)
 
+            stop = False
             if callback is not None:
                 info = {"iteration": iteration, "loss": loss, "avg_loss": avg_loss, "rate": rate, "seconds": seconds,
                         "load_seconds": load_seconds, "images": iteration * batch, "eta_seconds": eta,
@@ -451,15 +487,18 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
                         "best_map": best_map if best_map >= 0 else None, "max_batches": total,
                         "net": raw}
                 try:
-                    if callback(info) is False:
-                        raise StopTraining()
+                    stop = callback(info) is False
                 except StopTraining:
-                    result.stopped = True
-                    say(f"stopped by the callback at iteration {iteration}")
-                    break
+                    stop = True
+            if group is not None:  # a stop on any rank stops every rank after this same step
+                stop = bool(group.all_reduce(np.array([stop], np.float32))[0])
+            if stop:
+                result.stopped = True
+                say(f"stopped by the callback at iteration {iteration}")
+                break
     except KeyboardInterrupt:
         con.close()
-        if iteration > start and last_saved_at != iteration and _finite_params(raw):
+        if is_root and iteration > start and last_saved_at != iteration and _finite_params(raw):
             save_last(iteration)
             con.line(f"interrupted at iteration {iteration}: saved {path_last}", err=True)
         raise
@@ -518,9 +557,32 @@ def add_parser(sub: Any, formatter: Any) -> argparse.ArgumentParser:
     p.add_argument("--max-batches", type=positive_int, metavar="N", help="train to iteration N (replaces the cfg's)")
     p.add_argument("--seed", type=int, metavar="S", help="random seed: initialisation, data, augmentation")
     p.add_argument("--verbose", action="store_true", help="print the per-head statistics every iteration")
-    add_device_option(p)
+    p.add_argument("--device", "--backend", dest="device", type=_device_list_arg, default=None, metavar="DEVICE",
+                   help="where the network trains: cpu, opencl[:N], cuda[:N], metal or auto (default: $DARKNET_PY_DEVICE, "
+                        "else auto). A list trains data-parallel, one process per device: cuda:0,1,2,3")
+    p.add_argument("--gpus", metavar="LIST", help="Darknet's -gpus 0,1,2,3: the same as --device cuda:0,1,2,3")
+    p.add_argument("--batch-mode", choices=BATCH_MODES, default="split",
+                   help="several devices: split (default) divides the cfg's batch among them, so that "
+                        "learning_rate, burn_in and max_batches mean what they mean on one device (the same training "
+                        "curve); per-gpu is Darknet's -gpus: each device trains the whole batch, a step sees batch x "
+                        "devices images (Darknet's README then divides learning_rate by the device count by hand)")
+    p.add_argument("--dist-timeout", type=positive_float, default=DEFAULT_TIMEOUT, metavar="S",
+                   help=f"several devices: seconds a rank waits for the others before it stops all (default "
+                        f"{DEFAULT_TIMEOUT:g}; rank 0's mAP runs while they wait)")
+    p.add_argument("--collective", choices=("auto", "nccl", "tcp"), default="auto",
+                   help="several devices: how gradients are summed: nccl (CUDA devices, the default there when NCCL "
+                        "is found), tcp (the engine's ring over TCP: any device)")
     p.set_defaults(func=cmd_train, parser=p)
     return p
+
+
+def _device_list_arg(text: str) -> str:
+    try:
+        for name in split_devices(text):
+            check_name(name)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -528,9 +590,45 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"data file not found: {args.data}")
     if args.weights and not os.path.isfile(args.weights):
         raise FileNotFoundError(f"weights file not found: {args.weights}")
-    r = train(args.data, args.cfg, args.weights, clear=args.clear, calc_map=args.map, map_every=args.map_every,
-              save_every=args.save_every, out_dir=args.out, threads=args.threads, max_batches=args.max_batches,
-              seed=args.seed, workers=args.workers, verbose=args.verbose, device=args.device)
-    print(f"iteration {r.iteration} in {r.seconds:.1f} s; weights: {r.weights}"
-          + (f"; best mAP@0.5 {r.best_map:.4f}: {r.best}" if r.best else ""), file=sys.stderr)
+    if args.gpus and args.device:
+        raise ValueError("--gpus and --device both name the devices: give one")
+    devices = split_devices(args.device) if args.device else [None]
+    if args.gpus:
+        devices = split_devices("cuda:" + args.gpus.strip())
+    info = RankInfo.from_env()
+    stop_asked = None
+    if info is None or info.world_size == 1:
+        if len(devices) > 1:  # this process is the launcher: one process per device runs this same command
+            return launch([str(d) for d in devices], sys.argv[1:])
+        group = None
+        device = devices[0]
+    else:  # one rank, started by our launcher, torchrun or srun
+        stop_asked = watch_launcher()
+        device = devices[info.local_rank] if len(devices) > 1 else devices[0]
+        if len(devices) > 1 and info.local_rank >= len(devices):
+            raise ValueError(f"LOCAL_RANK={info.local_rank} but --device lists {len(devices)} devices")
+        if device in (None, "auto", "cuda"):  # one device per rank on this host: the LOCAL_RANK-th GPU
+            from .devices import default_device, resolve
+
+            device = resolve(device or default_device())
+            if device.startswith("cuda:"):
+                device = f"cuda:{info.local_rank}"
+        group = init_process_group(info, device, collective=args.collective, timeout=args.dist_timeout)
+    from . import _core
+
+    try:
+        r = train(args.data, args.cfg, args.weights, clear=args.clear, calc_map=args.map, map_every=args.map_every,
+                  save_every=args.save_every, out_dir=args.out, threads=args.threads, max_batches=args.max_batches,
+                  seed=args.seed, workers=args.workers, verbose=args.verbose, device=device, group=group,
+                  batch_mode=args.batch_mode,
+                  callback=(lambda _: not stop_asked.is_set()) if stop_asked is not None else None)
+    except _core.CollectiveError as e:  # another rank died or hangs: that rank's launcher line says why
+        return report_peer_lost(str(e))
+    if stop_asked is not None and stop_asked.is_set():  # the launcher's Ctrl-C: every rank stopped at this step
+        if group.rank == 0:
+            print(f"interrupted at iteration {r.iteration}: saved {r.last}", file=sys.stderr)
+        return 130
+    if group is None or group.rank == 0:
+        print(f"iteration {r.iteration} in {r.seconds:.1f} s; weights: {r.weights}"
+              + (f"; best mAP@0.5 {r.best_map:.4f}: {r.best}" if r.best else ""), file=sys.stderr)
     return 0

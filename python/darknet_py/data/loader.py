@@ -76,8 +76,9 @@ class _Engine:
 
     def __init__(self, paths: Sequence[str], batch_size: int, classes: int, opts: Dict[str, float],
                  seed: int, workers: int, prefetch: int, reporter: DataReporter, start: int = 0,
-                 iteration_images: int = 0) -> None:
+                 iteration_images: int = 0, shard: Tuple[int, int] = (0, 1)) -> None:
         self.paths = list(paths)
+        self.shard, self.shards = shard
         self.batch_size, self.classes, self.opts = batch_size, classes, opts
         # batches per iteration (Darknet's subdivisions): the groups span an iteration's images
         self.per_iteration = max(1, iteration_images // batch_size) if iteration_images else 1
@@ -160,6 +161,16 @@ class _Engine:
             return augmentation.mixup(first, second, int(self.opts["max_boxes"]))
         return first
 
+    def global_index(self, k: int) -> int:
+        """This shard's k-th batch as the index of a batch of the whole run: data-parallel rank r of N
+        takes passes [r x P, (r + 1) x P) of each iteration's N x P (per_iteration), so the N ranks
+        together draw exactly the batches one process would."""
+        if self.shards == 1:
+            return k
+        passes = self.per_iteration // self.shards
+        iteration, p = divmod(k, passes)
+        return iteration * self.per_iteration + self.shard * passes + p
+
     # ---- pipeline ---------------------------------------------------------------------------
     def _schedule(self) -> None:
         """Queues the jobs of the batches up to `prefetch` ahead (call with cond held)."""
@@ -182,7 +193,7 @@ class _Engine:
             if slot is None or slot.gen != gen:
                 continue  # dropped by set_size
             try:
-                image, truth = self.sample(k, j, slot.w, slot.h)
+                image, truth = self.sample(self.global_index(k), j, slot.w, slot.h)
                 slot.images[j] = image  # outside the lock: each job owns its row
                 slot.truths[j] = truth
                 error = None
@@ -202,7 +213,7 @@ class _Engine:
             w, h = self.size
             slot = _Slot(self.gen, self.batch_size, self.channels, w, h)
             for j in range(self.batch_size):
-                slot.images[j], slot.truths[j] = self.sample(self.next_k, j, w, h)
+                slot.images[j], slot.truths[j] = self.sample(self.global_index(self.next_k), j, w, h)
             self.next_k += 1
             return slot.images, slot.truths  # type: ignore[return-value]
         with self.cond:
@@ -260,7 +271,9 @@ class BatchLoader:
     start: the index of the first batch (a resumed training passes the batches done so far, so
     that it draws the batches an uninterrupted run would have drawn); iteration_images: the images
     of one training iteration (Darknet's batch, when batch_size is its mini-batch; default
-    batch_size), over which mosaic and mixup are chosen per loading group as Darknet does.
+    batch_size), over which mosaic and mixup are chosen per loading group as Darknet does; shard:
+    (rank, ranks) of a data-parallel training, whose rank draws its share of every iteration's batches
+    (_Engine.global_index): the ranks' batches together are one process's.
     """
 
     def __init__(self, paths: Sequence[str], batch_size: int, classes: int,
@@ -269,7 +282,7 @@ class BatchLoader:
                  prefetch: int = 2, augment: bool = True,
                  on_problem: Optional[Callable[[str, str, str], None]] = None,
                  reporter: Optional[DataReporter] = None, start: int = 0,
-                 iteration_images: Optional[int] = None) -> None:
+                 iteration_images: Optional[int] = None, shard: Tuple[int, int] = (0, 1)) -> None:
         if not paths:
             raise ValueError("no training images")
         if batch_size < 1:
@@ -291,7 +304,7 @@ class BatchLoader:
         self.reporter = reporter if reporter is not None else DataReporter(on_problem)
         self._engine = _Engine(paths, batch_size, classes, opts, self.seed,
                                default_workers() if workers is None else workers, prefetch, self.reporter,
-                               start, iteration_images or batch_size)
+                               start, iteration_images or batch_size, shard)
         self._finalizer = weakref.finalize(self, self._engine.close)
         self.wait_seconds = 0.0  # total time next_batch() waited for the workers
         self.last_wait = 0.0
