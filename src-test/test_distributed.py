@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from darknet_py import _core
+from darknet_py.exit_codes import RANK_FAILED
 from darknet_py.distributed import RankInfo, plan_ranks, split_devices
 from darknet_py.distributed.store import FileStore, RendezvousTimeout, TcpStore
 from darknet_py.synth import generate
@@ -82,6 +83,45 @@ def test_ring_names_the_rank_that_died_and_the_one_that_hangs():
     with pytest.raises(_core.CollectiveError, match=r"rank 0: no data for 0\.5.* from rank 1"):
         comms[0].all_reduce(x)  # rank 1 never calls: silent
     assert time.monotonic() - t0 < 2
+
+
+@pytest.mark.parametrize("bucket_mb", [1e-9, 25.0])
+def test_bucketed_reduction_gives_the_full_batch_step(job, bucket_mb):
+    """Two ranks (threads, each its own Net) on half a batch each, gradients reduced in buckets during
+    the backward (1e-9 MiB: one per parameter tensor; 25: one bucket), then update: the parameters of
+    both equal those of one Net that ran both halves (gradients accumulated) and updated once."""
+    rng = np.random.default_rng(1)
+    x = rng.uniform(0, 1, (8, 3, 64, 64)).astype(np.float32)
+    truths = [np.array([[0.5, 0.5, 0.2, 0.3, i % 2]], np.float32) for i in range(8)]
+    nets = [_core.Net(job["cfg"], "cpu") for _ in range(3)]
+    for n in nets[1:]:
+        for i in range(len(n.layers())):
+            n.set_params(i, nets[0].params(i))
+
+    def step(net, halves, comm=None):
+        for k, h in enumerate(halves):
+            net.forward_train(x[4 * h:4 * h + 4], [])
+            net.yolo_loss(truths[4 * h:4 * h + 4])
+            net.backward(all_reduce=comm is not None and k == len(halves) - 1)
+        net.update(0.01, 8, 1)
+        return _core.reduce_stats(net) if comm is not None else None
+
+    step(nets[0], [0, 1])
+    comms = ring(2)
+    for n, c in zip(nets[1:], comms):
+        _core.set_collective(n, c, bucket_mb)
+    stats, errors = on_threads([lambda: step(nets[1], [0], comms[0]), lambda: step(nets[2], [1], comms[1])])
+    assert errors == [None, None]
+    trainable = sum(1 for i in range(len(nets[0].layers())) for k in nets[0].params(i) if not k.startswith("rolling"))
+    assert stats[0]["buckets"] == (trainable if bucket_mb < 1 else 1)
+    # one bucket per tensor: all but layer 0's start before layer 0's backward runs
+    assert stats[0]["launched_early"] == (trainable - len(nets[0].gradients(0)) if bucket_mb < 1 else 0)
+    for i in range(len(nets[0].layers())):
+        for k, want in nets[0].params(i).items():
+            if k.startswith("rolling"):
+                continue  # batchnorm statistics stay per rank
+            for n in nets[1:]:
+                np.testing.assert_allclose(n.params(i)[k], want, rtol=1e-5, atol=1e-6, err_msg=f"layer {i} {k}")
 
 
 # ---- rendezvous and plans -------------------------------------------------------------------
@@ -224,11 +264,11 @@ def _alive(pid):
         return False
 
 
-@pytest.mark.parametrize("fault", ["kill", "stop", "ctrl-c"])
+@pytest.mark.parametrize("fault", ["kill", "stop", "ctrl-c", "launcher-killed"])
 def test_a_rank_that_dies_or_hangs_or_ctrl_c_stops_every_rank(job, fault):
     """SIGKILL of rank 1: one line names it and the signal; SIGSTOP of rank 1 (a hang): rank 0's
-    timeout (2 s) names rank 1; Ctrl-C: all stop, exit 130. No rank outlives the launcher, and the
-    `_last.weights` rank 0 saved (every iteration here) still loads."""
+    timeout (2 s) names rank 1; Ctrl-C: all stop after the step, rank 0 saves, exit 130; SIGKILL of the
+    launcher: its ranks exit. No rank outlives the launcher; the saved `_last.weights` loads."""
     out = job["root"] / f"fault-{fault}"
     p = cli(job, out, "--device", "cpu,cpu", "--dist-timeout", "2", "--max-batches", "100000")
     pids = [_rank_pid(p.pid, 0), _rank_pid(p.pid, 1)]
@@ -236,6 +276,14 @@ def test_a_rank_that_dies_or_hangs_or_ctrl_c_stops_every_rank(job, fault):
     t0 = time.monotonic()
     if fault == "ctrl-c":
         p.send_signal(signal.SIGINT)
+    elif fault == "launcher-killed":  # its ranks notice within a second and exit
+        p.kill()
+        p.communicate(timeout=10)
+        end = time.monotonic() + 5
+        while any(_alive(pid) for pid in pids) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert not any(_alive(pid) for pid in pids), "orphaned ranks"
+        return
     else:
         os.kill(pids[1], signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
     _, err = p.communicate(timeout=60)
@@ -243,10 +291,10 @@ def test_a_rank_that_dies_or_hangs_or_ctrl_c_stops_every_rank(job, fault):
     assert not any(_alive(pid) for pid in pids), "a rank outlived the launcher"
     lines = [ln for ln in err.splitlines() if ln.startswith("darknet_py train:")]
     if fault == "kill":
-        assert p.returncode == 1 and seconds < 15, (p.returncode, seconds, err)
+        assert p.returncode == RANK_FAILED and seconds < 15, (p.returncode, seconds, err)
         assert lines == [f"darknet_py train: rank 1 (cpu, pid {pids[1]}) was killed by SIGKILL; stopping the other 1 ranks"], err
     elif fault == "stop":
-        assert p.returncode == 1 and seconds < 20, (p.returncode, seconds, err)
+        assert p.returncode == RANK_FAILED and seconds < 20, (p.returncode, seconds, err)
         assert len(lines) == 1 and "rank 0" in lines[0] and "from rank 1" in lines[0] and "no data for 2" in lines[0], err
     else:
         assert p.returncode == 130 and lines == ["darknet_py train: interrupted: stopped all 2 ranks"], err

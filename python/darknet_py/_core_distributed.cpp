@@ -130,9 +130,11 @@ void bind_distributed(py::module_& m) {
         const auto& s = r->last_stats();
         py::dict d;
         d["buckets"] = s.buckets;
+        d["launched_early"] = s.launched_early;
         d["bytes"] = s.bytes;
         d["reduce_seconds"] = s.reduce_seconds;
         d["exposed_seconds"] = s.exposed_seconds;
         return d;
-    }, "The last iteration's reduction: buckets, bytes, seconds reducing, and seconds update() waited for it.");
+    }, "The last iteration's reduction: buckets, those launched while the backward still had earlier layers to "
+       "run (launched_early), bytes, seconds reducing, and seconds update() waited for it.");
 }

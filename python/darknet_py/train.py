@@ -43,6 +43,7 @@ import numpy as np
 from .argtypes import positive_float, positive_int
 from .devices import check_name
 from .chart import Chart
+from .exit_codes import INTERRUPTED
 from .distributed import DEFAULT_TIMEOUT, RankInfo, init_process_group
 from .distributed.launch import launch, report_peer_lost, watch_launcher
 from .distributed.plan import BATCH_MODES, split_devices
@@ -627,7 +628,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if stop_asked is not None and stop_asked.is_set():  # the launcher's Ctrl-C: every rank stopped at this step
         if group.rank == 0:
             print(f"interrupted at iteration {r.iteration}: saved {r.last}", file=sys.stderr)
-        return 130
+        return INTERRUPTED
     if group is None or group.rank == 0:
         print(f"iteration {r.iteration} in {r.seconds:.1f} s; weights: {r.weights}"
               + (f"; best mAP@0.5 {r.best_map:.4f}: {r.best}" if r.best else ""), file=sys.stderr)

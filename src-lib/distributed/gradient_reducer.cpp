@@ -52,6 +52,7 @@ void GradientReducer::backward_begins() {
     next_ = 0;
     done_ = 0;
     reduce_seconds_ = 0;
+    launched_early_ = 0;
     active_ = true;
 }
 
@@ -74,7 +75,10 @@ void GradientReducer::layer_done(int layer) {
     if (!active_) return;
     // Darknet-style layers write only their own gradients, so once the backward passed a bucket's
     // lowest layer, the bucket's gradients are final.
-    while (next_ < buckets_.size() && buckets_[next_].lowest_layer >= layer) launch(next_++);
+    while (next_ < buckets_.size() && buckets_[next_].lowest_layer >= layer) {
+        if (layer > 0) ++launched_early_;
+        launch(next_++);
+    }
 }
 
 void GradientReducer::backward_ends() {
@@ -121,6 +125,7 @@ void GradientReducer::finish() {
     collective_->wait();
     active_ = false;
     stats_.buckets = (int)buckets_.size();
+    stats_.launched_early = launched_early_;
     stats_.bytes = 0;
     for (const Bucket& b : buckets_) stats_.bytes += b.bytes;
     stats_.reduce_seconds = reduce_seconds_;

@@ -32,6 +32,7 @@ public:
     // the caller waited in finish() (the part of the reduction that did not hide under the backward).
     struct Stats {
         int buckets = 0;
+        int launched_early = 0;  // buckets launched while layers before theirs still had their backward to run
         size_t bytes = 0;
         double reduce_seconds = 0, exposed_seconds = 0;
     };
@@ -53,6 +54,7 @@ private:
     std::vector<Bucket> buckets_;
     size_t next_ = 0;  // the next bucket to launch (buckets are in backward order)
     bool active_ = false;
+    int launched_early_ = 0;
     bool threaded_ = false;  // host tensors and a collective that may run beside the backward
     // the worker thread's queue
     std::mutex m_;

@@ -17,8 +17,10 @@ import threading
 import time
 from typing import List, Optional
 
+from ..exit_codes import INTERRUPTED, RANK_FAILED
+
 STOP_SIGNAL = signal.SIGUSR1  # the launcher's Ctrl-C, handed to the ranks: stop after this step
-PEER_LOST_EXIT = 75  # a rank that stopped because another rank died or hung (its cause is elsewhere)
+PEER_LOST_EXIT = RANK_FAILED  # a rank that stopped because another died or hung (the cause is elsewhere)
 GRACE_SECONDS = 10.0  # after SIGTERM (or Ctrl-C), before SIGKILL
 BLAME_WAIT = 2.0  # a rank that lost its peer waits this long for the real cause to show
 
@@ -74,7 +76,7 @@ def launch(devices: List[str], argv: List[str]) -> int:
         except KeyboardInterrupt:
             pass
         print(f"darknet_py train: interrupted: stopped all {n} ranks", file=sys.stderr)
-        return 130
+        return INTERRUPTED
     finally:
         _reap(procs, signal.SIGTERM)
         shutil.rmtree(folder, ignore_errors=True)
@@ -119,7 +121,7 @@ def _watch(procs: List[subprocess.Popen], devices: List[str], tails: List[List[s
             print(f"darknet_py train: {cause}; stopping {'the other ' + str(alive) + ' ranks' if alive else 'training'}",
                   file=sys.stderr)
             _reap(procs, signal.SIGTERM)
-            return codes[r] if codes[r] and codes[r] > 0 else 1  # type: ignore[return-value]
+            return codes[r] if real and codes[r] > 0 else RANK_FAILED  # type: ignore[operator,return-value]
         time.sleep(0.05)
 
 
