@@ -40,6 +40,7 @@ public:
         if (stream_) cudaStreamDestroy(stream_);
         if (ready_) cudaEventDestroy(ready_);
         if (done_) cudaEventDestroy(done_);
+        if (staging_) cudaFree(staging_);
     }
     int rank() const override { return rank_; }
     int size() const override { return size_; }
@@ -75,9 +76,13 @@ public:
     void all_reduce_sum(float* data, size_t n) override {
         if (n == 0) return;
         cuda(cudaSetDevice(index_), "cudaSetDevice");
-        float* d = nullptr;
-        cuda(cudaMalloc(&d, n * sizeof(float)), "cudaMalloc");
-        std::unique_ptr<float, decltype(&cudaFree)> keep(d, &cudaFree);
+        if (n > staging_count_) {  // kept: cudaMalloc may synchronize the device, so not per call
+            if (staging_) cudaFree(staging_);
+            staging_ = nullptr;
+            cuda(cudaMalloc(&staging_, n * sizeof(float)), "cudaMalloc");
+            staging_count_ = n;
+        }
+        float* d = staging_;
         cuda(cudaMemcpyAsync(d, data, n * sizeof(float), cudaMemcpyHostToDevice, stream_), "cudaMemcpy");
         nccl(api_.ncclAllReduce(d, d, n, NcclApi::kFloat32, NcclApi::kSum, comm_, stream_), "ncclAllReduce");
         cuda(cudaMemcpyAsync(data, d, n * sizeof(float), cudaMemcpyDeviceToHost, stream_), "cudaMemcpy");
@@ -130,6 +135,8 @@ private:
     bool aborted_ = false, pending_ = false;
     cudaStream_t stream_ = nullptr, compute_ = nullptr;
     cudaEvent_t ready_ = nullptr, done_ = nullptr;
+    float* staging_ = nullptr;  // the host all-reduce's device copy
+    size_t staging_count_ = 0;
 };
 
 }  // namespace

@@ -535,6 +535,12 @@ examples:
   darknet_py train shapes/shapes.data my-shapes.cfg --map
   darknet_py train shapes/shapes.data my-shapes.cfg --weights shapes/backup/my-shapes_last.weights
   darknet_py train coco.data yolov4-tiny.cfg --weights yolov4-tiny.conv.29 --clear --max-batches 6000
+  darknet_py train coco.data yolov4-tiny.cfg --device cuda:0,1,2,3   # one process per GPU (also --gpus 0,1,2,3)
+
+Several devices: one process per device, each training batch / N of the cfg's batch (--batch-mode
+split: learning_rate, burn_in and max_batches mean what they mean on one device) or the whole batch
+(--batch-mode per-gpu, Darknet's -gpus). Across hosts run the same command under torchrun or srun
+(RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT): see the README's "Several GPUs, several hosts".
 """
 
 
