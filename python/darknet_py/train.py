@@ -257,7 +257,8 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
     backup = os.path.abspath(out_dir or spec.backup or "backup")
     os.makedirs(backup, exist_ok=True)
     # a run killed inside a save leaves its hidden temporary file; its complete files are intact
-    remove_stale_temporaries(backup, [glob.escape(base) + "_*.weights", CHART_NAME])
+    if is_root:  # (another rank would race with rank 0's first writes)
+        remove_stale_temporaries(backup, [glob.escape(base) + "_*.weights", CHART_NAME])
     if seed is None:
         seed = random.SystemRandom().randrange(2 ** 31)
     if group is not None:  # one seed for all: the ranks' shards are of the same batches

@@ -34,14 +34,10 @@ def _describe(rc: int) -> str:
     return f"exited with code {rc}"
 
 
-def _forward(pipe, keep: List[str], to_terminal: bool) -> None:
-    """Copies a rank's stderr to ours as it comes (rank 0: progress bars included) and keeps its tail."""
+def _keep_tail(pipe, keep: List[str]) -> None:
+    """The last chunks a rank wrote on its stderr."""
     for chunk in iter(lambda: os.read(pipe.fileno(), 65536), b""):
-        text = chunk.decode(errors="replace")
-        if to_terminal:
-            sys.stderr.write(text)
-            sys.stderr.flush()
-        keep.append(text)
+        keep.append(chunk.decode(errors="replace"))
         del keep[:-50]
 
 
@@ -61,10 +57,14 @@ def launch(devices: List[str], argv: List[str]) -> int:
             env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(n), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(n),
                        DARKNET_PY_RENDEZVOUS_DIR=folder, DARKNET_PY_LAUNCHER_PID=str(os.getpid()))
             # their own session: a terminal's Ctrl-C reaches the launcher alone, which hands it on once
+            # rank 0 writes to our stdout and stderr (its progress bar included); the others' stderr is kept
+            # to quote the last line of the one that fails
+            quiet = subprocess.DEVNULL if rank else None
             p = subprocess.Popen([sys.executable, "-m", "darknet_py", *argv], env=env, start_new_session=True,
-                                 stdout=None if rank == 0 else subprocess.DEVNULL, stderr=subprocess.PIPE)
+                                 stdout=quiet, stderr=subprocess.PIPE if rank else None)
             procs.append(p)
-            threading.Thread(target=_forward, args=(p.stderr, tails[rank], rank == 0), daemon=True).start()
+            if rank:
+                threading.Thread(target=_keep_tail, args=(p.stderr, tails[rank]), daemon=True).start()
         return _watch(procs, devices, tails, folder)
     except KeyboardInterrupt:
         for p in procs:
@@ -111,8 +111,8 @@ def _watch(procs: List[subprocess.Popen], devices: List[str], tails: List[List[s
             if real:
                 r = real[0]
                 cause = f"rank {r} ({devices[r]}, pid {procs[r].pid}) {_describe(codes[r])}"  # type: ignore[arg-type]
-                said = _last_line(tails[r])
-                if r != 0 and said:  # rank 0's stderr is on the terminal already
+                said = _last_line(tails[r])  # rank 0's is on the terminal already
+                if said:
                     cause += f": {said}"
             else:  # the collective's message names the rank that died or hangs
                 r = lost[0]
