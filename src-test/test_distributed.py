@@ -168,6 +168,19 @@ def test_plans_and_device_lists():
         RankInfo.from_env({"RANK": "4", "WORLD_SIZE": "4"})
 
 
+def test_train_command_refuses_bad_device_lists_and_batches(job, capsys):
+    from darknet_py.cli import main
+
+    base = ["train", job["data"], job["cfg"], "--out", str(job["root"] / "refused")]
+    with pytest.raises(SystemExit) as exit_:  # argparse's usage error
+        main(base + ["--device", "cpu,,cpu"])
+    assert exit_.value.code == 2 and "--device 'cpu,,cpu': an empty entry in the list" in capsys.readouterr().err
+    assert main(base + ["--device", "cpu", "--gpus", "0,1"]) == 1
+    assert "--gpus and --device both name the devices" in capsys.readouterr().err
+    assert main(base + ["--device", "cpu,cpu,cpu"]) == 1  # refused before any rank starts
+    assert f"{job['cfg']}:2: [net] batch=8 does not divide among 3 devices" in capsys.readouterr().err
+
+
 # ---- training -------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
@@ -194,22 +207,28 @@ def trained_params(path, cfg):
                            if not k.startswith("rolling")])
 
 
-def test_two_ranks_train_as_one_process_then_resume_with_one(job):
+@pytest.fixture(scope="module")
+def one_process(job):
+    """4 iterations of the cfg (batch 8 in 2 passes of 4) in one process: its trained parameters."""
+    p = cli(job, job["root"] / "one", "--max-batches", "4")
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    return trained_params(str(job["root"] / "one" / "tiny_final.weights"), job["cfg"])
+
+
+def test_two_ranks_train_as_one_process_then_resume_with_one(job, one_process):
     """`--device cpu,cpu` (2 processes, half the batch each) against `--device cpu` from the same seed:
     the same trained parameters after 4 iterations; only rank 0 printed and wrote; then the 2-rank
     `_last.weights` resumes in one process."""
-    one, two = job["root"] / "one", job["root"] / "two"
-    p1 = cli(job, one, "--max-batches", "4")
+    two = job["root"] / "two"
     p2 = cli(job, two, "--max-batches", "4", "--device", "cpu,cpu")
-    out1, err1 = p1.communicate(timeout=120)
     out2, err2 = p2.communicate(timeout=120)
-    assert p1.returncode == 0, err1
     assert p2.returncode == 0, err2
     assert "data parallel: 2 ranks (tcp-ring), batch mode split: each trains 1 x 4 images per step" in out2
     assert out2.count("\n4: ") == 1  # rank 0 alone prints its iteration lines
-    a = trained_params(str(one / "tiny_final.weights"), job["cfg"])
     b = trained_params(str(two / "tiny_final.weights"), job["cfg"])
-    rel = np.abs(a - b).max() / np.abs(a).max()
+    rel = np.abs(one_process - b).max() / np.abs(one_process).max()
+    print(f"2 ranks vs 1 process after 4 iterations: max relative parameter difference {rel:.2e}")
     assert rel < 1e-4, f"2 ranks vs 1 process: max relative difference {rel:.2e}"
     start = trained_params(str(two / "tiny_final.weights"), job["cfg"])
     r = cli(job, two, "--max-batches", "5", "--weights", str(two / "tiny_last.weights"))
@@ -217,6 +236,20 @@ def test_two_ranks_train_as_one_process_then_resume_with_one(job):
     assert r.returncode == 0, err
     assert "resuming at iteration 4 (seen = 32 images)" in out and "\n5: " in out
     assert not np.array_equal(trained_params(str(two / "tiny_final.weights"), job["cfg"]), start)
+
+
+def test_per_gpu_mode_is_darknets_batch_on_every_rank(job, one_process):
+    """`--batch-mode per-gpu` (Darknet's -gpus): 2 ranks of a batch-4 cfg make steps of 8 images,
+    the steps one process makes with batch 8 in 2 passes of 4: the same parameters."""
+    cfg = job["root"] / "tiny-b4.cfg"
+    cfg.write_text(open(job["cfg"]).read().replace("batch=8", "batch=4").replace("subdivisions=2", "subdivisions=1"))
+    out = job["root"] / "per-gpu"
+    p = cli(dict(job, cfg=str(cfg)), out, "--max-batches", "4", "--device", "cpu,cpu", "--batch-mode", "per-gpu")
+    stdout, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    assert "batch mode per-gpu: each trains 1 x 4 images per step, a step sees 8 images" in stdout
+    b = trained_params(str(out / "tiny-b4_final.weights"), str(cfg))
+    assert np.abs(one_process - b).max() / np.abs(one_process).max() < 1e-4
 
 
 def _children(pid):

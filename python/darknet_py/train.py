@@ -46,7 +46,7 @@ from .chart import Chart
 from .exit_codes import INTERRUPTED
 from .distributed import DEFAULT_TIMEOUT, RankInfo, init_process_group
 from .distributed.launch import launch, report_peer_lost, watch_launcher
-from .distributed.plan import BATCH_MODES, split_devices
+from .distributed.plan import BATCH_MODES, check_cfg_splits, split_devices
 from .checkpoint import remove_stale_temporaries, save_weights_atomic
 from .lr_policy import LrSchedule
 from .phase_hook import phase
@@ -607,6 +607,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     stop_asked = None
     if info is None or info.world_size == 1:
         if len(devices) > 1:  # this process is the launcher: one process per device runs this same command
+            from .cfgfiles import resolve_cfg
+
+            check_cfg_splits(resolve_cfg(args.cfg), len(devices), args.batch_mode)
             return launch([str(d) for d in devices], sys.argv[1:])
         group = None
         device = devices[0]

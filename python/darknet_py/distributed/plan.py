@@ -53,6 +53,23 @@ def plan_ranks(batch: int, subdivisions: int, ranks: int, mode: str = "split") -
     return RankPlan(subdivisions, local // subdivisions, batch, batch)
 
 
+def check_cfg_splits(cfg: str, ranks: int, mode: str) -> None:
+    """Before any rank starts: plan_ranks' error for the cfg's [net] batch and subdivisions, with the
+    cfg's file and line. (A cfg these lines cannot read is left to the ranks' own parser.)"""
+    from ..data.augment import _read_cfg_sections  # the light [section] key=value reader
+
+    try:
+        net = next(opts for name, _, opts in _read_cfg_sections(cfg) if name in ("net", "network"))
+        batch, subdivisions = (int(net[k][0]) if k in net else 1 for k in ("batch", "subdivisions"))
+    except (OSError, StopIteration, ValueError):
+        return
+    try:
+        plan_ranks(batch, max(1, subdivisions), ranks, mode)
+    except ValueError as e:
+        line = net.get("batch", ("", 0))[1]
+        raise ValueError(f"{cfg}:{line}: {e}") from None
+
+
 def split_devices(device: str) -> List[str]:
     """'cuda:0,1,2' -> ['cuda:0', 'cuda:1', 'cuda:2']; 'cpu,cpu' -> two CPU ranks; 'cuda:0' -> one."""
     out: List[str] = []
