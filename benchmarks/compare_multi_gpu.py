@@ -43,11 +43,11 @@ def worker_ours(args) -> dict:
     from darknet_py.distributed import RankInfo, init_process_group
 
     rank, world = rank_env()
-    device = f"cuda:{rank}"
+    device = f"cuda:{rank}" if args.kind == "cuda" else args.kind
     path = cg.sized_cfg(args.model, args.size, args.batch)
     net = darknet_py.Network(path, device=device)
     raw = net._net
-    if rank == 0:
+    if rank == 0 and args.kind == "cuda":  # (the CPU check runs where torch is not installed)
         cg.copy_weights(cg.build_torch(path, args.size), net)
     os.unlink(path)
     group = init_process_group(RankInfo(rank, world, rank), device)
@@ -70,8 +70,8 @@ def worker_ours(args) -> dict:
         stats = _core.reduce_stats(raw)
         out["grad_mib"], out["buckets"] = stats["bytes"] / 2 ** 20, stats["buckets"]
         out["reduce_alone_ms"] = 1e3 * _core.all_reduce_bench(group.collective, device, out["grad_mib"], 20)
-        t = _core.all_reduce_bench(group.collective, device, 1024.0, 10)
-        out["busbw_gb_s_1gib"] = 2 ** 30 / t * 2 * (world - 1) / world / 1e9
+        t = _core.all_reduce_bench(group.collective, device, args.busbw_mib, 10)
+        out["busbw_gb_s_1gib"] = args.busbw_mib * 2 ** 20 / t * 2 * (world - 1) / world / 1e9
     return out
 
 
@@ -118,10 +118,14 @@ def worker_torch(args) -> dict:
 
     seconds = cg.timed(step, torch.cuda.synchronize, 2, 5, args.seconds, steps=4)
     out = {"img_s": world * args.batch / seconds,
-           "versions": f"PyTorch {torch.__version__}, CUDA {torch.version.cuda}, NCCL "
-                       f"{'.'.join(map(str, torch.cuda.nccl.version()))}"}
+           "versions": f"PyTorch {torch.__version__}, CUDA {torch.version.cuda}, NCCL {nccl_version(torch)}"}
     dist.destroy_process_group()
     return out
+
+
+def nccl_version(torch) -> str:
+    v = torch.cuda.nccl.version()
+    return ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
 
 
 def run_column(group: str, mode: str, n: int, args) -> dict:
@@ -135,9 +139,18 @@ def run_column(group: str, mode: str, n: int, args) -> dict:
                        MASTER_PORT=str(port), DARKNET_PY_TF32="1" if mode == "tf32" else "0")
             cmd = [sys.executable, __file__, "--worker", group, "--mode", mode, "--model", args.model,
                    "--size", str(args.size), "--batch", str(args.batch), "--seconds", str(args.seconds),
-                   "--bucket-mb", str(args.bucket_mb), "--result", result]
+                   "--bucket-mb", str(args.bucket_mb), "--busbw-mib", str(args.busbw_mib), "--kind", args.kind,
+                   "--result", result]
             procs.append(subprocess.Popen(cmd, env=env))
-        codes = [p.wait(timeout=600) for p in procs]
+        end = time.monotonic() + 600
+        while any(p.poll() is None for p in procs) and time.monotonic() < end:
+            if any(p.poll() for p in procs):  # one failed: the others would wait for it
+                break
+            time.sleep(0.1)
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        codes = [p.wait() for p in procs]
         if any(codes):
             return {"error": f"exit codes {codes}"}
         with open(result) as f:
@@ -154,6 +167,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seconds", type=float, default=5.0, help="timing per run, at least")
     ap.add_argument("--bucket-mb", type=float, default=4.0,
                     help="our gradient buckets (default 4: yolov4-tiny has 23 MiB of gradients; PyTorch DDP: 25, its first 1)")
+    ap.add_argument("--busbw-mib", type=float, default=1024.0, help="the bus-bandwidth all-reduce's size")
+    ap.add_argument("--kind", default="cuda", help="cuda; cpu runs ours on CPU ranks (the script's own check)")
     ap.add_argument("--write", help="append the markdown table to this file")
     ap.add_argument("--worker", choices=["ours", "torch"], help=argparse.SUPPRESS)
     ap.add_argument("--mode", default="fp32", help=argparse.SUPPRESS)
@@ -168,7 +183,7 @@ def main(argv=None) -> int:
     import darknet_py
 
     gpus = [d for d in darknet_py._core.devices() if d["kind"] == "cuda" and d["found"]]
-    available = len(gpus)
+    available = len(gpus) if args.kind == "cuda" else 4
     counts = [n for n in (int(x) for x in args.gpus.split(",")) if n <= available]
     cols = [tuple(c.split(":")) for c in args.columns.split(",")]
     rows = {}
@@ -178,7 +193,7 @@ def main(argv=None) -> int:
             print(g, m, n, json.dumps(r), flush=True)
     lines = [f"### {args.model} {args.size}, {args.batch} images per GPU per step ({gpus[0]['name'] if gpus else '?'})",
              "", "| engine | " + " | ".join(f"{n} GPU{'s' if n > 1 else ''} img/s (eff.)" for n in counts) +
-             " | all-reduce busbw 1 GiB | gradients' all-reduce alone, share hidden |", "|---" * (len(counts) + 3) + "|"]
+             f" | all-reduce busbw {args.busbw_mib:g} MiB | gradients' all-reduce alone, share hidden |", "|---" * (len(counts) + 3) + "|"]
     for g, m in cols:
         one = rows[(g, m, counts[0])].get("img_s") if counts and counts[0] == 1 else None
         cells = []
