@@ -56,6 +56,8 @@ def launch(devices: List[str], argv: List[str]) -> int:
         for rank in range(n):
             env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(n), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(n),
                        DARKNET_PY_RENDEZVOUS_DIR=folder, DARKNET_PY_LAUNCHER_PID=str(os.getpid()))
+            if devices[rank] == "cpu" and "DARKNET_PY_THREADS" not in env:  # CPU ranks share the cores
+                env["DARKNET_PY_THREADS"] = str(max(1, (os.cpu_count() or 1) // n))
             # their own session: a terminal's Ctrl-C reaches the launcher alone, which hands it on once
             # rank 0 writes to our stdout and stderr (its progress bar included); the others' stderr is kept
             # to quote the last line of the one that fails
