@@ -46,7 +46,7 @@ from .chart import Chart
 from .exit_codes import INTERRUPTED
 from .distributed import DEFAULT_TIMEOUT, RankInfo, init_process_group
 from .distributed.launch import launch, report_peer_lost, watch_launcher
-from .distributed.plan import BATCH_MODES, check_cfg_splits, split_devices
+from .distributed.plan import BATCH_MODES, check_cfg_splits, plan_ranks, split_devices
 from .checkpoint import remove_stale_temporaries, save_weights_atomic
 from .lr_policy import LrSchedule
 from .phase_hook import phase
@@ -232,8 +232,6 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
     from . import _core
     from .cfgfiles import resolve_cfg
     from .data import BatchLoader, darknet_truth, random_network_size, read_data_file, read_image_list
-
-    from .distributed.plan import plan_ranks  # noqa: E402 (beside the other imports of train())
 
     t_start = time.perf_counter()
     ranks, is_root = (group.size, group.rank == 0) if group is not None else (1, True)
@@ -615,9 +613,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         device = devices[0]
     else:  # one rank, started by our launcher, torchrun or srun
         stop_asked = watch_launcher()
-        device = devices[info.local_rank] if len(devices) > 1 else devices[0]
         if len(devices) > 1 and info.local_rank >= len(devices):
             raise ValueError(f"LOCAL_RANK={info.local_rank} but --device lists {len(devices)} devices")
+        device = devices[info.local_rank] if len(devices) > 1 else devices[0]
         if device in (None, "auto", "cuda"):  # one device per rank on this host: the LOCAL_RANK-th GPU
             from .devices import default_device, resolve
 

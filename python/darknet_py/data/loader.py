@@ -82,6 +82,9 @@ class _Engine:
         self.batch_size, self.classes, self.opts = batch_size, classes, opts
         # batches per iteration (Darknet's subdivisions): the groups span an iteration's images
         self.per_iteration = max(1, iteration_images // batch_size) if iteration_images else 1
+        if not 0 <= self.shard < self.shards or self.per_iteration % self.shards:
+            raise ValueError(f"shard {shard}: the {self.per_iteration} batches of an iteration do not divide among "
+                             f"{self.shards} ranks")
         self.seed = seed % 2 ** 64  # SeedSequence takes non-negative integers
         self.channels = int(opts["channels"]) if int(opts["channels"]) == 1 else 3
         self.size = (int(opts["width"]), int(opts["height"]))
