@@ -238,6 +238,25 @@ def test_two_ranks_train_as_one_process_then_resume_with_one(job, one_process):
     assert not np.array_equal(trained_params(str(two / "tiny_final.weights"), job["cfg"]), start)
 
 
+def test_ranks_started_as_torchrun_starts_them(job, one_process):
+    """Two processes given RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT (as torchrun or
+    srun would, across hosts): rank 0 serves the TCP store, the ring finds its addresses through it,
+    and they train as one process does."""
+    out, port = job["root"] / "env", _free_port()
+    procs = []
+    for rank in range(2):
+        env = dict(ENV, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(port))
+        cmd = [sys.executable, "-m", "darknet_py", "train", job["data"], job["cfg"], "--out", str(out), "--seed", "3",
+               "--workers", "0", "--threads", "1", "--max-batches", "4", "--device", "cpu"]
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    results = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], results
+    assert "data parallel: 2 ranks (tcp-ring)" in results[0][0] and results[1][0] == ""
+    b = trained_params(str(out / "tiny_final.weights"), job["cfg"])
+    assert np.abs(one_process - b).max() / np.abs(one_process).max() < 1e-4
+
+
 def test_per_gpu_mode_is_darknets_batch_on_every_rank(job, one_process):
     """`--batch-mode per-gpu` (Darknet's -gpus): 2 ranks of a batch-4 cfg make steps of 8 images,
     the steps one process makes with batch 8 in 2 passes of 4: the same parameters."""
