@@ -536,10 +536,15 @@ examples:
   darknet_py train coco.data yolov4-tiny.cfg --weights yolov4-tiny.conv.29 --clear --max-batches 6000
   darknet_py train coco.data yolov4-tiny.cfg --device cuda:0,1,2,3   # one process per GPU (also --gpus 0,1,2,3)
 
-Several devices: one process per device, each training batch / N of the cfg's batch (--batch-mode
-split: learning_rate, burn_in and max_batches mean what they mean on one device) or the whole batch
-(--batch-mode per-gpu, Darknet's -gpus). Across hosts run the same command under torchrun or srun
-(RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT): see the README's "Several GPUs, several hosts".
+Several devices (N): one process per device. --batch-mode split (default): a step is the cfg's
+batch; each device trains batch/N of it in subdivisions/N passes of batch/subdivisions images (or,
+when N does not divide subdivisions, subdivisions passes of batch/(N x subdivisions)); learning_rate,
+burn_in and max_batches mean what they mean on one device: the same training curve. --batch-mode
+per-gpu (Darknet's -gpus): each device trains the whole batch in subdivisions passes, a step is
+batch x N images, max_batches still counts steps; Darknet's README then divides learning_rate by N
+by hand. Either way `seen` grows by batch per step, so _last.weights resumes on any device count.
+Across hosts run the same command under torchrun or srun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+MASTER_PORT): see the README's "Several GPUs, several hosts".
 """
 
 
