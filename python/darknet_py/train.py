@@ -613,7 +613,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             from .cfgfiles import resolve_cfg
 
             check_cfg_splits(resolve_cfg(args.cfg), len(devices), args.batch_mode)
-            return launch([str(d) for d in devices], sys.argv[1:])
+            return launch([str(d) for d in devices], getattr(args, "argv", sys.argv[1:]))
         group = None
         device = devices[0]
     else:  # one rank, started by our launcher, torchrun or srun
