@@ -37,7 +37,6 @@ public:
         double reduce_seconds = 0, exposed_seconds = 0;
     };
     const Stats& last_stats() const { return stats_; }
-    Collective& collective() { return *collective_; }
 
 private:
     struct Bucket {

@@ -52,7 +52,7 @@ void TcpRingCollective::exchange(const char* send, size_t send_bytes, char* recv
             ssize_t w = ::send(send_fd_, send + sent, send_bytes - sent, MSG_NOSIGNAL);
             if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
                 fail(std::string("lost the connection (") + std::strerror(errno) + "; it died or stopped) to", next);
-            if (w > 0) sent += (size_t)w, bytes_sent_ += (size_t)w;
+            if (w > 0) sent += (size_t)w;
         }
         if (recv_at >= 0 && fds[recv_at].revents) {
             ssize_t g = ::recv(recv_fd_, recv + got, recv_bytes - got, 0);

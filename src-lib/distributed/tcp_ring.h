@@ -28,8 +28,6 @@ public:
     const char* name() const override { return "tcp-ring"; }
     void all_reduce_sum(float* data, size_t n) override;
     using Collective::all_reduce_sum;
-    // Bytes sent so far (for the bus-bandwidth figure).
-    size_t bytes_sent() const { return bytes_sent_; }
 
 private:
     // Sends send_bytes from send while it receives recv_bytes into recv (both at once: neither
@@ -37,7 +35,6 @@ private:
     void exchange(const char* send, size_t send_bytes, char* recv, size_t recv_bytes);
     [[noreturn]] void fail(const std::string& what, int peer) const;
     int rank_, size_, send_fd_, recv_fd_, timeout_ms_;
-    size_t bytes_sent_ = 0;
     std::atomic<bool> busy_{false};  // one operation at a time: the ranks must run them in one order
     std::vector<float> scratch_;
 };

@@ -30,10 +30,6 @@ class RankPlan:
     update_batch: int  # the images whose summed gradients one step divides by
     step_images: int   # images of one step over all ranks
 
-    @property
-    def rank_images(self) -> int:
-        return self.passes * self.mini
-
 
 def plan_ranks(batch: int, subdivisions: int, ranks: int, mode: str = "split") -> RankPlan:
     if mode not in BATCH_MODES:
