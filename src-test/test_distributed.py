@@ -20,6 +20,7 @@ import time
 import numpy as np
 import pytest
 
+import darknet_py
 from darknet_py import _core
 from darknet_py.exit_codes import RANK_FAILED
 from darknet_py.distributed import RankInfo, plan_ranks, split_devices
@@ -27,8 +28,9 @@ from darknet_py.distributed.store import FileStore, RendezvousTimeout, TcpStore
 from darknet_py.synth import generate
 from test_train import small_cfg
 
-ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in [os.path.join(os.path.dirname(__file__), "..", "python"),
-                                                              os.environ.get("PYTHONPATH", "")] if p),
+# the ranks import the darknet_py this process imported (a worktree's or an installed one)
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(darknet_py.__file__))
+ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in [_PACKAGE_ROOT, os.environ.get("PYTHONPATH", "")] if p),
            DARKNET_PY_DEVICE="cpu")
 
 
