@@ -443,6 +443,10 @@ private:
         if (capturing_) capture_->buffers.insert(m);
     }
 
+public:
+    cudaStream_t compute_stream() const { return stream_; }
+
+private:
     int index_;
     DeviceInfo info_;
     mutable std::mutex mutex_;
@@ -496,6 +500,11 @@ std::vector<DeviceInfo> list_cuda_devices(std::string* why_none) {
         if (cudaGetDeviceProperties(&p, i) == cudaSuccess) out.push_back(describe(i, p));
     }
     return out;
+}
+
+void* cuda_compute_stream(const Device* d) {
+    auto* cuda = dynamic_cast<const CudaDevice*>(d);
+    return cuda ? (void*)cuda->compute_stream() : nullptr;
 }
 
 std::shared_ptr<Device> open_cuda_device(int index) {

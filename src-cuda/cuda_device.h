@@ -15,6 +15,10 @@ std::vector<DeviceInfo> list_cuda_devices(std::string* why_none);
 // Opens device `index` (throws DarknetError when it does not exist or the kernels fail to load).
 std::shared_ptr<Device> open_cuda_device(int index);
 
+// The stream d's work runs on, as a cudaStream_t (NCCL queues its reductions after that work), or
+// null when d is not a CUDA device.
+void* cuda_compute_stream(const Device* d);
+
 // The fatbin nvcc made from the kernel text (cuda_kernels_blob.cpp).
 const void* cuda_kernels_fatbin();
 

@@ -306,8 +306,10 @@ const LayerOutputs& Network::forward_train_loaded() {
     return outputs_;
 }
 
-void Network::backward() {
+void Network::backward(bool reduce_gradients) {
     require_training_state("backward()");
+    GradientHook* hook = reduce_gradients ? gradient_hook.get() : nullptr;
+    if (hook) hook->backward_begins();
     // Darknet's get_current_iteration: the iterations completed (the train loop keeps `seen`)
     long long iteration = options.batch > 0 ? (long long)(seen / (uint64_t)options.batch) : 0;
     for (int i = (int)layers.size() - 1; i >= 0; --i) {
@@ -317,7 +319,9 @@ void Network::backward() {
         const Tensor& x = i == 0 ? train_input_ : outputs_[i - 1];
         Tensor* dx = i == 0 ? nullptr : &deltas_[i - 1];
         run_layer(i, [&] { layers[i]->backward(*backend_, x, outputs_[i], deltas_[i], dx, outputs_, deltas_); });
+        if (hook) hook->layer_done(i);
     }
+    if (hook) hook->backward_ends();
 }
 
 // Darknet's batchnorm parameters: a normalised layer's scales and (its beta) biases.
@@ -329,6 +333,7 @@ static bool is_batchnorm_param(const Layer& l, const Param& p) {
 }
 
 void Network::update(float lr, int batch, int t) {
+    if (gradient_hook) gradient_hook->finish();  // every rank's gradients summed before the step
     own_params();
     allocate_grads();
     int step = t > 0 ? t : ++updates_;

@@ -9,6 +9,7 @@
 
 #include "backend.h"
 #include "cfg.h"
+#include "distributed/gradient_hook.h"
 #include "gpu/device.h"
 #include "layers/layer.h"
 #include "layers/yolo.h"
@@ -43,7 +44,12 @@ public:
     // Back-propagates the deltas, accumulating parameter gradients (summed over the batch) until update().
     // Honours the layers' stopbackward / onlyforward (layers/training_options.h); stopbackward=N
     // counts the iterations completed as seen / batch, so a training loop keeps `seen` current.
-    void backward();
+    // reduce_gradients: this backward ends the iteration's accumulation, and gradient_hook (data-parallel
+    // training) hears of each layer whose gradients are final, so that it reduces them across the ranks
+    // while the backward goes on.
+    void backward(bool reduce_gradients = false);
+    // Set by data-parallel training (distributed/gradient_reducer.h); update() waits for it first.
+    std::shared_ptr<GradientHook> gradient_hook;
     // Applies Darknet's SGD (or Adam when opt.adam) with learning rate lr, then clears the gradients.
     // `batch` is the number of images whose gradients were accumulated (batch x subdivisions in Darknet).
     // `t` is Adam's step count (Darknet: the iteration, so that a resumed run continues it); t <= 0

@@ -28,6 +28,7 @@ using namespace dn_py;
 
 void bind_ops(py::module_& m);  // _core_ops.cpp
 void bind_test_devices(py::module_& m);  // _core_test_devices.cpp
+void bind_distributed(py::module_& m);  // _core_distributed.cpp
 
 namespace {
 
@@ -568,10 +569,12 @@ PYBIND11_MODULE(_core, m) {
             n.require_training_state("delta()");
             return to_numpy(n.deltas()[layer_arg(n, i, "delta")]);
         })
-        .def("backward", [](Network& n) { auto lk = lock_net(n);
+        .def("backward", [](Network& n, bool all_reduce) { auto lk = lock_net(n);
             py::gil_scoped_release nogil;
-            n.backward();
-        })
+            n.backward(all_reduce);
+        }, py::arg("all_reduce") = false,
+           "Back-propagates; all_reduce: the iteration's last backward, whose gradients the collective sums "
+           "over the ranks (set_collective) while it runs.")
         .def("update", [](Network& n, float lr, int batch, int t) { auto lk = lock_net(n);
             check_min("update", "batch", batch, 1), check_min("update", "t", t, 0);
             if (!std::isfinite(lr)) bad_arg("update", "lr", "a finite number", std::to_string(lr));
@@ -642,4 +645,5 @@ PYBIND11_MODULE(_core, m) {
            "decoded on the host) or 'compare' (both; DarknetError at the first difference, else the device's).");
     bind_test_devices(m);
     bind_ops(m);
+    bind_distributed(m);
 }

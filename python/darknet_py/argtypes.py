@@ -35,6 +35,17 @@ def positive_int(text: str) -> int:
     return v
 
 
+def positive_float(text: str) -> float:
+    """A number > 0: timeouts, durations."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not v > 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return v
+
+
 def non_negative_int(text: str) -> int:
     """An integer >= 0: retries, where 0 means none."""
     try:

@@ -326,6 +326,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Runs the command line `argv` (default sys.argv[1:]); returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(list(argv) if argv is not None else None)
+    args.argv = list(argv) if argv is not None else sys.argv[1:]  # train's launcher runs it once per device
     _quiet_opencv()
     _quiet_ffmpeg(getattr(args, "verbose", False))
     try:

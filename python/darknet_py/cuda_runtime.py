@@ -1,4 +1,4 @@
-"""Where the CUDA device finds cuBLAS and cuDNN when they come from pip rather than a CUDA toolkit.
+"""Where the CUDA device finds cuBLAS, cuDNN and NCCL when they come from pip rather than a CUDA toolkit.
 
 The engine opens both at run time (src-cuda/cublas_api.cpp, cudnn_api.cpp) from
 DARKNET_PY_CUBLAS_LIBRARY / DARKNET_PY_CUDNN_LIBRARY, the loader's search path, or the toolkit it was
@@ -11,7 +11,8 @@ import os
 import sys
 
 # environment variable -> the library file it names
-LIBRARIES = {"DARKNET_PY_CUBLAS_LIBRARY": "libcublas.so.13", "DARKNET_PY_CUDNN_LIBRARY": "libcudnn.so.9"}
+LIBRARIES = {"DARKNET_PY_CUBLAS_LIBRARY": "libcublas.so.13", "DARKNET_PY_CUDNN_LIBRARY": "libcudnn.so.9",
+             "DARKNET_PY_NCCL_LIBRARY": "libnccl.so.2"}  # NCCL: pip's nvidia-nccl-cu13 (nvidia/nccl/lib)
 
 
 def configure_environment() -> None:

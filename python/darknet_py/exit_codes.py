@@ -12,6 +12,7 @@ USAGE_ERROR = 2   # the command line itself is wrong (argparse's code)
 SELFTEST_MISMATCH = 3  # `selftest`: some op of the device disagrees with the reference
 SKIPPED = 4       # finished, but some inputs (images, videos, frames) could not be read and were skipped
 OUTPUT_ERROR = 5  # an output could not be written (folder not writable, disk full); nothing half-written is left
+RANK_FAILED = 6   # training on several devices: a rank died or hung, and every rank stopped
 INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as shells report it)
 
 HELP = f"""\
@@ -24,6 +25,7 @@ exit codes:
        (each named on stderr when met, and listed again at the end)
   {OUTPUT_ERROR}    an output could not be written (every output is written to a temporary name and
        renamed when complete, so no half-written file is left)
+  {RANK_FAILED}    training on several devices: a rank died or hung (the line before names it); all stopped
   {INTERRUPTED}  interrupted (Ctrl-C)"""
 
 

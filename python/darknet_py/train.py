@@ -42,9 +42,13 @@ from typing import Any, Callable, Dict, List, Optional, TextIO, Tuple
 
 import numpy as np
 
-from .argtypes import non_negative_int, positive_int
-from .devices import add_device_option
+from .argtypes import non_negative_int, positive_float, positive_int
+from .devices import check_name
 from .chart import Chart
+from .exit_codes import INTERRUPTED
+from .distributed import DEFAULT_TIMEOUT, RankInfo, init_process_group
+from .distributed.launch import launch, report_peer_lost, watch_launcher
+from .distributed.plan import BATCH_MODES, check_cfg_splits, plan_ranks, split_devices
 from .checkpoint import remove_stale_temporaries, save_weights_atomic
 from .lr_policy import LrSchedule
 from .phase_hook import phase
@@ -111,6 +115,13 @@ def _finite_params(raw) -> bool:
 def _copy_params(src, dst) -> None:
     for i in range(len(src.layers())):
         dst.set_params(i, src.params(i))
+
+
+def _broadcast_int(group, value: int) -> int:
+    """Rank 0's integer in [0, 2^64) on every rank (the others pass 0): 16-bit digits, exact in float32."""
+    digits = np.array([(value >> (16 * i)) & 0xFFFF for i in range(4)], np.float32)
+    summed = group.all_reduce(digits)
+    return sum(int(d) << (16 * i) for i, d in enumerate(summed))
 
 
 def _head_line(layer: int, s: Dict[str, float]) -> str:
@@ -199,7 +210,8 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
           workers: Optional[int] = None, callback: Optional[Callable[[Dict[str, Any]], Any]] = None,
           verbose: bool = False, heads_every: int = 10, device: Optional[str] = None, stream: Optional[TextIO] = None,
           progress: Optional[bool] = None, chart: bool = True, multiscale: bool = True,
-          quiet: bool = False, loader_kind: str = "auto") -> TrainResult:
+          quiet: bool = False, loader_kind: str = "auto", group: Any = None,
+          batch_mode: str = "split") -> TrainResult:
     """Trains the detector `cfg` on the `train` list of the Darknet .data file `data` (or an
     Ultralytics dataset YAML). When the cfg's class count differs from the data's, an adapted copy
     is written to the backup folder and trained (fit_cfg_to_classes); `weights` made for the
@@ -220,13 +232,19 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
     max_batches, net: the _core.Net being trained); returning False or raising StopTraining stops
     training. verbose: the per-head lines
     every iteration (else every `heads_every`). multiscale=False ignores random=1 (a fixed size).
-    quiet: no iteration lines. Returns a TrainResult; raises TrainingDiverged on NaN/Inf."""
+    quiet: no iteration lines. group: this process's darknet_py.distributed.ProcessGroup when it is
+    one rank of a data-parallel training (rank 0 alone prints, saves, draws the chart and measures
+    mAP; the others train quietly); batch_mode: how the cfg's batch maps onto the ranks
+    (distributed/plan.py: "split" or "per-gpu"). Returns a TrainResult; raises TrainingDiverged on NaN/Inf."""
     from . import _core
     from .cfgfiles import resolve_cfg
     from .data import (BatchLoader, darknet_truth, random_network_size, read_data_file, read_image_list,
                        read_names_file)
 
     t_start = time.perf_counter()
+    ranks, is_root = (group.size, group.rank == 0) if group is not None else (1, True)
+    if not is_root:  # rank 0's duties: the console, the files, mAP
+        quiet, chart, calc_map = True, False, False
     out = stream if stream is not None else sys.stdout
     tty = sys.stderr.isatty() if progress is None else bool(progress)
     con = _Console(out, tty and not quiet)
@@ -249,10 +267,14 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
         adapted_from, cfg = cfg, fitted
     base = os.path.splitext(os.path.basename(cfg))[0]
     # a run killed inside a save leaves its hidden temporary file; its complete files are intact
-    remove_stale_temporaries(backup, [glob.escape(base) + "_*.weights", CHART_NAME])
-    remove_stale_temporaries(os.path.join(backup, PLOTS_NAME), ["*.png"])
+    if is_root:  # (another rank would race with rank 0's first writes)
+        remove_stale_temporaries(backup, [glob.escape(base) + "_*.weights", CHART_NAME])
+        remove_stale_temporaries(os.path.join(backup, PLOTS_NAME), ["*.png"])
     if seed is None:
         seed = random.SystemRandom().randrange(2 ** 31)
+    if group is not None:  # one seed for all: the ranks' shards are of the same batches
+        shared = _broadcast_int(group, seed % 2 ** 64 if is_root else 0)
+        seed = shared if shared < 2 ** 63 else shared - 2 ** 64
     if threads:
         _core.set_threads(int(threads))
 
@@ -274,10 +296,14 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
         raise ValueError(f"{spec.where('classes')}: classes = {classes} but the cfg's [yolo] layers have "
                          f"classes={net_classes}")
     darknet_init(raw, seed)
-    if weights and load_start_weights(raw, weights, adapted_from, say, warn):
+    if weights and is_root and load_start_weights(raw, weights, adapted_from, say, warn):
         clear = True  # another network's iteration count means nothing for this one
     if clear:
         raw.seen = 0
+    if group is not None:  # every rank starts from rank 0's weights and iteration
+        group.collective.broadcast_params(raw, 0)
+        raw.seen = _broadcast_int(group, int(raw.seen) if is_root else 0)
+        _core.set_collective(raw, group.collective)
 
     opts = raw.net_options()
     if max_batches is not None:
@@ -287,7 +313,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
         raise ValueError(f"{cfg}: [net] has no max_batches: set it, or pass max_batches (--max-batches)")
     schedule = LrSchedule.from_options(opts)
     batch, subdivisions = int(opts["batch"]), int(opts["subdivisions"])
-    mini = batch // subdivisions
+    plan = plan_ranks(batch, subdivisions, ranks, batch_mode)  # one rank: passes = subdivisions, mini = batch / subdivisions
     start = int(raw.seen) // batch
     if start >= total:
         raise ValueError(f"{weights}: already trained to iteration {start} (seen = {raw.seen} images), not below "
@@ -315,12 +341,13 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
         from .data.process_loader import batch_ring_bytes, shared_memory_shortfall
 
         # random=1 sizes reach about twice the cfg's pixels
-        problem = shared_memory_shortfall(2 * batch_ring_bytes(mini, raw.channels, raw.width, raw.height))
+        problem = shared_memory_shortfall(2 * batch_ring_bytes(plan.mini, raw.channels, raw.width, raw.height))
         if problem:
             warn(problem + "; loading in threads")
             processes = False
-    loader = BatchLoader.from_files(data, cfg, batch_size=mini, seed=seed, workers=workers,
-                                    start=start * subdivisions, iteration_images=batch, processes=processes,
+    loader = BatchLoader.from_files(data, cfg, batch_size=plan.mini, seed=seed, workers=workers,
+                                    start=start * plan.passes, iteration_images=plan.step_images, processes=processes,
+                                    shard=(group.rank, ranks) if group is not None else (0, 1),
                                     on_problem=lambda kind, path, message: warn(message))
     result_loader = f"{'processes' if processes else 'threads'} x{workers}" if workers else "this thread"
     train_images = len(loader.paths)
@@ -343,7 +370,9 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
     path_last = os.path.join(backup, f"{base}_last.weights")
     last_saved_at: Optional[int] = None
 
-    def save(path: str, iteration: int) -> str:
+    def save(path: str, iteration: int) -> Optional[str]:
+        if not is_root:
+            return None
         if not _finite_params(raw):
             raise TrainingDiverged(
                 f"training stopped at iteration {iteration}: the parameters hold NaN or Inf (training diverged); "
@@ -360,6 +389,9 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
 
     say(f"{base}: {len(raw.layers())} layers on {device}, {init_w}x{init_h}, batch {batch} (subdivisions {subdivisions}), "
         f"{train_images} training images, seed {seed}, loader {result_loader}")
+    if group is not None:
+        say(f"data parallel: {ranks} ranks ({group.collective.name}), batch mode {batch_mode}: each trains "
+            f"{plan.passes} x {plan.mini} images per step, a step sees {plan.step_images} images")
     say(f"Learning Rate: {schedule.learning_rate:g}, Momentum: {opts['momentum']:g}, Decay: {opts['decay']:g}, "
         f"policy {schedule.policy}, burn_in {schedule.burn_in}, max_batches {total}")
     if calc_map:
@@ -393,15 +425,19 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
             load_seconds = 0.0
             loss_sum = 0.0
             passes = []
-            for _ in range(subdivisions):
+            for p in range(plan.passes):
                 images, truths = loader.next_batch()
                 load_seconds += loader.last_wait
                 raw.forward_train(images, [])
                 stats = raw.yolo_loss([darknet_truth(t) for t in truths])
-                raw.backward()
+                # the last pass's gradients are summed over the ranks while its backward runs
+                raw.backward(all_reduce=group is not None and p == plan.passes - 1)
                 loss_sum += sum(s["loss"] for s in stats) / len(stats)  # get_network_cost: mean over heads
                 passes.append(stats)
-            loss = loss_sum / batch
+            if group is not None:  # every rank sees the step's loss (and stops together on NaN)
+                _core.finish_gradient_reduction(raw)  # the collective runs one reduction at a time, in order
+                loss_sum = float(group.all_reduce(np.array([loss_sum], np.float32))[0])
+            loss = loss_sum / plan.update_batch
             if not math.isfinite(loss):
                 raise TrainingDiverged(
                     f"training stopped at iteration {iteration + 1}: the loss is {loss} (training diverged); "
@@ -413,7 +449,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
             iteration += 1
             phase("iteration", f"update {iteration}")
             rate = schedule.rate(iteration, lr_rng)
-            raw.update(rate, batch, iteration)  # Adam's step is the iteration, as Darknet, so resuming continues it
+            raw.update(rate, plan.update_batch, iteration)  # Adam's step is the iteration, as Darknet, so resuming continues it
             raw.seen = iteration * batch
             seconds = time.perf_counter() - t0
             rate_meter.add(batch, seconds, load_seconds)
@@ -466,6 +502,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
                 ch.maybe_save()
             con.progress(iteration, start, total, eta, avg_loss)
 
+            stop = False
             if callback is not None:
                 info = {"iteration": iteration, "loss": loss, "avg_loss": avg_loss, "rate": rate, "seconds": seconds,
                         "load_seconds": load_seconds, "images": iteration * batch, "eta_seconds": eta,
@@ -473,15 +510,18 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
                         "best_map": best_map if best_map >= 0 else None, "max_batches": total,
                         "net": raw}
                 try:
-                    if callback(info) is False:
-                        raise StopTraining()
+                    stop = callback(info) is False
                 except StopTraining:
-                    result.stopped = True
-                    say(f"stopped by the callback at iteration {iteration}")
-                    break
+                    stop = True
+            if group is not None:  # a stop on any rank stops every rank after this same step
+                stop = bool(group.all_reduce(np.array([stop], np.float32))[0])
+            if stop:
+                result.stopped = True
+                say(f"stopped by the callback at iteration {iteration}")
+                break
     except KeyboardInterrupt:
         con.close()
-        if iteration > start and last_saved_at != iteration and _finite_params(raw):
+        if is_root and iteration > start and last_saved_at != iteration and _finite_params(raw):
             save_last(iteration)
             con.line(f"interrupted at iteration {iteration}: saved {path_last}", err=True)
         raise
@@ -532,6 +572,17 @@ examples:
   darknet_py train shapes/shapes.data yolov4-tiny.cfg --weights yolov4-tiny.weights --clear
   darknet_py train yolov4-tiny.cfg coco8.yaml --max-batches 2000
   darknet_py train shapes/shapes.data my-shapes.cfg --weights backup/my-shapes_last.weights
+  darknet_py train coco.data yolov4-tiny.cfg --device cuda:0,1,2,3   # one process per GPU (also --gpus 0,1,2,3)
+
+Several devices (N): one process per device. --batch-mode split (default): a step is the cfg's
+batch; each device trains batch/N of it in subdivisions/N passes of batch/subdivisions images (or,
+when N does not divide subdivisions, subdivisions passes of batch/(N x subdivisions)); learning_rate,
+burn_in and max_batches mean what they mean on one device: the same training curve. --batch-mode
+per-gpu (Darknet's -gpus): each device trains the whole batch in subdivisions passes, a step is
+batch x N images, max_batches still counts steps; Darknet's README then divides learning_rate by N
+by hand. Either way `seen` grows by batch per step, so _last.weights resumes on any device count.
+Across hosts run the same command under torchrun or srun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+MASTER_PORT): see the README's "Several GPUs, several hosts".
 """
 
 
@@ -562,7 +613,21 @@ def add_parser(sub: Any, formatter: Any) -> argparse.ArgumentParser:
                    help="train to iteration N (replaces the cfg's; without DATA: default %d)" % QUICK_MAX_BATCHES)
     p.add_argument("--seed", type=int, metavar="S", help="random seed: initialisation, data, augmentation")
     p.add_argument("--verbose", action="store_true", help="print the per-head statistics every iteration")
-    add_device_option(p)
+    p.add_argument("--device", "--backend", dest="device", type=_device_list_arg, default=None, metavar="DEVICE",
+                   help="where the network trains: cpu, opencl[:N], cuda[:N], metal or auto (default: $DARKNET_PY_DEVICE, "
+                        "else auto). A list trains data-parallel, one process per device: cuda:0,1,2,3")
+    p.add_argument("--gpus", metavar="LIST", help="Darknet's -gpus 0,1,2,3: the same as --device cuda:0,1,2,3")
+    p.add_argument("--batch-mode", choices=BATCH_MODES, default="split",
+                   help="several devices: split (default) divides the cfg's batch among them, so that "
+                        "learning_rate, burn_in and max_batches mean what they mean on one device (the same training "
+                        "curve); per-gpu is Darknet's -gpus: each device trains the whole batch, a step sees batch x "
+                        "devices images (Darknet's README then divides learning_rate by the device count by hand)")
+    p.add_argument("--dist-timeout", type=positive_float, default=DEFAULT_TIMEOUT, metavar="S",
+                   help=f"several devices: seconds a rank waits for the others before it stops all (default "
+                        f"{DEFAULT_TIMEOUT:g}; rank 0's mAP runs while they wait)")
+    p.add_argument("--collective", choices=("auto", "nccl", "tcp"), default="auto",
+                   help="several devices: how gradients are summed: nccl (CUDA devices, the default there when NCCL "
+                        "is found), tcp (the engine's ring over TCP: any device)")
     p.set_defaults(func=cmd_train, parser=p)
     return p
 
@@ -604,12 +669,28 @@ def order_inputs(first: str, second: Optional[str]) -> Tuple[Optional[str], str]
     return (first, second) if kinds[0] == "data" else (second, first)
 
 
+def _device_list_arg(text: str) -> str:
+    try:
+        for name in split_devices(text):
+            check_name(name)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     data, cfg = order_inputs(args.first, args.second)
     if args.weights and not os.path.isfile(args.weights):
         raise FileNotFoundError(f"weights file not found: {args.weights}")
+    if args.gpus and args.device:
+        raise ValueError("--gpus and --device both name the devices: give one")
+    devices = split_devices(args.device) if args.device else [None]
+    if args.gpus:
+        devices = split_devices("cuda:" + args.gpus.strip())
     calc_map, map_every, max_batches, out = args.map, args.map_every, args.max_batches, args.out
     if data is None:
+        if len(devices) > 1:
+            raise ValueError("the quick start (no DATA) trains on one device: give DATA to train on several")
         from . import quickstart
         from .cfgfiles import resolve_cfg
 
@@ -625,11 +706,44 @@ def cmd_train(args: argparse.Namespace) -> int:
         cfg = quickstart.quickstart_cfg(resolve_cfg(cfg), out, max_batches, say)
         calc_map = True
         map_every = map_every or max(1, max_batches // 2)
-    r = train(data, cfg, args.weights, clear=args.clear, calc_map=calc_map, map_every=map_every,
-              save_every=args.save_every, out_dir=out, threads=args.threads, max_batches=max_batches,
-              seed=args.seed, workers=args.workers, verbose=args.verbose, device=args.device,
-              loader_kind=args.loader)
-    print(f"iteration {r.iteration} in {r.seconds:.1f} s ({r.images_per_second:.1f} images/s, "
-          f"{100 * r.data_wait_share:.1f}% waiting for data); weights: {r.weights}"
-          + (f"; best mAP@0.5 {r.best_map:.4f}: {r.best}" if r.best else ""), file=sys.stderr)
+    info = RankInfo.from_env()
+    stop_asked = None
+    if info is None or info.world_size == 1:
+        if len(devices) > 1:  # this process is the launcher: one process per device runs this same command
+            from .cfgfiles import resolve_cfg
+
+            check_cfg_splits(resolve_cfg(cfg), len(devices), args.batch_mode)
+            return launch([str(d) for d in devices], getattr(args, "argv", sys.argv[1:]))
+        group = None
+        device = devices[0]
+    else:  # one rank, started by our launcher, torchrun or srun
+        stop_asked = watch_launcher()
+        if len(devices) > 1 and info.local_rank >= len(devices):
+            raise ValueError(f"LOCAL_RANK={info.local_rank} but --device lists {len(devices)} devices")
+        device = devices[info.local_rank] if len(devices) > 1 else devices[0]
+        if device in (None, "auto", "cuda"):  # one device per rank on this host: the LOCAL_RANK-th GPU
+            from .devices import default_device, resolve
+
+            device = resolve(device or default_device())
+            if device.startswith("cuda:"):
+                device = f"cuda:{info.local_rank}"
+        group = init_process_group(info, device, collective=args.collective, timeout=args.dist_timeout)
+    from . import _core
+
+    try:
+        r = train(data, cfg, args.weights, clear=args.clear, calc_map=calc_map, map_every=map_every,
+                  save_every=args.save_every, out_dir=out, threads=args.threads, max_batches=max_batches,
+                  seed=args.seed, workers=args.workers, verbose=args.verbose, device=device, group=group,
+                  batch_mode=args.batch_mode, loader_kind=args.loader,
+                  callback=(lambda _: not stop_asked.is_set()) if stop_asked is not None else None)
+    except _core.CollectiveError as e:  # another rank died or hangs: that rank's launcher line says why
+        return report_peer_lost(str(e))
+    if stop_asked is not None and stop_asked.is_set():  # the launcher's Ctrl-C: every rank stopped at this step
+        if group.rank == 0:
+            print(f"interrupted at iteration {r.iteration}: saved {r.last}", file=sys.stderr)
+        return INTERRUPTED
+    if group is None or group.rank == 0:
+        print(f"iteration {r.iteration} in {r.seconds:.1f} s ({r.images_per_second:.1f} images/s, "
+              f"{100 * r.data_wait_share:.1f}% waiting for data); weights: {r.weights}"
+              + (f"; best mAP@0.5 {r.best_map:.4f}: {r.best}" if r.best else ""), file=sys.stderr)
     return 0

@@ -181,6 +181,8 @@ class BatchLoader:
     processes=True: the workers are processes (process_loader.py), which scale with cores where
     threads stop at the GIL; the arrays of a batch are then valid until two more batches are taken
     (copy them to keep them longer). The batches are the same either way (sampler.py).
+    shard: (rank, ranks) of a data-parallel training, whose rank draws its share of every iteration's batches
+    (SampleMaker.global_index): the ranks' batches together are one process's.
     """
 
     def __init__(self, paths: Sequence[str], batch_size: int, classes: int,
@@ -189,7 +191,8 @@ class BatchLoader:
                  prefetch: int = 2, augment: bool = True,
                  on_problem: Optional[Callable[[str, str, str], None]] = None,
                  reporter: Optional[DataReporter] = None, start: int = 0,
-                 iteration_images: Optional[int] = None, processes: bool = False) -> None:
+                 iteration_images: Optional[int] = None, processes: bool = False,
+                 shard: Tuple[int, int] = (0, 1)) -> None:
         if not paths:
             raise ValueError("no training images")
         if batch_size < 1:
@@ -209,7 +212,8 @@ class BatchLoader:
         # None: a fresh random seed, kept in .seed so that the run can be repeated
         self.seed = int(np.random.SeedSequence().entropy % 2 ** 63) if seed is None else int(seed)
         self.reporter = reporter if reporter is not None else DataReporter(on_problem)
-        maker = SampleMaker(paths, batch_size, classes, opts, self.seed, self.reporter, iteration_images or batch_size)
+        maker = SampleMaker(paths, batch_size, classes, opts, self.seed, self.reporter, iteration_images or batch_size,
+                            shard)
         workers = default_workers() if workers is None else workers
         self.processes = bool(processes and workers > 0)
         if self.processes:

@@ -5,8 +5,9 @@ NumPy Generator, seeded with [seed, k, j], draws the image(s) (at random with re
 Darknet's get_random_paths) and every augmentation choice; whether a loading group gets mosaic or
 mixup is one draw seeded with [seed, iteration, group]. So the batches are the same for a seed
 whatever runs them (threads or processes, how many, in what order), and a resumed run that starts
-at batch k draws what an uninterrupted run would have. A data-parallel rank that prepares a shard
-of each batch calls sample(k, j) for its own j only: the union over the ranks is the same batch.
+at batch k draws what an uninterrupted run would have. A data-parallel rank r of N (shard=(r, N))
+counts its own batches k and draws the batches global_index(k) of the whole run: its share of every
+iteration's, so that the ranks together draw exactly the batches one process would.
 
 A SampleMaker holds no threads or open files, so it can be sent (pickled) to worker processes.
 Bad images and labels are reported once each through its reporter and skipped (labels.py).
@@ -42,11 +43,15 @@ class SampleMaker:
     MAX_DRAWS = 1000  # consecutive unusable images before giving up
 
     def __init__(self, paths: Sequence[str], batch_size: int, classes: int, opts: Dict[str, float], seed: int,
-                 reporter: DataReporter, iteration_images: int = 0) -> None:
+                 reporter: DataReporter, iteration_images: int = 0, shard: Tuple[int, int] = (0, 1)) -> None:
         self.paths = list(paths)
         self.batch_size, self.classes, self.opts = batch_size, classes, opts
         # batches per iteration (Darknet's subdivisions): the groups span an iteration's images
         self.per_iteration = max(1, iteration_images // batch_size) if iteration_images else 1
+        self.shard, self.shards = shard
+        if not 0 <= self.shard < self.shards or self.per_iteration % self.shards:
+            raise ValueError(f"shard {shard}: the {self.per_iteration} batches of an iteration do not divide among "
+                             f"{self.shards} ranks")
         self.seed = seed % 2 ** 64  # SeedSequence takes non-negative integers
         self.channels = int(opts["channels"]) if int(opts["channels"]) == 1 else 3
         self.reporter = reporter
@@ -106,8 +111,19 @@ class SampleMaker:
         group = load_group(sub * self.batch_size + j, self.per_iteration * self.batch_size)
         return kind if np.random.default_rng([self.seed, iteration, group, 0x6D1C]).random() < 0.5 else ""
 
+    def global_index(self, k: int) -> int:
+        """This shard's k-th batch as the index of a batch of the whole run: data-parallel rank r of N
+        takes passes [r x P, (r + 1) x P) of each iteration's N x P (per_iteration)."""
+        if self.shards == 1:
+            return k
+        passes = self.per_iteration // self.shards
+        iteration, p = divmod(k, passes)
+        return iteration * self.per_iteration + self.shard * passes + p
+
     def sample(self, k: int, j: int, w: int, h: int, out: Optional[np.ndarray] = None) -> Tuple[np.ndarray, np.ndarray]:
-        """(float32 CHW image at w x h, written into `out` if given (the batch's row j); (n, 5) truths)."""
+        """Sample j of this shard's batch k: (float32 CHW image at w x h, written into `out` if given (the
+        batch's row j); (n, 5) truths)."""
+        k = self.global_index(k)
         rng = np.random.default_rng([self.seed, k, j])
         mixing = self.group_mixing(k, j)
         if mixing == "mosaic":

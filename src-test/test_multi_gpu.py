@@ -1,0 +1,93 @@
+"""Data-parallel training on 2 and 4 CUDA GPUs through NCCL (skipped without 2 GPUs and NCCL).
+
+- 2 and 4 GPUs at a per-GPU batch B against 1 GPU at batch N x B (the same cfg: `--batch-mode split`
+  divides its batch) from the same seed, so the same initial weights and the same images: the
+  trained parameters after 20 iterations within 1e-3 relative (fp32), every iteration's loss within
+  1e-3 relative (the loss curves overlaid: written as PNG to $DARKNET_PY_PLOT_DIR when it is set);
+- the demo model retrained from scratch on 2 GPUs reaches the mAP@0.5 of the same training on 1 GPU
+  (within 0.5 points) in less wall time (test_demo_retrain_*, about 5 minutes: select with -k demo).
+"""
+import os
+import re
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from darknet_py import _core
+from darknet_py.synth import generate
+from test_distributed import ENV, trained_params
+from test_train import small_cfg
+
+GPUS = [d for d in _core.devices() if d["kind"] == "cuda" and d["found"]]
+pytestmark = pytest.mark.skipif(len(GPUS) < 2, reason=f"{len(GPUS)} CUDA GPU(s): needs 2 or more")
+CUDA_ENV = {k: v for k, v in ENV.items() if k != "DARKNET_PY_DEVICE"}
+
+
+def train_cli(data, cfg, out, devices, *extra, seed=7):
+    cmd = [sys.executable, "-m", "darknet_py", "train", data, cfg, "--out", str(out), "--seed", str(seed),
+           "--device", devices, *extra]
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, env=CUDA_ENV, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r.stdout, time.perf_counter() - t0
+
+
+def losses(stdout):
+    return np.array([float(m.group(2)) for m in re.finditer(r"^(\d+): ([-\d.e+]+), ", stdout, re.M)])
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mgpu")
+    data = generate(str(root / "ds"), images=400, classes=2, size=(128, 128), seed=5, valid_fraction=0.1)
+    cfg = root / "mg.cfg"  # batch 64 in 4 passes of 16: 2 GPUs run 2 passes each, 4 GPUs one
+    cfg.write_text(small_cfg(classes=2, size=128, batch=64, lr=0.002, burn_in=0, max_batches=1000)
+                   .replace("subdivisions=1", "subdivisions=4"))
+    return {"data": data, "cfg": str(cfg), "root": root}
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_n_gpus_train_as_one(job, n):
+    if len(GPUS) < n:
+        pytest.skip(f"{len(GPUS)} GPUs")
+    ref_out, _ = train_cli(job["data"], job["cfg"], job["root"] / "one", "cuda:0", "--max-batches", "20")
+    out, _ = train_cli(job["data"], job["cfg"], job["root"] / f"n{n}", "cuda:" + ",".join(map(str, range(n))),
+                       "--max-batches", "20")
+    assert f"data parallel: {n} ranks (nccl)" in out, out[:2000]
+    a, b = losses(ref_out), losses(out)
+    assert len(a) == len(b) == 20
+    plot = os.environ.get("DARKNET_PY_PLOT_DIR")
+    if plot:
+        import cv2  # the curves overlaid, for the results file
+
+        img = np.full((300, 600, 3), 255, np.uint8)
+        top = max(a.max(), b.max())
+        for curve, color in ((a, (255, 0, 0)), (b, (0, 0, 255))):
+            pts = np.array([[20 + 28 * i, 280 - int(260 * v / top)] for i, v in enumerate(curve)], np.int32)
+            cv2.polylines(img, [pts], False, color, 2)
+        cv2.imwrite(os.path.join(plot, f"loss_1gpu_vs_{n}gpus.png"), img)
+    np.testing.assert_allclose(b, a, rtol=1e-3)
+    p1 = trained_params(str(job["root"] / "one" / "mg_final.weights"), job["cfg"])
+    pn = trained_params(str(job["root"] / f"n{n}" / "mg_final.weights"), job["cfg"])
+    rel = np.abs(pn - p1).max() / np.abs(p1).max()
+    print(f"{n} GPUs vs 1: max relative parameter difference after 20 iterations {rel:.2e}")
+    assert rel < 1e-3
+
+
+def test_demo_retrain_on_two_gpus_matches_one_in_less_time(tmp_path):
+    from darknet_py.demo import demo_files
+
+    import darknet_py
+
+    data = generate(str(tmp_path / "shapes"), images=6000, classes=4, size=(256, 256), seed=1, valid_fraction=0.05)
+    cfg = demo_files()["cfg"]
+    _, t1 = train_cli(data, cfg, tmp_path / "one", "cuda:0", seed=1)  # the README's recipe of the demo model
+    _, t2 = train_cli(data, cfg, tmp_path / "two", "cuda:0,1", seed=1)
+    valid = generate(str(tmp_path / "valid"), images=100, classes=4, size=(256, 256), seed=20250101, valid_fraction=0)
+    m1 = darknet_py.compute_map(valid, cfg, str(tmp_path / "one" / "shapes-demo_final.weights"), progress=False).map
+    m2 = darknet_py.compute_map(valid, cfg, str(tmp_path / "two" / "shapes-demo_final.weights"), progress=False).map
+    print(f"demo retrain: 1 GPU {t1:.1f} s mAP@0.5 {m1:.4f}; 2 GPUs {t2:.1f} s mAP@0.5 {m2:.4f}")
+    assert abs(m2 - m1) <= 0.005 and t2 < t1
