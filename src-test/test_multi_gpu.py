@@ -2,14 +2,16 @@
 
 - 2 and 4 GPUs at a per-GPU batch B against 1 GPU at batch N x B (the same cfg: `--batch-mode split`
   divides its batch) from the same seed, so the same initial weights and the same images: the
-  trained parameters after 20 iterations within 1e-3 relative (fp32), every iteration's loss within
-  1e-3 relative (the loss curves overlaid: written as PNG to $DARKNET_PY_PLOT_DIR when it is set).
-  These runs use our own convolution kernels (DARKNET_PY_CUDNN=0): cuDNN picks its algorithms by
-  timing each run and some of its weight-gradient algorithms sum with atomics, so two 1-GPU runs with
-  cuDNN already differ (measured on the H100s: losses up to 2.2e-3 apart after 8 iterations, the curves
-  overlaid), which would hide what this test checks, the data-parallel path's own arithmetic;
+  trained parameters after 20 iterations within 1e-3 relative (fp32); the first iteration's loss within
+  1e-6 (the same images and weights: only the order of the gradient sum differs) and every later one
+  within 5e-3: that order's rounding grows through training (measured on two H100s: 3e-8 at iteration
+  1, 7e-6 at 6, 2.6e-3 at 20), as run-to-run differences do (two 1-GPU runs with cuDNN, whose timed
+  algorithm choice and atomics vary: 2.75e-3 apart within 20 iterations). The loss curves are written
+  overlaid as a PNG to $DARKNET_PY_PLOT_DIR when it is set. These runs use our own convolution kernels
+  (DARKNET_PY_CUDNN=0), deterministic (two 1-GPU runs: the same losses to the bit), so that what differs
+  is the data-parallel path alone;
 - the demo model retrained from scratch on 2 GPUs reaches the mAP@0.5 of the same training on 1 GPU
-  (within 0.5 points) in less wall time (test_demo_retrain_*, about 5 minutes: select with -k demo).
+  (within 0.5 points) in less wall time (test_demo_retrain_*, about 70 s on two H100s: select with -k demo).
 """
 import os
 import re
@@ -75,7 +77,8 @@ def test_n_gpus_train_as_one(job, n):
             pts = np.array([[20 + 28 * i, 280 - int(260 * v / top)] for i, v in enumerate(curve)], np.int32)
             cv2.polylines(img, [pts], False, color, 2)
         cv2.imwrite(os.path.join(plot, f"loss_1gpu_vs_{n}gpus.png"), img)
-    np.testing.assert_allclose(b, a, rtol=1e-3)
+    np.testing.assert_allclose(b[0], a[0], rtol=1e-6)
+    np.testing.assert_allclose(b, a, rtol=5e-3)
     p1 = trained_params(str(job["root"] / "one" / "mg_final.weights"), job["cfg"])
     pn = trained_params(str(job["root"] / f"n{n}" / "mg_final.weights"), job["cfg"])
     rel = np.abs(pn - p1).max() / np.abs(p1).max()
