@@ -255,7 +255,8 @@ public:
     bool conv2d(const ConvParams& p, const DeviceMemory* x, const DeviceMemory* w, DeviceMemory* y) override {
         // One image: im2col + cuBLAS is faster than cuDNN's algorithms on these small convolutions
         // (yolov4-tiny 416 batch 1, recorded: 0.71 ms against 1.10 ms heuristic, 1.36 ms timed, H100).
-        if (p.x.n == 1) return false;
+        // In half there is no such GEMM path yet (GpuBackend would convert to fp32): cuDNN at every batch.
+        if (p.x.n == 1 && p.dtype == DType::f32) return false;
         return convolve(p, ConvPass::forward, x, w, y);
     }
     bool conv2d_backward_data(const ConvParams& p, const DeviceMemory* dy, const DeviceMemory* w,

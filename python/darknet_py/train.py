@@ -41,7 +41,7 @@ from typing import Any, Callable, Dict, List, Optional, TextIO, Tuple
 import numpy as np
 
 from .argtypes import positive_int
-from .devices import add_device_option
+from .devices import add_device_option, add_precision_option
 from .chart import Chart
 from .checkpoint import remove_stale_temporaries, save_weights_atomic
 from .lr_policy import LrSchedule
@@ -198,7 +198,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
           workers: Optional[int] = None, callback: Optional[Callable[[Dict[str, Any]], Any]] = None,
           verbose: bool = False, heads_every: int = 10, device: Optional[str] = None, stream: Optional[TextIO] = None,
           progress: Optional[bool] = None, chart: bool = True, multiscale: bool = True,
-          quiet: bool = False) -> TrainResult:
+          quiet: bool = False, precision: str = "fp32") -> TrainResult:
     """Trains the detector `cfg` on the `train` list of the Darknet .data file `data`.
 
     weights: start from these weights (all layers, or the leading layers a pretrained prefix file
@@ -214,7 +214,11 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
     max_batches, net: the _core.Net being trained); returning False or raising StopTraining stops
     training. verbose: the per-head lines
     every iteration (else every `heads_every`). multiscale=False ignores random=1 (a fixed size).
-    quiet: no iteration lines. Returns a TrainResult; raises TrainingDiverged on NaN/Inf."""
+    quiet: no iteration lines. precision: "fp32" only so far (half training is not built yet: fp16 /
+    bf16 raise ValueError). Returns a TrainResult; raises TrainingDiverged on NaN/Inf."""
+    if precision != "fp32":
+        raise ValueError(f"training in {precision} is not supported yet: train runs fp32 only "
+                         "(fp16 / bf16 run detection: detect, map --precision)")
     from . import _core
     from .cfgfiles import resolve_cfg
     from .data import BatchLoader, darknet_truth, random_network_size, read_data_file, read_image_list
@@ -519,6 +523,7 @@ def add_parser(sub: Any, formatter: Any) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, metavar="S", help="random seed: initialisation, data, augmentation")
     p.add_argument("--verbose", action="store_true", help="print the per-head statistics every iteration")
     add_device_option(p)
+    add_precision_option(p, training=True)
     p.set_defaults(func=cmd_train, parser=p)
     return p
 
@@ -530,7 +535,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"weights file not found: {args.weights}")
     r = train(args.data, args.cfg, args.weights, clear=args.clear, calc_map=args.map, map_every=args.map_every,
               save_every=args.save_every, out_dir=args.out, threads=args.threads, max_batches=args.max_batches,
-              seed=args.seed, workers=args.workers, verbose=args.verbose, device=args.device)
+              seed=args.seed, workers=args.workers, verbose=args.verbose, device=args.device, precision=args.precision)
     print(f"iteration {r.iteration} in {r.seconds:.1f} s; weights: {r.weights}"
           + (f"; best mAP@0.5 {r.best_map:.4f}: {r.best}" if r.best else ""), file=sys.stderr)
     return 0

@@ -5,6 +5,7 @@
 // offers one, the tiled gemm_f32 kernel otherwise.
 #include <algorithm>
 
+#include "../errors.h"
 #include "../kernels/args_forward.h"
 #include "../kernels/args_training.h"
 #include "../cpu/cpu_isa.h"
@@ -74,7 +75,14 @@ const Tensor& column_matrix(GpuBackend& be, const Tensor& x, const Shape& ys, co
 }
 
 ConvParams conv_params(const Tensor& x, const Tensor& y, const ConvGeom& g) {
-    return ConvParams{nchw(x), nchw(y), g.kh, g.kw, g.stride_y, g.stride_x, g.pad, g.dilation, g.groups};
+    return ConvParams{nchw(x), nchw(y), g.kh, g.kw, g.stride_y, g.stride_x, g.pad, g.dilation, g.groups, x.dtype()};
+}
+
+// The ops below that have no half path yet (GEMM, the backward passes) take fp32 only.
+void require_f32(const char* op, std::initializer_list<const Tensor*> tensors) {
+    if (GpuBackend::same_storage(op, tensors) != DType::f32)
+        throw DarknetError(std::string(op) + " runs in fp32 only on GPU devices so far, not in " +
+                           dtype_name((*tensors.begin())->dtype()) + " (src-lib/gpu/PRECISION.md)");
 }
 
 }  // namespace
@@ -83,6 +91,7 @@ ConvParams conv_params(const Tensor& x, const Tensor& y, const ConvGeom& g) {
 static void gemm_at(GpuBackend& be, bool ta, bool tb, int M, int N, int K, float alpha, const Tensor& A, size_t a_off,
                     int lda, const Tensor& B, size_t b_off, int ldb, float beta, Tensor& C, size_t c_off, int ldc) {
     if (M == 0 || N == 0) return;
+    require_f32("gemm", {&A, &B, &C});
     if (be.dev().gemm(ta, tb, M, N, K, alpha, A.memory(), a_off, lda, B.memory(), b_off, ldb, beta, C.memory(), c_off,
                       ldc))
         return;
@@ -104,6 +113,18 @@ void GpuBackend::gemm(bool ta, bool tb, int M, int N, int K, float alpha, const 
 }
 
 void GpuBackend::conv2d(const Tensor& x, const Tensor& w, const ConvGeom& g, Tensor& y) {
+    DType t = same_storage("conv2d", {&x, &y});
+    if (t != DType::f32) {
+        // half activations: the vendor's half convolution (cuDNN: fp32 accumulation) on a half copy
+        // of the fp32 weights; where there is none, fp32 math on fp32 copies (correct, not faster)
+        const Tensor& w_half = param_in(w, t);
+        if (dev().conv2d(conv_params(x, y, g), x.memory(), w_half.memory(), y.memory())) return;
+        Tensor x32 = scratch_f32(3, x.shape()), y32 = scratch_f32(4, y.shape());
+        convert(x, x32);
+        conv2d(x32, w, g, y32);
+        return convert(y32, y);
+    }
+    require_f32("conv2d", {&x, &w});
     if (dev().conv2d(conv_params(x, y, g), x.memory(), w.memory(), y.memory())) return;  // cuDNN, MPS
     const Shape &xs = x.shape(), &ys = y.shape();
     ConvSlice s = conv_slice(xs, ys, g);
@@ -132,12 +153,13 @@ void GpuBackend::conv2d_affine_act(const Tensor& x, const Tensor& w, const ConvG
     conv2d(x, w, g, y);
     const Shape& s = y.shape();
     bool elementwise = activation_is_elementwise(a);
-    launch("affine_act_f32", y.size(), {buf(y), buf(scale ? *scale : shift), buf(shift)},
+    launch(storage_kernel("affine_act", y.dtype()).c_str(), y.size(), {any_buf(y), buf(scale ? *scale : shift), buf(shift)},
            AffineActArgs{(int32_t)y.size(), s.c, (int32_t)s.plane(), scale ? 1 : 0, elementwise ? (int32_t)a : 0});
     if (!elementwise) activate(y, a);
 }
 
 void GpuBackend::conv2d_backward_weights(const Tensor& x, const Tensor& dy, const ConvGeom& g, Tensor& dw) {
+    require_f32("conv2d_backward_weights", {&x, &dy, &dw});
     if (dev().conv2d_backward_weights(conv_params(x, dy, g), x.memory(), dy.memory(), dw.memory())) return;
     // dW_g[cout_g, K] += dY_g[cout_g, run * P] * col^T[run * P, K], summed over the runs of images
     const Shape &xs = x.shape(), &ys = dy.shape();
@@ -162,6 +184,7 @@ void GpuBackend::conv2d_backward_weights(const Tensor& x, const Tensor& dy, cons
 }
 
 void GpuBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, const ConvGeom& g, Tensor& dx) {
+    require_f32("conv2d_backward_data", {&dy, &w, &dx});
     if (dev().conv2d_backward_data(conv_params(dx, dy, g), dy.memory(), w.memory(), dx.memory())) return;
     // col[K, run * P] = W_g^T[K, cout_g] * dY_g[cout_g, run * P]; dx += col2im(col)
     const Shape &xs = dx.shape(), &ys = dy.shape();
