@@ -8,7 +8,7 @@
   op_cases.half_cases (they follow from the formats: 2^-11 relative for fp16, 2^-8 for bf16).
 - The precision API and its refusals, in Python and on the command line.
 - The real yolov3-tiny on the test photos in fp16 and bf16 against fp32: same classes, boxes within
-  1 px, confidences within 0.01.
+  1 px, confidences within 0.01 (a detection within 0.01 of the threshold may be on either side).
 """
 from __future__ import annotations
 
@@ -206,23 +206,37 @@ def _weights(cfg: str, tmp_path) -> str:
 
 
 # ---- the real yolov3-tiny ------------------------------------------------------------------------------
+THRESH, CONF_TOL, BOX_TOL = 0.1, 0.01, 1.0
+
+
+def _match(got, want, what):
+    """Every detection of one list has one in the other of the same class, box within BOX_TOL pixels
+    and confidence within CONF_TOL, except where its confidence is within CONF_TOL of THRESH (it may
+    fall on either side of the threshold in the other precision)."""
+    for a, others, side in ((want, got, "fp32"), (got, want, "half")):
+        for d in a:
+            m = [o for o in others if o.class_id == d.class_id and abs(o.confidence - d.confidence) < CONF_TOL
+                 and max(abs(p - q) for p, q in zip(o.box, d.box)) < BOX_TOL]
+            assert m or d.confidence < THRESH + CONF_TOL, f"{what}: {side} detection {d} has no match in {others}"
+
+
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_real_yolov3_tiny_in_half_detects_as_fp32(yolov3_tiny, precision):
+    """On CUDA every photo in fp16 and bf16; on pocl (CI: about 5 s a photo there) two photos in fp16."""
     from test_real_weights import _photos
 
-    label = "cuda" if gpu_devices.CUDA else "pocl"
-    device = gpu_devices.device(label)
+    if not gpu_devices.CUDA and precision == "bf16":
+        pytest.skip("bf16 on the real yolov3-tiny runs where there is a CUDA device (CI time)")
+    device = gpu_devices.CUDA or gpu_devices.device("pocl")
+    photos = _photos() if gpu_devices.CUDA else {k: v for k, v in _photos().items() if k in ("camera", "coins")}
     files = (yolov3_tiny["cfg"], yolov3_tiny["weights"], yolov3_tiny["names"])
-    full, half = Network(*files, device=device), Network(*files, device=device, precision=precision)
+    full, half = Network(*files, device="cpu"), Network(*files, device=device, precision=precision)
     count = 0
-    for name, img in _photos().items():
-        want, got = full.detect(img, thresh=0.25), half.detect(img, thresh=0.25)
-        assert [d.class_id for d in got] == [d.class_id for d in want], (name, got, want)
-        for g, w in zip(got, want):
-            assert abs(g.confidence - w.confidence) < 0.01, (name, g, w)
-            assert max(abs(a - b) for a, b in zip(g.box, w.box)) < 1.0, (name, g, w)
+    for name, img in photos.items():
+        want, got = full.detect(img, thresh=THRESH), half.detect(img, thresh=THRESH)
+        _match(got, want, f"{name} in {precision}")
         count += len(want)
-    assert count > 10  # the photos hold detections to compare
+    assert count >= 10  # the photos hold detections to compare
     assert not any(half._net.fallback_ops())  # every op ran on the device
 
 
