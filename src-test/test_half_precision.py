@@ -12,9 +12,6 @@
 """
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
@@ -109,7 +106,8 @@ def test_half_kernels_have_no_races_on_the_simulator(ref, cases, precision):
 
 def test_the_half_tolerance_catches_a_wrong_rounding(ref, cases):
     """A result off by a few fp16 ulps more than the format allows fails: the tolerance is not vacuous."""
-    ops = _half_ops("pocl", "fp16")
+    ops = _core.Ops(_gpu())
+    ops.storage = "fp16"
     case = next(c for c in cases["fp16"] if c.op == "upsample")
     want = ref.upsample(*case.args)
     allowed = case.atol * case.scale(ref) + case.rtol * np.abs(want)
@@ -120,13 +118,18 @@ def test_the_half_tolerance_catches_a_wrong_rounding(ref, cases):
 
 
 def test_storage_is_refused_where_it_does_not_run():
-    with pytest.raises(DarknetError, match="cpu has no fp16 storage"):
+    with pytest.raises(DarknetError, match=r"precision fp16 does not run on cpu \(it runs: fp32\)"):
         _core.Ops("cpu").storage = "fp16"
     with pytest.raises(DarknetError, match=r"unknown precision 'fp8' \(known: fp32, fp16, bf16\)"):
         _core.Ops("cpu").storage = "fp8"
 
 
 # ---- the precision API ------------------------------------------------------------------------------
+def _gpu() -> str:
+    """The GPU device the API tests run on: CUDA where there is one, else pocl."""
+    return gpu_devices.CUDA or gpu_devices.device("pocl")
+
+
 @pytest.fixture(scope="module")
 def tiny_cfg(tmp_path_factory) -> str:
     path = tmp_path_factory.mktemp("half") / "tiny.cfg"
@@ -145,25 +148,25 @@ def test_cpu_refuses_half_naming_what_it_runs(tiny_cfg):
 
 
 def test_precision_follows_the_network_between_devices(tiny_cfg):
-    pocl = gpu_devices.device("pocl")
-    net = Network(tiny_cfg, device=pocl, precision="bf16")
+    gpu = _gpu()
+    net = Network(tiny_cfg, device=gpu, precision="bf16")
     assert (net.precision, net.precisions) == ("bf16", ["fp32", "fp16", "bf16"])
     x = np.random.default_rng(0).uniform(0, 1, (2, 3, 32, 32)).astype(np.float32)
     half = net.forward(x)
-    net.to(pocl)  # to() without a precision: fp32
+    net.to(gpu)  # to() without a precision: fp32
     assert net.precision == "fp32"
     full = net.forward(x)
     for h, f in zip(half, full):
         assert h.dtype == np.float32 and h.shape == f.shape
         assert np.abs(h - f).max() < 0.1 * np.abs(f).max()  # bf16 activations, same network
-    assert net.to(pocl, "fp16").precision == "fp16"
+    assert net.to(gpu, "fp16").precision == "fp16"
     assert net.to("cpu").precision == "fp32"
-    clone = Network(tiny_cfg, device=pocl, precision="fp16").clone()
+    clone = Network(tiny_cfg, device=gpu, precision="fp16").clone()
     assert clone.precision == "fp16"
 
 
 def test_training_refuses_half(tiny_cfg):
-    net = Network(tiny_cfg, device=gpu_devices.device("pocl"), precision="fp16")
+    net = Network(tiny_cfg, device=_gpu(), precision="fp16")
     with pytest.raises(DarknetError, match=r"training runs in fp32 only so far \(this network is in fp16\)"):
         net._net.forward_train(np.zeros((1, 3, 32, 32), np.float32), [])
     with pytest.raises(ValueError, match="training in bf16 is not supported yet: train runs fp32 only"):
@@ -174,29 +177,39 @@ def test_a_layer_without_a_half_path_is_named(tmp_path):
     cfg = tmp_path / "classifier.cfg"
     cfg.write_text("[net]\nwidth=8\nheight=8\nchannels=3\n\n[convolutional]\nfilters=4\nsize=3\nactivation=leaky\n\n"
                    "[avgpool]\n\n[softmax]\n")
-    net = Network(str(cfg), device=gpu_devices.device("pocl"))
+    net = Network(str(cfg), device=_gpu())
     with pytest.raises(DarknetError, match=r"precision fp16: layer 1 \[avg\] has no half path yet"):
         net.precision = "fp16"
     assert net.precision == "fp32"
 
 
-def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "darknet_py", *args], capture_output=True, text=True, timeout=120)
+def _cli(capsys, *args):
+    """The command line in this process (a subprocess per call costs a second of imports): (status, stdout, stderr)."""
+    from darknet_py.cli import main
+
+    try:
+        rc = main(list(args))
+    except SystemExit as e:  # argparse: --help, usage errors
+        rc = e.code
+    out = capsys.readouterr()
+    return rc, out.out, out.err
 
 
-def test_cli_refusals_are_one_line(tiny_cfg, tmp_path):
+def test_cli_refusals_are_one_line(tiny_cfg, tmp_path, capsys):
     img = tmp_path / "x.png"
     import cv2
 
     cv2.imwrite(str(img), np.zeros((32, 32, 3), np.uint8))
-    r = _cli("detect", str(img), "--cfg", tiny_cfg, "--weights", _weights(tiny_cfg, tmp_path), "--device", "cpu",
-             "--precision", "fp16", "--out", str(tmp_path / "out"))
-    assert r.returncode == 1, r.stderr
-    assert r.stderr.strip().splitlines()[-1] == "darknet_py: error: precision fp16 does not run on cpu (it runs: fp32)"
-    r = _cli("detect", "--precision", "fp64")
-    assert r.returncode == 2 and "argument --precision: invalid choice: 'fp64'" in r.stderr
-    for cmd in ("detect", "map", "train"):
-        assert "--precision {fp32,fp16,bf16}" in _cli(cmd, "--help").stdout
+    rc, _, err = _cli(capsys, "detect", str(img), "--cfg", tiny_cfg, "--weights", _weights(tiny_cfg, tmp_path),
+                      "--device", "cpu", "--precision", "fp16", "--out", str(tmp_path / "out"))
+    assert rc == 1, err
+    assert err.strip().splitlines()[-1] == "darknet_py: error: precision fp16 does not run on cpu (it runs: fp32)"
+    rc, _, err = _cli(capsys, "detect", "--precision", "fp64")
+    assert rc == 2 and "argument --precision: invalid choice: 'fp64'" in err
+    rc, _, err = _cli(capsys, "selftest", "--device", "cpu", "--precision", "bf16", "--json", str(tmp_path / "r.json"))
+    assert rc == 1 and err.strip().splitlines()[-1] == "darknet_py: error: precision bf16 does not run on cpu (it runs: fp32)"
+    for cmd in ("detect", "map", "train", "selftest"):
+        assert "--precision {fp32,fp16,bf16}" in _cli(capsys, cmd, "--help")[1]
 
 
 def _weights(cfg: str, tmp_path) -> str:
@@ -222,13 +235,14 @@ def _match(got, want, what):
 
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_real_yolov3_tiny_in_half_detects_as_fp32(yolov3_tiny, precision):
-    """On CUDA every photo in fp16 and bf16; on pocl (CI: about 5 s a photo there) two photos in fp16."""
+    """On CUDA every photo in fp16 and bf16; on pocl (CI: about 5 s a photo there) the photo with the most
+    detections in fp16."""
     from test_real_weights import _photos
 
     if not gpu_devices.CUDA and precision == "bf16":
         pytest.skip("bf16 on the real yolov3-tiny runs where there is a CUDA device (CI time)")
     device = gpu_devices.CUDA or gpu_devices.device("pocl")
-    photos = _photos() if gpu_devices.CUDA else {k: v for k, v in _photos().items() if k in ("camera", "coins")}
+    photos = _photos() if gpu_devices.CUDA else {"coins": _photos()["coins"]}
     files = (yolov3_tiny["cfg"], yolov3_tiny["weights"], yolov3_tiny["names"])
     full, half = Network(*files, device="cpu"), Network(*files, device=device, precision=precision)
     count = 0
@@ -236,12 +250,12 @@ def test_real_yolov3_tiny_in_half_detects_as_fp32(yolov3_tiny, precision):
         want, got = full.detect(img, thresh=THRESH), half.detect(img, thresh=THRESH)
         _match(got, want, f"{name} in {precision}")
         count += len(want)
-    assert count >= 10  # the photos hold detections to compare
+    assert count >= (10 if gpu_devices.CUDA else 7)  # the photos hold detections to compare
     assert not any(half._net.fallback_ops())  # every op ran on the device
 
 
 # ---- export --precision fp16 ---------------------------------------------------------------------------
-def test_fp16_onnx_runs_in_onnx_runtime_as_the_engine_in_fp16(tmp_path):
+def test_fp16_onnx_runs_in_onnx_runtime_as_the_engine_in_fp16(tmp_path, capsys):
     """The demo model exported in fp16: float16 initializers (half the file), float32 input and heads;
     ONNX Runtime's heads equal the fp32 export's within fp16's rounding; the CLI's --half writes it."""
     onnx = pytest.importorskip("onnx", reason="the onnx package is not installed (pip install '.[test]')")
@@ -271,7 +285,7 @@ def test_fp16_onnx_runs_in_onnx_runtime_as_the_engine_in_fp16(tmp_path):
         assert h.dtype == np.float32
         # each of the ~10 layers rounds to fp16 (2^-11 relative); the heads are logistic outputs in [0, 1]
         assert np.abs(h - f).max() < 40 * 2.0 ** -11, np.abs(h - f).max()
-    r = _cli("export", files["cfg"], files["weights"], "-o", str(tmp_path / "cli.onnx"), "--half")
-    assert r.returncode == 0, r.stderr
+    rc, _, err = _cli(capsys, "export", files["cfg"], files["weights"], "-o", str(tmp_path / "cli.onnx"), "--half")
+    assert rc == 0, err
     props = {p.key: p.value for p in onnx.load(str(tmp_path / "cli.onnx")).metadata_props}
     assert props["darknet_py.precision"] == "fp16"

@@ -59,8 +59,12 @@ void bind_ops(py::module_& m) {
                       [](Ops& o, const std::string& name) {
                           DType t = parse_dtype(name);
                           auto runs = o.be->storage_types();
-                          if (std::find(runs.begin(), runs.end(), t) == runs.end())
-                              throw DarknetError(std::string(o.be->name()) + " has no " + name + " storage");
+                          if (std::find(runs.begin(), runs.end(), t) == runs.end()) {
+                              std::string names;
+                              for (DType r : runs) names += std::string(names.empty() ? "" : ", ") + dtype_name(r);
+                              throw DarknetError("precision " + name + " does not run on " + o.be->name() +
+                                                 " (it runs: " + names + ")");
+                          }
                           o.storage = t;
                       },
                       "Storage type of the activation arguments and results of conv2d, conv2d_affine_act, activate, "

@@ -146,7 +146,7 @@ def run_ops(device: str, quick: bool, perturb: Optional[str] = None, progress: b
     from .progress import Progress
 
     ref, dev = _core.Ops("reference"), _core.Ops(device)
-    dev.storage = precision  # a device without it: DarknetError "<device> has no fp16 storage"
+    dev.storage = precision  # a device without it: DarknetError "precision fp16 does not run on cpu (...)"
     if perturb:
         dev = _perturbed(dev, perturb)
     pairs = select_cases(quick, precision, ref)
