@@ -21,6 +21,7 @@ from darknet_py.op_cases import check_case, half_cases
 from test_train import small_cfg
 
 PRECISIONS = ["fp16", "bf16"]
+HALF_OPS = ["conv2d", "conv2d_affine_act", "activate", "pool", "copy_channels", "shortcut", "upsample", "yolo_activate"]
 
 
 # ---- host conversions ---------------------------------------------------------------------------
@@ -85,8 +86,7 @@ def _half_ops(label: str, precision: str):
 def test_half_ops_match_the_reference(ref, cases, label, precision):
     ops = _half_ops(label, precision)
     cases = cases[precision]
-    assert {c.op for c in cases} == {"conv2d", "conv2d_affine_act", "activate", "pool", "copy_channels", "shortcut",
-                                     "upsample", "yolo_activate"}
+    assert {c.op for c in cases} == set(HALF_OPS)
     failed = [f"{c.id}: {r.message}" for c in cases for r in [check_case(ref, ops, c)] if not r.ok]
     assert not failed, f"{len(failed)} of {len(cases)} cases:\n" + "\n".join(failed[:10])
     assert not ops.fallback_counts(), ops.fallback_counts()
@@ -210,6 +210,18 @@ def test_cli_refusals_are_one_line(tiny_cfg, tmp_path, capsys):
     assert rc == 1 and err.strip().splitlines()[-1] == "darknet_py: error: precision bf16 does not run on cpu (it runs: fp32)"
     for cmd in ("detect", "map", "train", "selftest"):
         assert "--precision {fp32,fp16,bf16}" in _cli(capsys, cmd, "--help")[1]
+
+
+def test_selftest_in_half_runs_the_half_ops(tmp_path, capsys):
+    path = tmp_path / "report.json"
+    rc, out, _ = _cli(capsys, "selftest", "--device", _gpu(), "--precision", "fp16", "--quick", "--json", str(path))
+    assert rc == 0, out
+    import json
+
+    report = json.loads(path.read_text())
+    assert report["precision"] == "fp16" and report["passed"] and report["fast_paths"] == {}
+    assert {r["op"] for r in report["ops"]} == set(HALF_OPS) and all(r["cases"] == 2 for r in report["ops"])
+    assert "training: training runs in fp32 only: not run in fp16" in out
 
 
 def _weights(cfg: str, tmp_path) -> str:

@@ -38,17 +38,15 @@ void GpuBackend::convert(const Tensor& x, Tensor& y) {
 
 const Tensor& GpuBackend::param_in(const Tensor& p, DType t) {
     if (p.dtype() == t) return p;
-    ParamCopy& c = param_copies_[{p.buffer().get(), t}];
-    if (c.of.lock() != p.buffer() || c.copy.size() != p.size()) {
-        for (auto it = param_copies_.begin(); it != param_copies_.end();)  // drop the copies of freed parameters
-            it = it->second.of.expired() ? param_copies_.erase(it) : std::next(it);
-        ParamCopy& fresh = param_copies_[{p.buffer().get(), t}];
-        fresh = ParamCopy{p.buffer(), alloc(p.shape(), t)};
-        convert(p, fresh.copy);
-        return fresh.copy;
+    auto key = std::make_pair(p.buffer().get(), t);
+    auto it = param_copies_.find(key);
+    if (it == param_copies_.end() || it->second.of.lock() != p.buffer() || it->second.copy.size() != p.size()) {
+        for (auto i = param_copies_.begin(); i != param_copies_.end();)  // drop the copies of freed parameters
+            i = i->second.of.expired() ? param_copies_.erase(i) : std::next(i);
+        it = param_copies_.insert_or_assign(key, ParamCopy{p.buffer(), alloc(p.shape(), t)}).first;
     }
-    convert(p, c.copy);
-    return c.copy;
+    convert(p, it->second.copy);
+    return it->second.copy;
 }
 
 Tensor GpuBackend::scratch_f32(int slot, const Shape& s) { return Tensor(s, scratch(slot, s.size()).buffer()); }
