@@ -32,7 +32,7 @@ def _edge_values() -> np.ndarray:
                 3.4028235e38, 1.0 + 2.0 ** -11, 1.0 + 3 * 2.0 ** -11, 1.0 + 2.0 ** -8, 1.0 + 3 * 2.0 ** -8]
     wide = rng.standard_normal(20000) * np.exp2(rng.integers(-30, 20, 20000))  # normal, subnormal, overflow
     bits = rng.integers(0, 2 ** 32, 20000, dtype=np.uint64).astype(np.uint32).view(np.float32)  # any pattern
-    with np.errstate(over="ignore"):
+    with np.errstate(over="ignore", invalid="ignore"):  # the huge ones overflow float32 to inf, as meant
         v = np.concatenate([specials, wide, bits]).astype(np.float32)
     return np.concatenate([v, -v])
 
