@@ -290,22 +290,18 @@ def run_selftest(device: str, quick: bool = False, perturb: Optional[str] = None
 
     os.environ[SELFTEST_ENV] = "1"  # devices enable every fast path, so that all are judged
     ops = run_ops(device, quick, perturb, progress, precision)
-    if precision != "fp32":
-        training = {"iterations": 0, "compared_with": "-", "max_rel_diff": None, "passed": True,
-                    "failure": "", "skipped": f"training runs in fp32 only: not run in {precision}"}
-        return {"format": 1, "device": device, "precision": precision, "darknet_py": __version__,
-                "device_name": next((d["name"] for d in _core.devices() if d.get("id") == device), device),
-                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                "quick": quick, "passed": all(r.passed for r in ops), "ops": [r.to_dict() for r in ops],
-                "training": training, "fast_paths": {}}
-    training = run_training(device, iterations=2 if quick else 5)
+    if precision == "fp32":
+        training, fast_paths = run_training(device, iterations=2 if quick else 5), fast_path_results(device, ops)
+    else:
+        training = {"iterations": 0, "compared_with": "-", "max_rel_diff": None, "passed": True, "failure": "",
+                    "skipped": f"training runs in fp32 only: not run in {precision}"}
+        fast_paths = {}
     name = next((d["name"] for d in _core.devices() if d.get("id") == device), device)
     return {
-        "format": 1, "device": device, "device_name": name, "darknet_py": __version__,
+        "format": 1, "device": device, "device_name": name, "precision": precision, "darknet_py": __version__,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "quick": quick, "passed": all(r.passed for r in ops) and training["passed"],
-        "ops": [r.to_dict() for r in ops], "training": training,
-        "fast_paths": fast_path_results(device, ops),
+        "ops": [r.to_dict() for r in ops], "training": training, "fast_paths": fast_paths,
     }
 
 
@@ -334,7 +330,7 @@ def format_table(report: dict) -> str:
             lines.append(f"FAIL {r['op']} ({r['direction']}): {r['failure']}")
     for name, ok in report["fast_paths"].items():
         lines.append(f"fast path {name}: {'passed (enabled)' if ok else 'FAILED (disabled)'}")
-    lines.append(f"{report['device']} ({report['device_name']}){' in ' + report['precision'] if 'precision' in report else ''}: "
+    lines.append(f"{report['device']} ({report['device_name']}){' in ' + report['precision'] if report.get('precision', 'fp32') != 'fp32' else ''}: "
                  f"{'all passed' if report['passed'] else 'MISMATCHES: see above'}")
     return "\n".join(lines)
 
