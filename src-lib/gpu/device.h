@@ -128,6 +128,12 @@ public:
                       DeviceMemory* C, size_t c_offset, int ldc) {
         return false;
     }
+    // The same on fp16 / bf16 matrices (dtype) with fp32 accumulation and fp32 alpha, beta (cuBLAS GemmEx).
+    virtual bool gemm_half(DType dtype, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                           const DeviceMemory* A, size_t a_offset, int lda, const DeviceMemory* B, size_t b_offset,
+                           int ldb, float beta, DeviceMemory* C, size_t c_offset, int ldc) {
+        return false;
+    }
     // Convolution, pooling and training batchnorm (cuDNN, MPS). Each has the meaning of the Backend
     // op of the same name (backend.h), backward passes ACCUMULATING (+=) into their gradients;
     // GpuBackend calls them before its own kernels, which run when they return false.

@@ -67,9 +67,9 @@ void GpuBackend::fallback(const char* name, const std::function<void(Backend&, H
     h.upload_outputs();
 }
 
-Tensor& GpuBackend::scratch(int slot, size_t n) {
-    Tensor& t = scratch_[slot];
-    if (t.empty() || t.buffer()->count() < n) t = alloc(Shape{1, 1, 1, (int)n});
+Tensor& GpuBackend::scratch(int slot, size_t n, DType dtype) {
+    Tensor& t = scratch_[{slot, dtype}];
+    if (t.empty() || t.buffer()->count() < n) t = alloc(Shape{1, 1, 1, (int)n}, dtype);
     return t;
 }
 

@@ -65,8 +65,6 @@ public:
     // copy kept per parameter buffer and converted again on every call (one elementwise pass over the
     // parameter), so that changed values (training, load_weights, NumPy views) are always seen.
     const Tensor& param_in(const Tensor& p, DType t);
-    // An fp32 scratch tensor of shape s (slot as scratch()).
-    Tensor scratch_f32(int slot, const Shape& s);
 
     // Caps every kernel's group size (tests run each kernel at group sizes 1 .. 256: a kernel must
     // not depend on the group size the device happens to allow).
@@ -74,7 +72,7 @@ public:
         group_limit_ = n ? n : 1;
         group_sizes_.clear();
     }
-    // Whether kernel runs with groups of exactly n threads here (the 16x16 tiles of gemm_f32).
+    // Whether kernel runs with groups of exactly n threads here (the 16x16 tiles of gemm_<type>).
     bool allows_group_size(const char* kernel, uint32_t n) { return group_size(kernel) >= n; }
 
     // ---- forward (gpu_ops_forward.cpp) ----
@@ -161,7 +159,7 @@ public:
         args.push_back(KernelArg::value(a));
         device_->launch(kernel, LaunchDims{(uint32_t)groups, reduction_group_size(kernel)}, args);
     }
-    // Exactly `groups` groups of exactly 256 threads (kernels with fixed 16x16 tiles: gemm_f32).
+    // Exactly `groups` groups of exactly 256 threads (kernels with fixed 16x16 tiles: gemm_<type>).
     template <class Args>
     void launch_tiles(const char* kernel, size_t groups, std::vector<KernelArg> args, const Args& a) {
         args.push_back(KernelArg::value(a));
@@ -170,8 +168,8 @@ public:
     // Runs `op` on the CPU backend over host copies (see HostStage), counted under `name`.
     void fallback(const char* name, const std::function<void(Backend& cpu, HostStage& h)>& op);
 
-    // A device temporary of at least n floats, reused across calls (im2col columns etc.).
-    Tensor& scratch(int slot, size_t n);
+    // A device temporary of at least n elements of dtype, reused across calls (im2col columns etc.).
+    Tensor& scratch(int slot, size_t n, DType dtype = DType::f32);
 
 private:
     uint32_t group_size(const char* kernel);
@@ -184,7 +182,8 @@ private:
     mutable std::map<std::string, int> counts_;  // fallbacks_ and the device's failed fast paths
     std::map<std::string, uint32_t, std::less<>> group_sizes_;  // transparent: no string per launch
     uint32_t group_limit_ = 256;
-    std::map<int, Tensor> scratch_;  // by slot; a map, so that a new slot leaves references to the others valid
+    // by (slot, storage type); a map, so that a new slot leaves references to the others valid
+    std::map<std::pair<int, DType>, Tensor> scratch_;
     // param_in's copies: by parameter buffer, with a weak reference that tells a freed buffer from a
     // new one at the same address
     struct ParamCopy {

@@ -30,7 +30,7 @@ void GpuBackend::convert(const Tensor& x, Tensor& y) {
     } else if (y.dtype() == DType::f32) {
         launch(storage_kernel("unpack", x.dtype()).c_str(), x.size(), {buf(y), any_buf(x)}, a);
     } else {  // fp16 <-> bf16: through fp32
-        Tensor wide = scratch_f32(5, x.shape());
+        Tensor wide(x.shape(), scratch(5, x.size()).buffer());
         convert(x, wide);
         convert(wide, y);
     }
@@ -48,7 +48,5 @@ const Tensor& GpuBackend::param_in(const Tensor& p, DType t) {
     convert(p, it->second.copy);
     return it->second.copy;
 }
-
-Tensor GpuBackend::scratch_f32(int slot, const Shape& s) { return Tensor(s, scratch(slot, s.size()).buffer()); }
 
 }  // namespace dn

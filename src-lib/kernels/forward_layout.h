@@ -1,6 +1,6 @@
 // Kernel text of the forward ops that move, combine or reduce elements: downsample, reorg, global and
-// depth pooling, softmax and im2col (device-only text through the compat macros; args in
-// args_forward.h). Route, upsample, shortcut and local pooling are in storage_kernels.h (every
+// depth pooling and softmax (device-only text through the compat macros; args in args_forward.h).
+// Route, upsample, shortcut, local pooling, im2col and the axis swap are in storage_kernels.h (every
 // storage type).
 //
 // Launch geometry: one thread per output element, threads = args.n rounded up to a multiple of the
@@ -85,40 +85,3 @@ KERNEL(softmax_f32)(KBUF(float, y, 0), KCBUF(float, x, 1), KARGS(SoftmaxArgs, a,
     for (int j = 0; j < a.group_size; ++j) y[base + j] = exp(x[base + j] / t - largest / t) / sum;
 }
 
-// im2col of a run of images: col[row, image * pixels + pixel] with row = (c * kh + ky) * kw + kx,
-// pixel = oy * out_w + ox; zero where the kernel tap falls in the padding. One thread per (channel,
-// image, output pixel) writes that pixel's kh * kw rows: the index arithmetic (integer divisions are
-// slow on GPUs) is paid once per channel instead of once per element, and for each tap consecutive
-// threads still write consecutive addresses. threads = channels * images * out_h * out_w. For
-// grouped convolution pass the group's first channel in im_offset and its channel count in channels.
-KERNEL(im2col_f32)(KBUF(float, col, 0), KCBUF(float, im, 1), KARGS(Im2colImageArgs, a, 2) KTHREAD_IDS) {
-    int i = (int)KGID;
-    if (i >= a.n) return;
-    int pixels = a.out_h * a.out_w;
-    int pix = i % pixels, rest = i / pixels;
-    int image = rest % a.images, c = rest / a.images;
-    int ox = pix % a.out_w, oy = pix / a.out_w;
-    int in_base = a.im_offset + image * a.image_stride + c * a.height * a.width;
-    int out = a.col_offset + (c * a.kh * a.kw * a.images + image) * pixels + pix;  // row (c, 0, 0)
-    int row_stride = a.images * pixels;
-    for (int ky = 0; ky < a.kh; ++ky) {
-        int iy = oy * a.stride_y - a.pad + ky * a.dilation;
-        for (int kx = 0; kx < a.kw; ++kx) {
-            int ix = ox * a.stride_x - a.pad + kx * a.dilation;
-            int inside = iy >= 0 && iy < a.height && ix >= 0 && ix < a.width;
-            col[out] = inside ? im[in_base + iy * a.width + ix] : 0.0f;
-            out += row_stride;
-        }
-    }
-}
-
-// y[b][a][p] (+)= x[a][b][p]: one thread per element of x.
-KERNEL(swap_axes_f32)(KBUF(float, y, 0), KCBUF(float, x, 1), KARGS(SwapAxesArgs, a, 2) KTHREAD_IDS) {
-    int i = (int)KGID;
-    if (i >= a.n) return;
-    int p = i % a.plane, r = i / a.plane;
-    int bi = r % a.b, ai = r / a.b;
-    int o = a.y_offset + (bi * a.a + ai) * a.plane + p;
-    float v = x[a.x_offset + i];
-    y[o] = a.accumulate ? y[o] + v : v;
-}
