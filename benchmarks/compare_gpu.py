@@ -1,9 +1,11 @@
 """Ours on CUDA against PyTorch on the same GPU, cfg and seeded weights, each in the precisions its
-users run it in: ours fp32 and TF32; PyTorch fp32, TF32, and bf16 autocast with channels_last.
+users run it in: ours fp32, TF32, and fp16 / bf16 activations (detection only so far: the training
+cells of those columns read n/a); PyTorch fp32, TF32, and bf16 autocast with channels_last.
 
     python benchmarks/compare_gpu.py                                   # the five models, every column
     python benchmarks/compare_gpu.py --models yolov4-tiny --write /tmp/gpu.md
     python benchmarks/compare_gpu.py --columns ours:fp32,torch:bf16   # a subset of the columns
+    python benchmarks/compare_gpu.py --columns ours:tf32,ours_half:fp16,ours_half:bf16,torch:bf16
 
 PyTorch is a benchmark dependency only: the script builds each cfg as a plain torch.nn module (this
 file, `TorchDarknet`), copies the same seeded weights into both engines and first checks that the
@@ -236,7 +238,10 @@ def run_ours(name: str, size: int, args) -> dict:
     net = darknet_py.Network(path, device=args.device)
     raw = net._net
     model = build_torch(path, size)
+    # ours in half (the "ours_half" columns): activations in fp16 / bf16 after the fp32 weights are in
+    precision = args.mode if args.mode in ("fp16", "bf16") else "fp32"
     copy_weights(model, net)
+    net.precision = precision
     heads = list(raw.yolo_layers)
     out["bflops"] = raw.total_bflops()
     x1 = rng.uniform(0, 1, (1, 3, size, size)).astype(np.float32)
@@ -364,10 +369,14 @@ def run_torch(name: str, size: int, args) -> dict:
 
 
 WORKERS = {"ours": run_ours, "ours_train": run_ours_train, "torch": run_torch}
-# the columns: (worker group, mode); ours in fp32 and with TF32 allowed (DARKNET_PY_TF32=1)
-COLUMNS = [("ours", "fp32"), ("ours", "tf32"), ("torch", "fp32"), ("torch", "tf32"), ("torch", "bf16")]
-LABELS = {("ours", "fp32"): "ours fp32", ("ours", "tf32"): "ours TF32", ("torch", "fp32"): "PyTorch fp32",
-          ("torch", "tf32"): "PyTorch TF32", ("torch", "bf16"): "PyTorch bf16 autocast + channels_last"}
+# the columns: (worker group, mode); ours in fp32 and with TF32 allowed (DARKNET_PY_TF32=1), ours with
+# fp16 / bf16 activations (detection only: training in half is not built yet, those cells read n/a)
+COLUMNS = [("ours", "fp32"), ("ours", "tf32"), ("ours_half", "fp16"), ("ours_half", "bf16"), ("torch", "fp32"),
+           ("torch", "tf32"), ("torch", "bf16")]
+LABELS = {("ours", "fp32"): "ours fp32", ("ours", "tf32"): "ours TF32", ("ours_half", "fp16"): "ours fp16",
+          ("ours_half", "bf16"): "ours bf16", ("torch", "fp32"): "PyTorch fp32", ("torch", "tf32"): "PyTorch TF32",
+          ("torch", "bf16"): "PyTorch bf16 autocast + channels_last"}
+GROUP_WORKERS = {"ours": ["ours", "ours_train"], "ours_half": ["ours"], "torch": ["torch"]}
 
 
 # ---- the table ----------------------------------------------------------------------------------
@@ -382,7 +391,7 @@ def gpu_facts():
 def run_column(model: str, group: str, mode: str, args) -> dict:
     """One column's figures for one model, each worker in a subprocess of its own."""
     res = {}
-    for worker in (["ours", "ours_train"] if group == "ours" else ["torch"]):
+    for worker in GROUP_WORKERS[group]:
         cmd = [sys.executable, __file__, "--worker", worker, "--model", model, "--batch", str(args.batch),
                "--device", args.device, "--mode", mode]
         env = {**os.environ, "DARKNET_PY_TF32": "1" if mode == "tf32" else "0"}
@@ -395,14 +404,15 @@ def run_column(model: str, group: str, mode: str, args) -> dict:
     return res
 
 
-def table(title: str, rows, cols, cell, best, ratio_note: str, floor=None) -> list:
-    """A markdown table: a row per model, a cell per column, then ours' best / PyTorch's best."""
+def table(title: str, rows, cols, key: str, cell, best, ratio_note: str, floor=None) -> list:
+    """A markdown table: a row per model, a cell per column (n/a where a column has no `key` figure, such
+    as training in half), then ours' best / PyTorch's best."""
     head = ["model"] + [LABELS[c] for c in cols] + [f"ours / PyTorch ({ratio_note})"] + (["floor"] if floor else [])
     lines = [f"### {title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for model, res in rows:
-        cells = [cell(res[c]) if res.get(c) else "failed" for c in cols]
-        ours = [res[c] for c in cols if c[0] == "ours" and res.get(c)]
-        theirs = [res[c] for c in cols if c[0] == "torch" and res.get(c)]
+        cells = [(cell(res[c]) if key in res[c] else "n/a") if res.get(c) else "failed" for c in cols]
+        ours = [res[c] for c in cols if c[0].startswith("ours") and res.get(c) and key in res[c]]
+        theirs = [res[c] for c in cols if c[0] == "torch" and res.get(c) and key in res[c]]
         ratio = f"{best(ours) / best(theirs):.2f}" if ours and theirs else "n/a"
         lines.append("| " + " | ".join([model] + cells + [ratio] + ([floor(res)] if floor else [])) + " |")
     return lines + [""]
@@ -418,7 +428,7 @@ def main(argv=None) -> int:
     ap.add_argument("--write", help="write the markdown tables to this file")
     ap.add_argument("--worker", choices=list(WORKERS), help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
-    ap.add_argument("--mode", default="fp32", choices=["fp32", "tf32", "bf16"], help=argparse.SUPPRESS)
+    ap.add_argument("--mode", default="fp32", choices=["fp32", "tf32", "fp16", "bf16"], help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         print(json.dumps(WORKERS[args.worker](args.model, MODELS[args.model], args)))
@@ -454,20 +464,24 @@ def main(argv=None) -> int:
            "ours over the best of PyTorch's columns. Floors: images/s at the fp32 / TF32 / bf16 dense tensor peaks "
            "(training: 3x the forward FLOPs), then at the memory bandwidth (each layer's output written and read once, "
            "three times in training) in fp32 / half storage.", ""]
-    out += table("Training, images/s", rows, cols,
+    out += table("Training, images/s", rows, cols, "train_img_s",
                  lambda r: f"{r['train_img_s']:.0f}" + (f" ({r['train_img_s_resident']:.0f})" if "train_img_s_resident" in r else ""),
                  lambda rs: max(r["train_img_s"] for r in rs), "higher is better", lambda res: floors(res, 3))
-    out += table("Forward, batch 64, images/s", rows, cols,
+    out += table("Forward, batch 64, images/s", rows, cols, "fwd_img_s",
                  lambda r: f"{r['fwd_img_s']:.0f}" + (f" ({r['fwd_img_s_resident']:.0f})" if "fwd_img_s_resident" in r else ""),
                  lambda rs: max(r["fwd_img_s"] for r in rs), "higher is better", lambda res: floors(res, 1))
-    out += table("Batch-1 latency, host input to heads, CUDA graph (eager) ms", rows, cols,
+    out += table("Batch-1 latency, host input to heads, CUDA graph (eager) ms", rows, cols, "b1_ms_graph",
                  lambda r: f"{r['b1_ms_graph']:.2f} ({r['b1_ms_eager']:.2f})",
                  lambda rs: 1 / min(r["b1_ms_graph"] for r in rs), "speed: PyTorch ms / ours ms")
-    out += table("Peak training memory, GiB", rows, cols, lambda r: f"{r['peak_train_bytes'] / 2**30:.1f}",
+    out += table("Peak training memory, GiB", rows, cols, "peak_train_bytes", lambda r: f"{r['peak_train_bytes'] / 2**30:.1f}",
                  lambda rs: 1 / min(r["peak_train_bytes"] for r in rs), "PyTorch's least / ours' least")
     diffs = ", ".join(f"{m} {next((r['max_rel_diff_vs_torch'] for r in res.values() if 'max_rel_diff_vs_torch' in r), float('nan')):.1e}"
                       for m, res in rows)
     out += [f"Heads, ours against PyTorch fp32 at batch 1 (max relative difference): {diffs}.", ""]
+    half = "; ".join(f"{m} {LABELS[c]} {res[c]['max_rel_diff_vs_torch']:.1e}" for m, res in rows for c in cols
+                     if c[0] == "ours_half" and res.get(c))
+    if half:
+        out += [f"Heads in half, against PyTorch fp32 at batch 1 (max relative difference): {half}.", ""]
     text = "\n".join(out)
     print(text)
     if args.write:

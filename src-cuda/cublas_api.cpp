@@ -30,7 +30,8 @@ CublasApi* open_cublas(std::string* why) {
                   bind_symbol(lib, "cublasSetMathMode", &api->cublasSetMathMode) &&
                   bind_symbol(lib, "cublasGetProperty", &api->cublasGetProperty) &&
                   bind_symbol(lib, "cublasSetWorkspace_v2", &api->cublasSetWorkspace_v2) &&
-                  bind_symbol(lib, "cublasSgemm_v2", &api->cublasSgemm_v2);
+                  bind_symbol(lib, "cublasSgemm_v2", &api->cublasSgemm_v2) &&
+                  bind_symbol(lib, "cublasGemmEx", &api->cublasGemmEx);
         if (ok) return api;
         *why = path + " lacks a cuBLAS entry point this build uses";
         delete api;

@@ -251,10 +251,34 @@ public:
         return true;
     }
 
+    bool gemm_half(DType dtype, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const DeviceMemory* A,
+                   size_t a_offset, int lda, const DeviceMemory* B, size_t b_offset, int ldb, float beta,
+                   DeviceMemory* C, size_t c_offset, int ldc) override {
+        if (!cublas_) return false;
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (failed_capture()) return true;
+        note_buffer(A);
+        note_buffer(B);
+        note_buffer(C);
+        // as gemm: column-major C^T = op(B)^T op(A)^T; 2-byte elements, fp32 accumulation and alpha, beta
+        const int type = dtype == DType::bf16 ? CublasApi::kR16BF : CublasApi::kR16F;
+        int status = cublas_->cublasGemmEx(handle_, trans_b ? CublasApi::kOpT : CublasApi::kOpN,
+                                           trans_a ? CublasApi::kOpT : CublasApi::kOpN, N, M, K, &alpha,
+                                           to_ptr(B) + 2 * b_offset, type, ldb, to_ptr(A) + 2 * a_offset, type, lda,
+                                           &beta, to_ptr(C) + 2 * c_offset, type, ldc, CublasApi::kCompute32F,
+                                           CublasApi::kGemmDefault);
+        if (status != 0)
+            throw DarknetError(std::string("cuBLAS GemmEx in ") + dtype_name(dtype) + " (" + std::to_string(M) + "x" +
+                               std::to_string(N) + "x" + std::to_string(K) + ") failed with status " +
+                               std::to_string(status));
+        return true;
+    }
+
     // cuDNN convolutions (the Device contract in device.h; false = GpuBackend's own kernels run).
     bool conv2d(const ConvParams& p, const DeviceMemory* x, const DeviceMemory* w, DeviceMemory* y) override {
         // One image: im2col + cuBLAS is faster than cuDNN's algorithms on these small convolutions
         // (yolov4-tiny 416 batch 1, recorded: 0.71 ms against 1.10 ms heuristic, 1.36 ms timed, H100).
+        // (In half too: im2col and cuBLAS's half GEMM.)
         if (p.x.n == 1) return false;
         return convolve(p, ConvPass::forward, x, w, y);
     }

@@ -15,8 +15,10 @@ struct CudnnApi {
     using TensorDesc = struct cudnnTensorStruct*;
     using FilterDesc = struct cudnnFilterStruct*;
     using ConvDesc = struct cudnnConvolutionStruct*;
-    enum : int { kNchw = 0, kFloat = 0, kCrossCorrelation = 1 };  // format, data type, mode
-    enum : int { kDefaultMath = 0, kFmaMath = 3 };  // cudnnMathType_t: FMA = plain fp32, no TF32
+    enum : int { kNchw = 0, kCrossCorrelation = 1 };  // format, mode
+    enum : int { kFloat = 0, kHalf = 2, kBfloat16 = 9 };  // cudnnDataType_t
+    // cudnnMathType_t: FMA = plain fp32, no TF32; tensor op = tensor cores (half data, fp32 accumulation)
+    enum : int { kDefaultMath = 0, kTensorOpMath = 1, kFmaMath = 3 };
     // cudnnConvolution{Fwd,BwdData,BwdFilter}AlgoPerf_t: the three structs share this layout.
     struct AlgoPerf {
         int algo;

@@ -14,6 +14,7 @@ struct CudnnConvolutions::Shape {
     CudnnApi::ConvDesc conv = nullptr;
     // Per pass: the algorithm and its workspace; algo -1 = not chosen yet, -2 = none usable.
     int algo[3] = {-1, -1, -1};
+    bool half = false;  // fp16 / bf16 data
     size_t workspace[3] = {0, 0, 0};
 
     explicit Shape(const CudnnApi* a) : api(a) {}
@@ -53,8 +54,8 @@ void CudnnConvolutions::check(int status, const char* what) const {
 }
 
 CudnnConvolutions::Shape& CudnnConvolutions::shape(const ConvParams& p) {
-    std::array<int, 15> key{p.x.n, p.x.c, p.x.h, p.x.w, p.y.n, p.y.c, p.y.h, p.y.w, p.kh, p.kw,
-                            p.stride_y, p.stride_x, p.pad, p.dilation, p.groups};
+    std::array<int, 16> key{p.x.n, p.x.c, p.x.h, p.x.w, p.y.n, p.y.c, p.y.h, p.y.w, p.kh, p.kw,
+                            p.stride_y, p.stride_x, p.pad, p.dilation, p.groups, (int)p.dtype};
     auto it = shapes_.find(key);
     if (it != shapes_.end()) return *it->second;
     auto s = std::make_unique<Shape>(api_);
@@ -63,17 +64,21 @@ CudnnConvolutions::Shape& CudnnConvolutions::shape(const ConvParams& p) {
     check(a.cudnnCreateTensorDescriptor(&s->y), "a tensor descriptor");
     check(a.cudnnCreateFilterDescriptor(&s->w), "a filter descriptor");
     check(a.cudnnCreateConvolutionDescriptor(&s->conv), "a convolution descriptor");
-    check(a.cudnnSetTensor4dDescriptor(s->x, CudnnApi::kNchw, CudnnApi::kFloat, p.x.n, p.x.c, p.x.h, p.x.w), "x");
-    check(a.cudnnSetTensor4dDescriptor(s->y, CudnnApi::kNchw, CudnnApi::kFloat, p.y.n, p.y.c, p.y.h, p.y.w), "y");
-    check(a.cudnnSetFilter4dDescriptor(s->w, CudnnApi::kFloat, CudnnApi::kNchw, p.y.c, p.x.c / p.groups, p.kh, p.kw),
-          "weights");
+    // Half data (fp16 / bf16) with fp32 compute: cuDNN's "pseudo half" configurations.
+    const int data = p.dtype == DType::f16 ? CudnnApi::kHalf : p.dtype == DType::bf16 ? CudnnApi::kBfloat16 : CudnnApi::kFloat;
+    check(a.cudnnSetTensor4dDescriptor(s->x, CudnnApi::kNchw, data, p.x.n, p.x.c, p.x.h, p.x.w), "x");
+    check(a.cudnnSetTensor4dDescriptor(s->y, CudnnApi::kNchw, data, p.y.n, p.y.c, p.y.h, p.y.w), "y");
+    check(a.cudnnSetFilter4dDescriptor(s->w, data, CudnnApi::kNchw, p.y.c, p.x.c / p.groups, p.kh, p.kw), "weights");
     // Darknet pads symmetrically; its output size formula is cuDNN's.
     check(a.cudnnSetConvolution2dDescriptor(s->conv, p.pad, p.pad, p.stride_y, p.stride_x, p.dilation, p.dilation,
                                             CudnnApi::kCrossCorrelation, CudnnApi::kFloat),
           "the convolution");
     check(a.cudnnSetConvolutionGroupCount(s->conv, p.groups), "the group count");
-    // FMA math: plain fp32 (as cuBLAS's default math); TF32 tensor cores only when asked.
-    check(a.cudnnSetConvolutionMathType(s->conv, tf32_ ? CudnnApi::kDefaultMath : CudnnApi::kFmaMath), "math type");
+    // FMA math: plain fp32 (as cuBLAS's default math); TF32 tensor cores only when asked; half data
+    // always on tensor cores.
+    s->half = p.dtype != DType::f32;
+    int math = s->half ? CudnnApi::kTensorOpMath : tf32_ ? CudnnApi::kDefaultMath : CudnnApi::kFmaMath;
+    check(a.cudnnSetConvolutionMathType(s->conv, math), "math type");
     return *(shapes_[key] = std::move(s));
 }
 
@@ -105,7 +110,8 @@ long long CudnnConvolutions::workspace_for(const ConvParams& p, ConvPass pass, b
         // algorithm reporting tensor-op math (TF32) is skipped unless TF32 is on.
         for (int i = 0; i < n; ++i) {
             if (perf[i].status != 0 || perf[i].memory > kMaxWorkspace) continue;
-            if (!tf32_ && perf[i].math_type != CudnnApi::kFmaMath && perf[i].math_type != CudnnApi::kDefaultMath)
+            if (!tf32_ && !s.half && perf[i].math_type != CudnnApi::kFmaMath &&
+                perf[i].math_type != CudnnApi::kDefaultMath)
                 continue;
             s.algo[k] = perf[i].algo;
             s.workspace[k] = perf[i].memory;

@@ -48,7 +48,7 @@ private:
     CudnnApi::Handle handle_;
     bool tf32_;
     Choice choice_;
-    std::map<std::array<int, 15>, std::unique_ptr<Shape>> shapes_;
+    std::map<std::array<int, 16>, std::unique_ptr<Shape>> shapes_;
 };
 
 }  // namespace dn

@@ -53,12 +53,22 @@ public:
     // The device whose memory holds this backend's tensors; null = host memory (cpu, reference).
     virtual std::shared_ptr<Device> device() const { return nullptr; }
     // A tensor in this backend's memory (zeroed on the host, unspecified on a device).
-    Tensor alloc(Shape s) const { return Tensor(s, std::make_shared<Buffer>(device(), s.size())); }
-    // Gives t shape s in this backend's memory; reallocates only when t lives elsewhere or is too small.
-    void resize(Tensor& t, Shape s) const {
-        if (t.buffer() && t.device() == device().get()) t.resize(s);
-        else t = alloc(s);
+    Tensor alloc(Shape s, DType dtype = DType::f32) const {
+        return Tensor(s, std::make_shared<Buffer>(device(), s.size(), dtype));
     }
+    // Gives t shape s and storage type dtype in this backend's memory; reallocates only when t lives
+    // elsewhere, has another storage type or is too small.
+    void resize(Tensor& t, Shape s, DType dtype = DType::f32) const {
+        if (t.buffer() && t.device() == device().get() && t.dtype() == dtype) t.resize(s);
+        else t = alloc(s, dtype);
+    }
+
+    // ---- storage types (src-lib/gpu/PRECISION.md) ----------------------------------------------
+    // The storage types this backend's ops take: fp32 everywhere; fp16 / bf16 on GPU devices that
+    // run them. An op given a tensor in another type throws DarknetError naming it.
+    virtual std::vector<DType> storage_types() const { return {DType::f32}; }
+    // y = x converted to y's storage type (same size). The host backends hold fp32 only: a copy.
+    virtual void convert(const Tensor& x, Tensor& y) { copy_tensor(x, y); }
     // t in this backend's memory: t itself when it is there already, otherwise a copy.
     Tensor adopt(const Tensor& t) const {
         if (t.buffer() && t.device() == device().get()) return t;

@@ -71,6 +71,7 @@ std::unique_ptr<Network> Network::clone() const {
     c->warnings = warnings;
     c->seen = seen;
     c->record_forwards = record_forwards;
+    c->precision_ = precision_;
     c->param_share_ = param_share_;
     return c;
 }
@@ -89,9 +90,46 @@ void Network::own_params() {
 
 void Network::set_backend(const std::string& name) { set_backend(make_backend(name)); }
 
+// Layer types whose inference ops all take half activations (route, dropout and the other
+// passthroughs copy channels); what else a cfg holds keeps a network in fp32.
+static bool runs_in_half(const Layer& l) {
+    static const std::set<std::string> types = {"conv", "max", "local_avg", "route", "upsample", "shortcut",
+                                                "yolo", "dropout"};
+    return types.count(l.type()) > 0;
+}
+
+void Network::set_precision(DType t) {
+    if (t == precision_) return;
+    std::vector<DType> runs = backend_->storage_types();
+    if (std::find(runs.begin(), runs.end(), t) == runs.end()) {
+        std::string names;
+        for (DType r : runs) names += std::string(names.empty() ? "" : ", ") + dtype_name(r);
+        throw DarknetError(std::string("precision ") + dtype_name(t) + " does not run on " + backend_->name() +
+                           " (it runs: " + names + ")");
+    }
+    if (t != DType::f32)
+        for (auto& l : layers)
+            if (!runs_in_half(*l))
+                throw DarknetError(std::string("precision ") + dtype_name(t) + ": layer " + std::to_string(l->index) +
+                                   " [" + l->type() + "] has no half path yet (half runs conv, max, local_avg, route, "
+                                   "upsample, shortcut, yolo, dropout); use fp32");
+    precision_ = t;
+    outputs_.clear();
+    input_half_ = Tensor();
+    forget_recording();
+    drop_training_state("set_precision() changed the activations' storage type");
+}
+
+DType Network::output_type(size_t layer) const {
+    if (precision_ == DType::f32 || dynamic_cast<const YoloLayer*>(layers[layer].get())) return DType::f32;
+    return precision_;
+}
+
 void Network::set_backend(std::unique_ptr<Backend> backend) {
     // Parameters and optimizer state move to the new backend's memory; activations are rebuilt.
     backend_ = std::move(backend);
+    precision_ = DType::f32;
+    input_half_ = Tensor();
     for (auto& l : layers)
         for (Param& p : l->params) {
             p.value = backend_->adopt(p.value);
@@ -230,10 +268,15 @@ const LayerOutputs& Network::forward_loaded() {
 
 void Network::run_forward(const Shape& s) {
     const Tensor* in = &input_;
+    if (precision_ != DType::f32) {  // the input goes up in fp32 and is converted on the device
+        backend_->resize(input_half_, s, precision_);
+        backend_->convert(input_, input_half_);
+        in = &input_half_;
+    }
     for (size_t i = 0; i < layers.size(); ++i) {
         auto t0 = std::chrono::steady_clock::now();
         Layer& l = *layers[i];
-        backend_->resize(outputs_[i], Shape{s.n, l.out.c, l.out.h, l.out.w});
+        backend_->resize(outputs_[i], Shape{s.n, l.out.c, l.out.h, l.out.w}, output_type(i));
         run_layer(i, [&] { l.forward(*backend_, *in, outputs_[i], outputs_); });
         in = &outputs_[i];
         layer_ms_[i] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -286,6 +329,9 @@ const LayerOutputs& Network::forward_train(const float* x, const Shape& s) {
 }
 
 const LayerOutputs& Network::forward_train_loaded() {
+    if (precision_ != DType::f32)
+        throw DarknetError(std::string("training runs in fp32 only so far (this network is in ") +
+                           dtype_name(precision_) + "): set_precision(fp32) first");
     own_params();  // batchnorm's rolling statistics are written
     allocate_grads();
     const Shape& s = train_input_.shape();

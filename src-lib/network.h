@@ -84,7 +84,15 @@ public:
     // network is made under it, so calls are serialized. The engine itself never takes it.
     mutable std::mutex call_mutex;
 
-    // Moves parameters and optimizer state to another backend (and its device).
+    // Storage type of the activations (src-lib/gpu/PRECISION.md): fp32, or fp16 / bf16 where the
+    // backend runs them (GPU devices) for detection; parameters stay fp32, the [yolo] heads' outputs
+    // are fp32. Throws DarknetError in one line naming what the backend runs, or the first layer
+    // whose type has no half path. Training (forward_train) takes fp32 only, for now.
+    void set_precision(DType t);
+    DType precision() const { return precision_; }
+
+    // Moves parameters and optimizer state to another backend (and its device); the precision goes
+    // back to fp32 (set_precision after it for half).
     void set_backend(const std::string& name);
     void set_backend(std::unique_ptr<Backend> backend);
     const Backend& backend() const { return *backend_; }
@@ -139,6 +147,9 @@ private:
     std::vector<double> layer_ms_;
     std::vector<std::set<std::string>> fallback_ops_;
     Tensor input_;             // forward()'s input (a recorded forward reads it from here)
+    Tensor input_half_;        // input_ converted to precision_ by the forward itself (recorded with it)
+    DType precision_ = DType::f32;
+    DType output_type(size_t layer) const;  // precision_, but fp32 for the [yolo] heads
     Tensor train_input_;       // forward_train()'s (backward of layer 0 reads it)
     Tensor spare_train_input_; // the one before, while the next batch may go up ahead (load_input)
     bool last_load_uploaded_ = false;  // the last load_input came from the host

@@ -4,12 +4,28 @@
 
 #include "errors.h"
 #include "gpu/device.h"
+#include "half_convert.h"
 
 namespace dn {
 
-Buffer::Buffer(std::shared_ptr<Device> device, size_t count) : count_(count), device_(std::move(device)) {
-    if (device_) memory_ = device_->alloc(count * sizeof(float));
-    else host_.assign(count, 0.0f);
+const char* dtype_name(DType t) { return t == DType::f16 ? "fp16" : t == DType::bf16 ? "bf16" : "fp32"; }
+
+DType parse_dtype(const std::string& name) {
+    if (name == "fp32") return DType::f32;
+    if (name == "fp16") return DType::f16;
+    if (name == "bf16") return DType::bf16;
+    throw DarknetError("unknown precision '" + name + "' (known: fp32, fp16, bf16)");
+}
+
+Buffer::Buffer(std::shared_ptr<Device> device, size_t count, DType dtype)
+    : count_(count), dtype_(dtype), device_(std::move(device)) {
+    if (device_) {
+        memory_ = device_->alloc(count * dtype_size(dtype));
+    } else {
+        if (dtype != DType::f32)
+            throw DarknetError(std::string("a host tensor in ") + dtype_name(dtype) + ": host memory is fp32 only");
+        host_.assign(count, 0.0f);
+    }
 }
 
 Buffer::~Buffer() {
@@ -31,7 +47,7 @@ void Tensor::out_of_range(size_t i) const {
 
 void Tensor::resize(Shape s) {
     if (!buffer_ || buffer_->count() < s.size())
-        buffer_ = std::make_shared<Buffer>(buffer_ ? buffer_->device_ptr() : nullptr, s.size());
+        buffer_ = std::make_shared<Buffer>(buffer_ ? buffer_->device_ptr() : nullptr, s.size(), dtype());
     shape_ = s;
 }
 
@@ -40,16 +56,13 @@ void copy_from_host(const float* src, Tensor& dst) {
         if (dst.size()) std::memcpy(dst.data(), src, dst.size() * sizeof(float));
         return;
     }
-    dst.device()->upload(dst.memory(), 0, src, dst.size() * sizeof(float));
+    if (dst.dtype() == DType::f32) return dst.device()->upload(dst.memory(), 0, src, dst.size() * sizeof(float));
+    std::vector<uint16_t> half(dst.size());
+    f32_to_half(src, half.data(), half.size(), dst.dtype() == DType::bf16);
+    dst.device()->upload(dst.memory(), 0, half.data(), half.size() * 2);
 }
 
-void copy_to_host(const Tensor& src, float* dst) {
-    if (src.on_host()) {
-        if (src.size()) std::memcpy(dst, src.data(), src.size() * sizeof(float));
-        return;
-    }
-    src.device()->download(src.memory(), 0, dst, src.size() * sizeof(float));
-}
+void copy_to_host(const Tensor& src, float* dst) { copy_to_host(src, 0, src.size(), dst); }
 
 void copy_to_host(const Tensor& src, size_t offset, size_t count, float* dst) {
     if (offset + count > src.size())
@@ -60,7 +73,11 @@ void copy_to_host(const Tensor& src, size_t offset, size_t count, float* dst) {
         std::memcpy(dst, src.data() + offset, count * sizeof(float));
         return;
     }
-    src.device()->download(src.memory(), offset * sizeof(float), dst, count * sizeof(float));
+    if (src.dtype() == DType::f32)
+        return src.device()->download(src.memory(), offset * sizeof(float), dst, count * sizeof(float));
+    std::vector<uint16_t> half(count);
+    src.device()->download(src.memory(), offset * 2, half.data(), count * 2);
+    half_to_f32(half.data(), dst, count, src.dtype() == DType::bf16);
 }
 
 void copy_tensor(const Tensor& src, Tensor& dst) {
@@ -68,8 +85,9 @@ void copy_tensor(const Tensor& src, Tensor& dst) {
         throw DarknetError("copy between tensors of different sizes: " + src.shape().str() + " -> " + dst.shape().str());
     if (src.on_host()) return copy_from_host(src.data(), dst);
     if (dst.on_host()) return copy_to_host(src, dst.data());
-    if (src.device() == dst.device())
-        return src.device()->copy(src.memory(), 0, dst.memory(), 0, src.size() * sizeof(float));
+    if (src.device() == dst.device() && src.dtype() == dst.dtype())
+        return src.device()->copy(src.memory(), 0, dst.memory(), 0, src.size() * dtype_size(src.dtype()));
+    // other devices or storage types: through fp32 on the host (Backend::convert does it on a device)
     std::vector<float> staging(src.size());
     copy_to_host(src, staging.data());
     copy_from_host(staging.data(), dst);

@@ -1,9 +1,10 @@
-// Tensor: an NCHW fp32 array = a shape plus a buffer that knows where it lives (host memory or
-// one device's memory). Buffers are shared (reference-counted) so that layers can hand their
+// Tensor: an NCHW array = a shape plus a buffer that knows where it lives (host memory or one
+// device's memory) and its storage type (fp32; fp16 or bf16 on a GPU device, see src-lib/gpu/PRECISION.md). Buffers are shared (reference-counted) so that layers can hand their
 // outputs to later layers without copies. Elements are reachable only on the host (data());
 // a device tensor crosses to the host through the explicit copies at the end of this file.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,16 +26,26 @@ struct Shape {
     }
 };
 
-// One allocation of `count` floats: zeroed host memory, or memory of `device` (contents unspecified).
+// A tensor's storage type. Host memory is always fp32 (NumPy's float32 and every CPU op); the half
+// types live only in device memory, where the host copies below convert on the way in and out.
+enum class DType : uint8_t { f32, f16, bf16 };
+inline size_t dtype_size(DType t) { return t == DType::f32 ? 4 : 2; }
+const char* dtype_name(DType t);  // "fp32", "fp16", "bf16": the names of the `precision` option
+// DType of a precision name; throws DarknetError naming the three for anything else.
+DType parse_dtype(const std::string& name);
+
+// One allocation of `count` elements of `dtype`: zeroed host memory (fp32 only), or memory of
+// `device` (contents unspecified).
 class Buffer {
 public:
     explicit Buffer(size_t count) : count_(count), host_(count, 0.0f) {}
-    Buffer(std::shared_ptr<Device> device, size_t count);
+    Buffer(std::shared_ptr<Device> device, size_t count, DType dtype = DType::f32);
     ~Buffer();
     Buffer(const Buffer&) = delete;
     Buffer& operator=(const Buffer&) = delete;
 
     size_t count() const { return count_; }
+    DType dtype() const { return dtype_; }
     float* host() { return device_ ? nullptr : host_.data(); }
     Device* device() const { return device_.get(); }
     const std::shared_ptr<Device>& device_ptr() const { return device_; }
@@ -42,6 +53,7 @@ public:
 
 private:
     size_t count_;
+    DType dtype_ = DType::f32;
     std::vector<float> host_;
     std::shared_ptr<Device> device_;
     DeviceMemory* memory_ = nullptr;
@@ -57,6 +69,7 @@ public:
     size_t size() const { return shape_.size(); }
     bool empty() const { return !buffer_ || shape_.size() == 0; }
     bool on_host() const { return !buffer_ || !buffer_->device(); }
+    DType dtype() const { return buffer_ ? buffer_->dtype() : DType::f32; }
     Device* device() const { return buffer_ ? buffer_->device() : nullptr; }
     DeviceMemory* memory() const { return buffer_ ? buffer_->memory() : nullptr; }
     const std::shared_ptr<Buffer>& buffer() const { return buffer_; }
@@ -69,8 +82,8 @@ public:
     float& operator[](size_t i) { return data()[checked(i)]; }
     float operator[](size_t i) const { return data()[checked(i)]; }
 
-    // New shape in the same memory space (host stays host, a device tensor stays on its device);
-    // reallocates only when the element count grows; contents are unspecified afterwards.
+    // New shape in the same memory space and storage type (host stays host, a device tensor stays on
+    // its device); reallocates only when the element count grows; contents are unspecified afterwards.
     void resize(Shape s);
 
 private:
@@ -84,10 +97,13 @@ private:
 };
 
 // ---- explicit host <-> device copies (plain memcpy where both sides are host memory) --------
+// The host side is always fp32; a half device tensor is converted on the host (half_convert.h,
+// round to nearest even) on the way up and widened on the way down, so every host view and every
+// CPU fallback sees fp32. Offsets and counts are in elements.
 void copy_from_host(const float* src, Tensor& dst);   // dst.size() floats
 void copy_to_host(const Tensor& src, float* dst);     // src.size() floats
 void copy_to_host(const Tensor& src, size_t offset, size_t count, float* dst);  // floats [offset, offset + count)
-void copy_tensor(const Tensor& src, Tensor& dst);     // same size, any memory spaces
+void copy_tensor(const Tensor& src, Tensor& dst);     // same size, any memory spaces and storage types
 Tensor to_host(const Tensor& t);                      // t itself when it is already on the host
 
 }  // namespace dn

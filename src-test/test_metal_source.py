@@ -16,14 +16,22 @@ from msl_check import check_msl
 KERNEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src-lib", "kernels")
 
 
+def kernel_names(text: str) -> set:
+    """KERNEL(name) in kernel text, and KERNEL(S_NAME(name)) of storage_kernels.h as name_<type> for each
+    storage type the text instantiates (`#define S_NAME(name) name##_f16` in storage_f16.h)."""
+    names = set(re.findall(r"^KERNEL\((\w+)\)", text, re.M))
+    suffixes = set(re.findall(r"^#define S_NAME\(name\) name##_(\w+)", text, re.M))
+    return names | {f"{n}_{t}" for n in re.findall(r"^KERNEL\(S_NAME\((\w+)\)\)", text, re.M) for t in suffixes}
+
+
 def source_kernel_names():
-    """KERNEL(name) in the kernel files (the compat preludes only define the macro)."""
-    names = set()
-    for f in os.listdir(KERNEL_DIR):
+    """The kernels of the kernel files (the compat preludes only define the macro)."""
+    text = ""
+    for f in sorted(os.listdir(KERNEL_DIR)):
         if f.endswith(".h") and not f.startswith("compat_"):
             with open(os.path.join(KERNEL_DIR, f)) as fh:
-                names |= set(re.findall(r"^KERNEL\((\w+)\)", fh.read(), re.M))
-    return names
+                text += fh.read() + "\n"
+    return kernel_names(text)
 
 
 needs_sources = pytest.mark.skipif(not os.path.isdir(KERNEL_DIR), reason="src-lib/kernels not found (installed copy?)")
@@ -60,7 +68,7 @@ def test_cli_prints_metal_source(msl):
 def test_every_kernel_is_in_the_embedded_text(msl):
     names = source_kernel_names()
     assert len(names) >= 40
-    embedded = set(re.findall(r"^KERNEL\((\w+)\)", msl, re.M))
+    embedded = kernel_names(msl)
     assert embedded == names, f"kernel files not embedded (CMakeLists GPU_KERNEL_FILES): {names - embedded}"
 
 
@@ -111,6 +119,8 @@ PLANTS = [
     ("double", "    y[i] = a.value;\n", "    double d = a.value;\n    y[i] = (float)d;\n", "MSL has no 'double'"),
     ("program-scope variable", "KFN float act_softplus", "float calls_ = 0.0f;\nKFN float act_softplus",
      "program-scope variable 'calls_' must be in the constant address space"),
+    ("half storage read through as_type of another size", "as_type<float>(((uint)(p)[i]) << 16)",
+     "as_type<float>((p)[i])", "as_type between types of different sizes"),
     # a rule of ours, perhaps stricter than Apple's compiler: helpers read the argument struct in place
     ("argument struct copied out of constant memory", "KARGS_PARAM(PoolArgs) a, int is_max", "PoolArgs a, int is_max",
      "no matching constructor for initialization of 'PoolArgs'"),

@@ -15,6 +15,7 @@
 #include "cpu/cpu_isa.h"
 #include "devices.h"
 #include "gpu/kernel_source.h"
+#include "half_convert.h"
 #include "cpu/thread_pool.h"
 #include "image.h"
 #include "network.h"
@@ -229,6 +230,21 @@ PYBIND11_MODULE(_core, m) {
         }
         return py::make_tuple(resolved, log);
     }, "The device 'auto' stands for, and one line per device skipped (and why).");
+    m.def("half_bits", [](const py::array_t<float, py::array::c_style | py::array::forcecast>& a, const std::string& precision) {
+        DType t = parse_dtype(precision);
+        if (t == DType::f32) throw DarknetError("half_bits: precision must be fp16 or bf16");
+        py::array_t<uint16_t> out(std::vector<py::ssize_t>(a.shape(), a.shape() + a.ndim()));
+        f32_to_half(a.data(), out.mutable_data(), (size_t)a.size(), t == DType::bf16);
+        return out;
+    }, py::arg("values"), py::arg("precision"),
+       "The engine's host conversion of float32 values to fp16 / bf16 bits (round to nearest even), as uint16.");
+    m.def("half_values", [](const py::array_t<uint16_t, py::array::c_style | py::array::forcecast>& a, const std::string& precision) {
+        DType t = parse_dtype(precision);
+        if (t == DType::f32) throw DarknetError("half_values: precision must be fp16 or bf16");
+        py::array_t<float> out(std::vector<py::ssize_t>(a.shape(), a.shape() + a.ndim()));
+        half_to_f32(a.data(), out.mutable_data(), (size_t)a.size(), t == DType::bf16);
+        return out;
+    }, py::arg("bits"), py::arg("precision"), "fp16 / bf16 bits (uint16) back to float32, exactly.");
     m.def("kernel_source", [](const std::string& device) { return kernel_source(device); }, py::arg("device"),
           "The GPU kernel text exactly as `device` ('opencl', 'metal') compiles it: its macro prelude, then the "
           "kernels.");
@@ -345,6 +361,18 @@ PYBIND11_MODULE(_core, m) {
             py::gil_scoped_release nogil;
             n.set_backend(name);
         }, "Moves parameters and optimizer state to another device.")
+        .def_property("precision", [](const Network& n) { auto lk = lock_net(n); return std::string(dtype_name(n.precision())); },
+                      [](Network& n, const std::string& name) {
+                          auto lk = lock_net(n);
+                          n.set_precision(parse_dtype(name));
+                      },
+                      "Storage type of the activations: 'fp32', 'fp16' or 'bf16' (half on GPU devices, for detection).")
+        .def_property_readonly("precisions", [](const Network& n) {
+            auto lk = lock_net(n);
+            std::vector<std::string> names;
+            for (DType t : n.backend().storage_types()) names.push_back(dtype_name(t));
+            return names;
+        }, "The precisions this network's device runs.")
         .def("bytes_moved", [](const Network& n) { auto lk = lock_net(n);
             auto dev = n.backend().device();
             py::dict d;

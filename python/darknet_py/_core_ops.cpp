@@ -28,6 +28,19 @@ struct Ops {
         be->fill(t, 0.0f);
         return t;
     }
+    // Activations (not parameters) in `storage`: the ops of storage_kernels.h take fp16 / bf16 there
+    // (src-lib/gpu/PRECISION.md); the host copies round to nearest even on the way up.
+    DType storage = DType::f32;
+    Tensor act(const FloatArray& a) {
+        Tensor host = to_tensor(a), t = be->alloc(host.shape(), storage);
+        copy_tensor(host, t);
+        return t;
+    }
+    Tensor act_out(Shape s) {
+        Tensor t = be->alloc(s, storage);
+        copy_tensor(Tensor(s), t);  // zeros
+        return t;
+    }
 };
 
 }  // namespace
@@ -42,6 +55,20 @@ void bind_ops(py::module_& m) {
             if (!gpu) throw DarknetError(std::string(o.be->name()) + " has no kernels to limit");
             gpu->limit_group_size((uint32_t)std::max(1, n));
         }, "Caps the threads per group of every kernel (GPU backends; for tests).")
+        .def_property("storage", [](const Ops& o) { return std::string(dtype_name(o.storage)); },
+                      [](Ops& o, const std::string& name) {
+                          DType t = parse_dtype(name);
+                          auto runs = o.be->storage_types();
+                          if (std::find(runs.begin(), runs.end(), t) == runs.end()) {
+                              std::string names;
+                              for (DType r : runs) names += std::string(names.empty() ? "" : ", ") + dtype_name(r);
+                              throw DarknetError("precision " + name + " does not run on " + o.be->name() +
+                                                 " (it runs: " + names + ")");
+                          }
+                          o.storage = t;
+                      },
+                      "Storage type of the activation arguments and results of conv2d, conv2d_affine_act, activate, "
+                      "pool, copy_channels, shortcut, upsample and yolo_activate's input (parameters stay fp32).")
         .def("fallback_counts", [](Ops& o) {
             const auto* c = o.be->fallback_counts();
             return c ? *c : std::map<std::string, int>{};
@@ -65,7 +92,7 @@ void bind_ops(py::module_& m) {
             Shape xs = nchw("Ops.conv2d", "x", x), ws = nchw("Ops.conv2d", "w", w);
             ConvGeom g{ws.h, ws.w, stride_y, stride_x, pad, dilation, groups};
             Shape ys = conv_output("Ops.conv2d", xs, ws, g, out_h, out_w);
-            Tensor tx = o.in(x), tw = o.in(w), y = o.out(ys);
+            Tensor tx = o.act(x), tw = o.in(w), y = o.act_out(ys);
             o.be->conv2d(tx, tw, g, y);
             return to_numpy(y);
         })
@@ -82,7 +109,7 @@ void bind_ops(py::module_& m) {
             check_size(op, "shift", shift.size(), ws.n);
             FloatArray scale_a = scale.is_none() ? FloatArray() : scale.cast<FloatArray>();
             if (!scale.is_none()) check_size(op, "scale", scale_a.size(), ws.n);
-            Tensor tx = o.in(x), tw = o.in(w), y = o.out(ys);
+            Tensor tx = o.act(x), tw = o.in(w), y = o.act_out(ys);
             Tensor sc, sh = o.in(shift);
             if (!scale.is_none()) sc = o.in(scale_a);
             o.be->conv2d_affine_act(tx, tw, g, scale.is_none() ? nullptr : &sc, sh, a, y);
@@ -109,7 +136,7 @@ void bind_ops(py::module_& m) {
             Activation a = activation_from_name(name, &ok);
             if (!ok) throw DarknetError("unknown activation " + name);
             nchw("Ops.activate", "x", x);
-            Tensor t = o.in(x);
+            Tensor t = o.act(x);
             o.be->activate(t, a);
             return to_numpy(t);
         })
@@ -119,7 +146,7 @@ void bind_ops(py::module_& m) {
             Shape given = shape_arg("Ops.pool", "out_shape", out_shape);
             Shape ys = pool_shape("Ops.pool", kind, nchw("Ops.pool", "x", x), g, given);
             check_shape("Ops.pool", "out_shape", given, ys);
-            Tensor tx = o.in(x), y = o.out(ys);
+            Tensor tx = o.act(x), y = o.act_out(ys);
             if (kind == "max") o.be->maxpool(tx, g, y);
             else if (kind == "local_avg") o.be->avgpool_local(tx, g, y);
             else if (kind == "global_avg") o.be->avgpool_global(tx, y);
@@ -129,16 +156,16 @@ void bind_ops(py::module_& m) {
         })
         .def("copy_channels", [](Ops& o, const FloatArray& x, int src_c0, const FloatArray& y, int dst_c0, int count) {
             check_channel_copy("Ops.copy_channels", x, src_c0, y, dst_c0, count);
-            Tensor tx = o.in(x), ty = o.in(y);
+            Tensor tx = o.act(x), ty = o.act(y);
             o.be->copy_channels(tx, src_c0, ty, dst_c0, count);
             return to_numpy(ty);
         })
         .def("shortcut", [](Ops& o, const FloatArray& x, std::vector<FloatArray> from, const FloatArray& weights,
                             int weights_type, int norm) {
             check_shortcut("Ops.shortcut", x, from, weights, weights_type, norm);
-            Tensor tx = o.in(x), y = o.out(tx.shape());
+            Tensor tx = o.act(x), y = o.act_out(tx.shape());
             std::vector<Tensor> fs;
-            for (auto& f : from) fs.push_back(o.in(f));
+            for (auto& f : from) fs.push_back(o.act(f));
             std::vector<const Tensor*> ptrs;
             for (auto& f : fs) ptrs.push_back(&f);
             Tensor tw = weights.size() ? o.in(weights) : Tensor();
@@ -150,7 +177,7 @@ void bind_ops(py::module_& m) {
             Shape s = nchw("Ops.upsample", "x", x);
             check_min("Ops.upsample", "stride", stride, 1);
             Shape ys = result_shape("Ops.upsample", "the output", s.n, s.c, (int64_t)s.h * stride, (int64_t)s.w * stride);
-            Tensor tx = o.in(x), y = o.out(ys);
+            Tensor tx = o.act(x), y = o.act_out(ys);
             o.be->upsample(tx, stride, scale, y);
             return to_numpy(y);
         })
@@ -387,7 +414,7 @@ void bind_ops(py::module_& m) {
             if ((int64_t)anchors * (5 + (int64_t)classes) != xs.c)
                 bad_arg("Ops.yolo_activate", "x", "of Nx" + std::to_string((int64_t)anchors * (5 + (int64_t)classes)) +
                         "xHxW (anchors * (5 + classes) channels)", xs.str());
-            Tensor tx = o.in(x), y = o.out(tx.shape());
+            Tensor tx = o.act(x), y = o.out(tx.shape());  // the head's output is fp32 in every precision
             o.be->yolo_activate(tx, YoloGeom{anchors, classes, new_coords, scale_x_y}, y);
             return to_numpy(y);
         });

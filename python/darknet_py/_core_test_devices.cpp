@@ -144,7 +144,9 @@ public:
     uint32_t max_group_size(const char* name) override { return inner_->max_group_size(name); }
     void synchronize() override { inner_->synchronize(); }
 
+    // fp32 only, as a fast path without half support (src-lib/gpu/PRECISION.md): false for half data
     bool conv2d(const ConvParams& p, const DeviceMemory* x, const DeviceMemory* w, DeviceMemory* y) override {
+        if (p.dtype != DType::f32) return false;
         Tensor hx = down(x, p.x), hw = down(w, weights(p)), hy(shape(p.y));
         cpu_->conv2d(hx, hw, geom(p), hy);
         return up(hy, y), count("conv2d"), true;
@@ -162,6 +164,7 @@ public:
         return up(hdw, dw), count("conv2d_backward_weights"), true;
     }
     bool pool(const PoolParams& p, const DeviceMemory* x, DeviceMemory* y) override {
+        if (p.dtype != DType::f32) return false;
         Tensor hx = down(x, p.x), hy(shape(p.y));
         PoolGeom g{p.size, p.stride_y, p.stride_x, p.padding};
         if (p.max) cpu_->maxpool(hx, g, hy);

@@ -12,7 +12,7 @@ from typing import Any, Dict, Optional, Sequence
 
 from .argtypes import non_negative_int, positive_int, unit_interval
 from . import exit_codes
-from .devices import add_device_option
+from .devices import add_device_option, add_precision_option
 
 DEFAULT_OUT = "detections"
 PROG = "darknet_py"
@@ -117,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a stream that stops is reopened up to N times, with back-off (default: %(default)s; 0: never)")
     p.add_argument("--verbose", action="store_true", help="also print FFmpeg's own messages (errors in the video data)")
     add_device_option(p)
+    add_precision_option(p)
     p.set_defaults(func=cmd_detect, parser=p)
 
     p = sub.add_parser("info", help="version, build options, CPU and backends",
@@ -171,14 +172,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # ---- commands -------------------------------------------------------------------------------
-def _load_network(cfg: str, weights: Optional[str], names: Optional[str], device: Optional[str]):
+def _load_network(cfg: str, weights: Optional[str], names: Optional[str], device: Optional[str],
+                  precision: str = "fp32"):
     """Builds the network, printing the engine's warnings (unused cfg options, ...) as one line each."""
     from .cfgfiles import names_mismatch, resolve_names
     from .network import Network, read_names
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        net = Network(cfg, weights, None, device)
+        net = Network(cfg, weights, None, device, precision=precision)
     for w in caught:
         print(f"warning: {w.message}", file=sys.stderr)
     names_path = resolve_names(names, net.classes)
@@ -214,7 +216,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
         _core.set_threads(args.threads)
     source = resolve_source(args.source)  # before loading the model: a typo should fail fast
     cfg = resolve_cfg(args.cfg)
-    net, names_path = _load_network(cfg, args.weights, args.names, args.device)
+    net, names_path = _load_network(cfg, args.weights, args.names, args.device, args.precision)
     options = DetectOptions(args.thresh, args.nms, args.letterbox, args.out, max_frames=args.max_frames,
                             drop=not args.no_drop, reconnect=args.reconnect, show=args.show,
                             save_labels=args.save_labels, save_crops=args.save_crops)

@@ -63,3 +63,15 @@ def add_device_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", "--backend", dest="device", type=device_arg, default=None, metavar="DEVICE",
                         help="where the network runs: cpu, opencl[:N], cuda[:N], metal, reference (naive loops, "
                              f"for checking) or auto (default: ${ENV}, else auto: the first working GPU, else cpu)")
+
+
+PRECISIONS = ("fp32", "fp16", "bf16")
+
+
+def add_precision_option(parser: argparse.ArgumentParser, training: bool = False) -> None:
+    """--precision for the commands that run a network (see Network.precision)."""
+    what = ("training runs in fp32 only so far: fp16 / bf16 are refused" if training else
+            "fp16 / bf16 store activations in half on GPU devices (math in fp32, weights fp32); "
+            "the CPU runs fp32 only")
+    parser.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                        help=f"storage type of the activations (default: %(default)s); {what}")

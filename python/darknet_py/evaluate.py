@@ -64,7 +64,7 @@ from .plots import PLOT_FILES, Curves, curves, write_plots
 from .box_iou import iou_matrix
 from .confusion import confusion_matrix, per_image_outcomes
 from .argtypes import positive_int, unit_interval
-from .devices import add_device_option
+from .devices import add_device_option, add_precision_option
 
 VALID_POINTS = (0, 11, 101)
 COUNTS = ("darknet", "ranked")  # how TP/FP at the confidence threshold are counted (module doc)
@@ -535,6 +535,7 @@ def add_parser(sub: Any, formatter: Any) -> argparse.ArgumentParser:
 
     p.add_argument("--threads", type=positive_int, metavar="N", help="CPU threads (default: all cores)")
     add_device_option(p)
+    add_precision_option(p)
     p.set_defaults(func=cmd_map, parser=p)
     return p
 
@@ -553,7 +554,7 @@ def cmd_map(args: argparse.Namespace) -> int:
         warnings.simplefilter("always")
         from .network import Network
 
-        net = Network(cfg, args.weights, None, args.device)
+        net = Network(cfg, args.weights, None, args.device, precision=args.precision)
     for w in caught:
         print(f"warning: {w.message}", file=sys.stderr)
     with warnings.catch_warnings(record=True) as caught:

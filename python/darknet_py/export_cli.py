@@ -21,6 +21,7 @@ examples:
   darknet_py export yolov4-tiny.cfg yolov4-tiny.weights -o yolov4-tiny.onnx
   darknet_py export yolov4-tiny.cfg yolov4-tiny.weights -o yolov4-tiny-640.onnx --size 640x640 --dynamic-batch
   darknet_py export yolov3-tiny.cfg yolov3-tiny.weights -o detector.onnx --postprocess --thresh 0.3
+  darknet_py export yolov4-tiny.cfg yolov4-tiny.weights -o yolov4-tiny-fp16.onnx --half
 """
 
 
@@ -37,6 +38,11 @@ def add_parser(sub: Any, formatter: Any) -> argparse.ArgumentParser:
     batch = p.add_mutually_exclusive_group()
     batch.add_argument("--batch", type=positive_int, default=1, metavar="N", help="fixed batch size (default: 1)")
     batch.add_argument("--dynamic-batch", action="store_true", help="leave the batch size open (a symbolic dimension)")
+    precision = p.add_mutually_exclusive_group()
+    precision.add_argument("--precision", choices=["fp32", "fp16"], default="fp32",
+                           help="fp16: float16 weights and activations (half the file), float32 input and\n"
+                                "outputs, as `detect --precision fp16` runs (default: %(default)s)")
+    precision.add_argument("--half", dest="precision", action="store_const", const="fp16", help="--precision fp16")
     p.add_argument("--postprocess", action="store_true",
                    help="decode boxes and run NMS in the model: outputs boxes, scores, classes, batch_index")
     p.add_argument("--thresh", type=unit_interval, default=0.25,
@@ -60,7 +66,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         net = Network(resolve_cfg(args.cfg), args.weights, device="cpu")
         with Progress(len(net.layers), "layers", label="export") as bar:
             summary = export_onnx(net, args.output, args.size, args.batch, args.dynamic_batch, args.postprocess,
-                                  args.thresh, args.nms, on_layer=lambda _: bar.update())
+                                  args.thresh, args.nms, on_layer=lambda _: bar.update(), precision=args.precision)
     for w in caught:
         print(f"warning: {w.message}", file=sys.stderr)
     print(summary.line())

@@ -61,17 +61,22 @@ def layer_specs(net: Any) -> List[LayerSpec]:
 
 def build_model(net: Any, batch: Optional[int] = 1, postprocess: bool = False, thresh: float = 0.25,
                 nms: float = 0.45, on_layer: Optional[Callable[[int], None]] = None,
-                every_layer: bool = False) -> Tuple[Any, ExportSummary]:
+                every_layer: bool = False, precision: str = "fp32") -> Tuple[Any, ExportSummary]:
     """The ONNX ModelProto of a _core.Net at its current input size. batch=None: a dynamic batch.
-    every_layer: also output each layer's tensor as layer_<i> (to find where a graph and the engine part)."""
+    every_layer: also output each layer's tensor as layer_<i> (to find where a graph and the engine part).
+    precision "fp16": weights and activations in float16, as the engine's fp16 detection: the float32
+    input is cast to float16 first, the heads back to float32 (outputs and post-processing stay fp32)."""
     onnx = require_onnx()
     helper = onnx.helper
-    g = Graph()
+    if precision not in ("fp32", "fp16"):
+        raise DarknetError(f"ONNX export precision must be fp32 or fp16, got {precision!r}")
+    half = precision == "fp16"
+    g = Graph(half)
     specs = layer_specs(net)
     ctx = Context(g, specs, net)
     c, h, w = net.channels, net.height, net.width
     batch_dim: Any = "batch" if batch is None else int(batch)
-    x = "input"
+    x = g.node("Cast", ["input"], "input_fp16", to=onnx.TensorProto.FLOAT16) if half else "input"
     for l in specs:
         fn = EXPORTERS.get(l.type)
         if fn is None:
@@ -81,6 +86,10 @@ def build_model(net: Any, batch: Optional[int] = 1, postprocess: bool = False, t
         if on_layer:
             on_layer(l.index)
     heads = list(net.yolo_layers) or [len(specs) - 1]
+    if half:  # everything after the layers is float32
+        for i in (range(len(specs)) if every_layer else heads):
+            ctx.tensors[i] = g.node("Cast", [ctx.tensors[i]], f"{specs[i].hint}_fp32", to=onnx.TensorProto.FLOAT)
+        g.float_type = np.float32
     outputs: List[Tuple[str, List[Any]]] = []
     if postprocess:
         if not net.yolo_layers:
@@ -109,6 +118,7 @@ def build_model(net: Any, batch: Optional[int] = 1, postprocess: bool = False, t
     input_shape = [batch_dim, c, h, w]
     inputs = [helper.make_tensor_value_info("input", onnx.TensorProto.FLOAT, input_shape)]
     metadata = {"darknet_py.cfg": os.path.basename(net.cfg_path), "darknet_py.input": "RGB, 0..1, NCHW",
+                "darknet_py.precision": precision,
                 "darknet_py.postprocess": json.dumps(bool(postprocess))}
     if net.yolo_layers:
         metadata["darknet_py.yolo"] = json.dumps([{"layer": i, **{k: net.yolo_info(i)[k] for k in
@@ -123,13 +133,14 @@ def build_model(net: Any, batch: Optional[int] = 1, postprocess: bool = False, t
 
 def export_onnx(network: Any, path: str, size: Optional[Tuple[int, int]] = None, batch: int = 1,
                 dynamic_batch: bool = False, postprocess: bool = False, thresh: float = 0.25, nms: float = 0.45,
-                on_layer: Optional[Callable[[int], None]] = None) -> ExportSummary:
+                on_layer: Optional[Callable[[int], None]] = None, precision: str = "fp32") -> ExportSummary:
     """Writes `network` (a darknet_py.Network) as an ONNX model to `path` and checks it with onnx's checker.
 
     size: (width, height) of the exported input (default: the network's); the network is rebuilt at that
     size for the export and restored after. batch: the fixed batch size; dynamic_batch=True leaves it
     open. postprocess: outputs detections (boxes, scores, classes, batch_index) instead of the heads,
-    with `thresh` and `nms` (IoU; 0 turns NMS off) as Network.detect uses them."""
+    with `thresh` and `nms` (IoU; 0 turns NMS off) as Network.detect uses them. precision "fp16": float16
+    weights and activations, float32 input and outputs (see build_model)."""
     onnx = require_onnx()
     if not dynamic_batch and (not isinstance(batch, (int, np.integer)) or batch < 1):
         raise DarknetError(f"batch must be a positive integer, got {batch!r}")
@@ -145,13 +156,14 @@ def export_onnx(network: Any, path: str, size: Optional[Tuple[int, int]] = None,
             raise DarknetError(f"size must be positive, got {w}x{h}")
         net.resize_input(w, h)
     try:
-        model, summary = build_model(net, None if dynamic_batch else int(batch), postprocess, thresh, nms, on_layer)
+        model, summary = build_model(net, None if dynamic_batch else int(batch), postprocess, thresh, nms, on_layer,
+                                     precision=precision)
     finally:
         if size is not None:
             net.resize_input(*old)
     path = os.fspath(path)
     # serialized once (large models take seconds); the checker reads the file back, with shape inference
-    external = summary.parameters * 4 > EXTERNAL_DATA_BYTES
+    external = summary.parameters * (2 if precision == "fp16" else 4) > EXTERNAL_DATA_BYTES
     if external:
         onnx.save_model(model, path, save_as_external_data=True, all_tensors_to_one_file=True,
                         location=os.path.basename(path) + ".data")

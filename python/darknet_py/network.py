@@ -85,11 +85,13 @@ class Network:
     """
 
     def __init__(self, cfg: PathLike, weights: Optional[PathLike] = None, names: Optional[PathLike] = None,
-                 device: Optional[str] = None, *, backend: Optional[str] = None) -> None:
-        # device: see darknet_py.devices (None: $DARKNET_PY_DEVICE, else "auto"); backend: its old name
+                 device: Optional[str] = None, *, backend: Optional[str] = None, precision: str = "fp32") -> None:
+        # device: see darknet_py.devices (None: $DARKNET_PY_DEVICE, else "auto"); backend: its old name;
+        # precision: the activations' storage type, see the `precision` property
         self._lock = threading.RLock()
         self.cfg_path = _model_file(cfg, "cfg file", ".cfg")
         self._net = _core.Net(self.cfg_path, resolve(device or backend or default_device()))
+        self.precision = precision
         for msg in self._net.warnings:
             warnings.warn(msg, stacklevel=2)
         self.weights_path: Optional[str] = None
@@ -176,10 +178,32 @@ class Network:
     def device(self, name: str) -> None:
         self._net.set_backend(resolve(name))
 
-    def to(self, device: str) -> "Network":
-        """Moves the parameters to another device (as torch's Module.to); returns self."""
-        self.device = device
+    def to(self, device: str, precision: str = "fp32") -> "Network":
+        """Moves the parameters to another device (as torch's Module.to) and runs it in `precision`
+        (see the `precision` property); returns self."""
+        with self._lock:
+            self.device = device
+            self.precision = precision
         return self
+
+    @property
+    def precision(self) -> str:
+        """Storage type of the activations: "fp32" (the default), "fp16" or "bf16". Half runs on GPU
+        devices (CUDA, Metal, OpenCL) for detection: weights stay fp32 (a half copy feeds each
+        convolution), math accumulates in fp32, the yolo heads come back in fp32. Setting a precision the
+        device cannot run raises DarknetError naming the ones it can (`precisions`). Moving the network
+        to another device sets it back to fp32."""
+        return self._net.precision
+
+    @precision.setter
+    @_serialized
+    def precision(self, name: str) -> None:
+        self._net.precision = str(name)
+
+    @property
+    def precisions(self) -> List[str]:
+        """The precisions this network's device runs: ["fp32"] on the CPU, all three on GPU devices."""
+        return list(self._net.precisions)
 
     backend = device  # the old name
 
@@ -251,15 +275,16 @@ class Network:
     @_serialized
     def export_onnx(self, path: PathLike, size: Optional[Tuple[int, int]] = None, batch: int = 1,
                     dynamic_batch: bool = False, postprocess: bool = False, thresh: float = 0.25,
-                    nms: float = 0.45) -> "ExportSummary":
+                    nms: float = 0.45, precision: str = "fp32") -> "ExportSummary":
         """Writes the network as an ONNX model (needs `pip install "darknet_py[onnx]"`). Its outputs are
         what forward returns (yolo_<layer> per head, or `output`), batchnorm folded into the convolutions;
         with postprocess=True, detections after decoding and NMS: boxes (x1, y1, x2, y2 relative to the
         input), scores, classes, batch_index. size=(width, height) exports at another input size;
-        dynamic_batch=True leaves the batch open. See darknet_py.export_onnx."""
+        dynamic_batch=True leaves the batch open. precision="fp16": float16 weights and activations, float32
+        input and outputs. See darknet_py.export_onnx."""
         from .export_onnx import export_onnx
 
-        return export_onnx(self, path, size, batch, dynamic_batch, postprocess, thresh, nms)
+        return export_onnx(self, path, size, batch, dynamic_batch, postprocess, thresh, nms, precision=precision)
 
     def class_name(self, class_id: int) -> str:
         """The name of class `class_id` (its number as text where the names file has fewer names)."""

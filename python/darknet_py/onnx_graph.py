@@ -29,8 +29,11 @@ def require_onnx() -> Any:
 class Graph:
     """Nodes and initializers of one ONNX graph. Every method returns the name(s) of its output tensor(s)."""
 
-    def __init__(self) -> None:
+    def __init__(self, half: bool = False) -> None:
         self.onnx = require_onnx()
+        # the type of float constants: float16 in an fp16 model (export --precision fp16) until the heads,
+        # float32 from there on (the heads are cast back to fp32 before outputs and post-processing)
+        self.float_type: type = np.float16 if half else np.float32
         # built in place: copying hundreds of MB of weights between protobuf messages costs seconds
         self.proto = self.onnx.ModelProto()
         self.nodes: List[Any] = []
@@ -44,15 +47,17 @@ class Graph:
 
     def const(self, value: Union[np.ndarray, Sequence[float], float, int], hint: str = "const",
               dtype: Optional[type] = None) -> str:
-        """An initializer holding `value` (float32 unless it is an integer array or dtype says otherwise)."""
+        """An initializer holding `value` (float_type unless it is an integer array or dtype says otherwise)."""
         arr = np.asarray(value)
         if dtype is None:
-            dtype = np.int64 if arr.dtype.kind in "iu" else np.float32
-        arr = np.asarray(arr, dtype=dtype)  # no copy when it already is (weights run to hundreds of MB)
+            dtype = np.int64 if arr.dtype.kind in "iu" else self.float_type
+        with np.errstate(over="ignore"):  # -FLT_MAX (max pooling's padding) is -inf in float16, as in the engine
+            arr = np.asarray(arr, dtype=dtype)  # no copy when it already is (weights run to hundreds of MB)
         name = self.name(hint)
         t = self.proto.graph.initializer.add()
         t.name = name
-        t.data_type = self.onnx.TensorProto.INT64 if arr.dtype == np.int64 else self.onnx.TensorProto.FLOAT
+        P = self.onnx.TensorProto
+        t.data_type = {np.dtype(np.int64): P.INT64, np.dtype(np.float16): P.FLOAT16}.get(arr.dtype, P.FLOAT)
         t.dims.extend(arr.shape)
         t.raw_data = np.ascontiguousarray(arr).astype("<" + arr.dtype.str[1:], copy=False).tobytes()  # little-endian
         return name

@@ -249,8 +249,10 @@ def export_upsample(ctx: Context, l: LayerSpec, x: str) -> str:
     scale = l.float("scale", 1.0)
     s = abs(stride)
     if stride > 0:  # nearest neighbour: out[i] = in[floor(i / s)]
-        y = g.node("Resize", [x, g.const(np.zeros(0, np.float32), f"{l.hint}_roi"),
-                              g.const(np.array([1, 1, s, s], np.float32), f"{l.hint}_scales")], f"{l.hint}_resize",
+        # roi and scales are float32 in every model (ONNX's Resize types them so)
+        y = g.node("Resize", [x, g.const(np.zeros(0, np.float32), f"{l.hint}_roi", np.float32),
+                              g.const(np.array([1, 1, s, s], np.float32), f"{l.hint}_scales", np.float32)],
+                   f"{l.hint}_resize",
                    mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor")
         return y if scale == 1.0 else g.scalar_op("Mul", y, scale, l.hint)
     # negative stride: each s x s block summed (rows/columns beyond whole blocks ignored), times scale

@@ -590,3 +590,80 @@ def check_case(ref, ops, case: Case) -> Comparison:
                               (f"output {k}: " if len(want) > 1 else "") + c.message)
         result = Comparison(True, max(c.max_error, result.max_error), max(c.worst_ratio, result.worst_ratio))
     return result
+
+
+# ---------------------------------------------------------------------------------------------
+# Half storage (src-lib/gpu/PRECISION.md): the ops of src-lib/kernels/storage_kernels.h with their
+# activations stored in fp16 or bf16 (Ops.storage), math in fp32, parameters fp32.
+#
+# Tolerances follow from the formats. Round to nearest even moves a value by at most half an ulp:
+# a relative 2^-11 for fp16 (11 significant bits) and 2^-8 for bf16 (8 bits); below fp16's smallest
+# normal the step is absolute, at most 2^-25. The inputs are rounded to the format before both runs
+# (the reference gets exactly what the device stores), so what remains is, per op:
+#   every op            the output's own rounding: u * |y|
+#   conv2d              + the weights' half copy (cuDNN): u * sum |x w|
+#   conv2d_affine_act   + (that + the convolution's half output) * |scale|, times an activation
+#                       slope <= 2: 4 u |scale| sum |x w|
+#   shortcut            + a rounding after each of the n inputs' partial sums: u n sum |w_k in_k|
+#   yolo_activate       nothing: its output is fp32
+# on top of the fp32 case's own tolerance. Outputs beyond the format's range (a max pool window of
+# padding only gives -FLT_MAX, which is -inf in half) are left out.
+HALF_UNIT = {"fp16": 2.0 ** -11, "bf16": 2.0 ** -8}
+HALF_FLOOR = {"fp16": 2.0 ** -25, "bf16": 0.0}
+HALF_MAX = {"fp16": 65504.0, "bf16": 3.38e38}
+# op -> the positions of its activation arguments (lists hold several)
+HALF_ACTIVATION_ARGS = {"conv2d": (0,), "conv2d_affine_act": (0,), "activate": (0,), "pool": (1,),
+                        "copy_channels": (0, 2), "shortcut": (0, 1), "upsample": (0,), "yolo_activate": (0,)}
+
+
+def round_to(x: np.ndarray, precision: str) -> np.ndarray:
+    """float32 values rounded to fp16 / bf16 (nearest even) and widened back to float32."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    if precision == "fp16":
+        return x.astype(np.float16).astype(np.float32)
+    u = x.view(np.uint32).astype(np.uint64)
+    return (((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16).astype(np.uint32).view(np.float32)
+
+
+def _half_extra(ref, op: str, args: tuple, u: float):
+    """The op-specific term of the half tolerance above (an array or 0), from the reference."""
+    if op == "conv2d":
+        return u * ref.conv2d(np.abs(args[0]), np.abs(args[1]), *args[2:9])
+    if op == "conv2d_affine_act":
+        x, w, geom, scale = args[0], args[1], args[2:9], args[9]
+        sc = np.ones(w.shape[0]) if scale is None else np.abs(scale).astype(np.float64)
+        return 4 * u * ref.conv2d(np.abs(x), np.abs(w), *geom) * sc[None, :, None, None]
+    if op == "shortcut":
+        x, froms, weights, wt, norm = args
+        w = np.abs(weights) if norm == 0 else weights  # normalised weights are >= 0 already
+        return u * (len(froms) + 1) * ref.shortcut(np.abs(x), [np.abs(f) for f in froms], w, wt, norm)
+    return 0.0
+
+
+def half_cases(precision: str, ref) -> List[Case]:
+    """The forward CASES of the ops that take half storage, with their activation inputs rounded to
+    `precision`, for an Ops whose storage is `precision`; `ref` (the reference Ops) drops the cases
+    whose results leave the format's range."""
+    u, floor = HALF_UNIT[precision], HALF_FLOOR[precision]
+    out = []
+    for base in CASES:
+        if base.op not in HALF_ACTIVATION_ARGS:
+            continue
+        if base.op in ("activate", "conv2d_affine_act") and not activation_is_elementwise(base.args[-1]):
+            continue
+        if base.op == "pool" and base.args[0] not in ("max", "local_avg"):
+            continue
+        args = list(base.args)
+        for k in HALF_ACTIVATION_ARGS[base.op]:
+            args[k] = [round_to(a, precision) for a in args[k]] if isinstance(args[k], list) else round_to(args[k], precision)
+        args = tuple(args)
+        if np.abs(getattr(ref, base.op)(*args)).max() > HALF_MAX[precision]:
+            continue
+
+        def tol(r, base=base, args=args):
+            own = base.atol * (base.scale(r) if base.scale else 1.0)
+            u_out = 0.0 if base.op == "yolo_activate" else u * np.abs(getattr(r, base.op)(*args)) + floor
+            return own + u_out + _half_extra(r, base.op, args, u)
+
+        out.append(Case(f"{precision}-{base.id}", base.op, args, atol=1.0, rtol=base.rtol, scale=tol))
+    return out

@@ -98,12 +98,16 @@ def _training_direction(op: str) -> str:
     return "training" if op in ("batchnorm_train", "sgd_update", "adam_update") else "backward"
 
 
-def select_cases(quick: bool):
-    """(case, direction) pairs: all of op_cases, or with `quick` the QUICK_CASES_PER_OP smallest
-    cases (by input size) of each op and direction."""
-    from .op_cases import CASES, TRAIN_CASES
+def select_cases(quick: bool, precision: str = "fp32", ref=None):
+    """(case, direction) pairs: all of op_cases (in half: its half_cases, forward only, `ref` the
+    reference Ops), or with `quick` the QUICK_CASES_PER_OP smallest cases (by input size) of each op
+    and direction."""
+    from .op_cases import CASES, TRAIN_CASES, half_cases
 
-    pairs = [(c, "forward") for c in CASES] + [(c, _training_direction(c.op)) for c in TRAIN_CASES]
+    if precision == "fp32":
+        pairs = [(c, "forward") for c in CASES] + [(c, _training_direction(c.op)) for c in TRAIN_CASES]
+    else:
+        pairs = [(c, "forward") for c in half_cases(precision, ref)]
     if not quick:
         return pairs
 
@@ -135,15 +139,17 @@ def _perturbed(ops, op: str):
     return Perturbed()
 
 
-def run_ops(device: str, quick: bool, perturb: Optional[str] = None, progress: bool = True) -> List[OpResult]:
+def run_ops(device: str, quick: bool, perturb: Optional[str] = None, progress: bool = True,
+            precision: str = "fp32") -> List[OpResult]:
     from . import _core
     from .op_cases import check_case
     from .progress import Progress
 
     ref, dev = _core.Ops("reference"), _core.Ops(device)
+    dev.storage = precision  # a device without it: DarknetError "precision fp16 does not run on cpu (...)"
     if perturb:
         dev = _perturbed(dev, perturb)
-    pairs = select_cases(quick)
+    pairs = select_cases(quick, precision, ref)
     results: Dict[tuple, OpResult] = {}
     bar = Progress(len(pairs), "cases", label=f"selftest {device}") if progress else None
     try:
@@ -274,21 +280,28 @@ def fast_path_results(device: str, ops: List[OpResult]) -> Dict[str, bool]:
             for name, served in FAST_PATHS.get(kind, {}).items()}
 
 
-def run_selftest(device: str, quick: bool = False, perturb: Optional[str] = None, progress: bool = True) -> dict:
+def run_selftest(device: str, quick: bool = False, perturb: Optional[str] = None, progress: bool = True,
+                 precision: str = "fp32") -> dict:
     """Runs everything on `device` (a concrete name, not "auto") and returns the report (see the
-    module docstring); writes nothing."""
+    module docstring); writes nothing. In fp16 / bf16: the ops that take half storage (their cases
+    in that precision), no training run (training is fp32 only) and no fast-path verdicts (the
+    devices read those from the fp32 report)."""
     from . import __version__, _core
 
     os.environ[SELFTEST_ENV] = "1"  # devices enable every fast path, so that all are judged
-    ops = run_ops(device, quick, perturb, progress)
-    training = run_training(device, iterations=2 if quick else 5)
+    ops = run_ops(device, quick, perturb, progress, precision)
+    if precision == "fp32":
+        training, fast_paths = run_training(device, iterations=2 if quick else 5), fast_path_results(device, ops)
+    else:
+        training = {"iterations": 0, "compared_with": "-", "max_rel_diff": None, "passed": True, "failure": "",
+                    "skipped": f"training runs in fp32 only: not run in {precision}"}
+        fast_paths = {}
     name = next((d["name"] for d in _core.devices() if d.get("id") == device), device)
     return {
-        "format": 1, "device": device, "device_name": name, "darknet_py": __version__,
+        "format": 1, "device": device, "device_name": name, "precision": precision, "darknet_py": __version__,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "quick": quick, "passed": all(r.passed for r in ops) and training["passed"],
-        "ops": [r.to_dict() for r in ops], "training": training,
-        "fast_paths": fast_path_results(device, ops),
+        "ops": [r.to_dict() for r in ops], "training": training, "fast_paths": fast_paths,
     }
 
 
@@ -304,9 +317,12 @@ def format_table(report: dict) -> str:
     lines.insert(1, "  ".join("-" * w for w in widths))
     t = report["training"]
     lines.append("")
-    lines.append(f"training: {t['iterations']} iterations vs {t['compared_with']}, loss max relative difference "
-                 f"{t['max_rel_diff'] if t['max_rel_diff'] is None else format(t['max_rel_diff'], '.2e')}: "
-                 f"{'ok' if t['passed'] else 'FAIL'}")
+    if t.get("skipped"):
+        lines.append(f"training: {t['skipped']}")
+    else:
+        lines.append(f"training: {t['iterations']} iterations vs {t['compared_with']}, loss max relative difference "
+                     f"{t['max_rel_diff'] if t['max_rel_diff'] is None else format(t['max_rel_diff'], '.2e')}: "
+                     f"{'ok' if t['passed'] else 'FAIL'}")
     if t["failure"]:
         lines.append(f"FAIL training: {t['failure']}")
     for r in report["ops"]:
@@ -314,7 +330,7 @@ def format_table(report: dict) -> str:
             lines.append(f"FAIL {r['op']} ({r['direction']}): {r['failure']}")
     for name, ok in report["fast_paths"].items():
         lines.append(f"fast path {name}: {'passed (enabled)' if ok else 'FAILED (disabled)'}")
-    lines.append(f"{report['device']} ({report['device_name']}): "
+    lines.append(f"{report['device']} ({report['device_name']}){' in ' + report['precision'] if report.get('precision', 'fp32') != 'fp32' else ''}: "
                  f"{'all passed' if report['passed'] else 'MISMATCHES: see above'}")
     return "\n".join(lines)
 
@@ -329,7 +345,7 @@ def write_report(report: dict, path: str) -> None:
 
 def add_parser(sub, formatter) -> argparse.ArgumentParser:
     """Registers the `selftest` subcommand on the CLI's subparsers."""
-    from .devices import add_device_option
+    from .devices import PRECISIONS, add_device_option
 
     p = sub.add_parser("selftest", help="check every op of a device against the reference, on this machine",
                        description="Run every op, forward and backward, on DEVICE and on the naive reference backend\n"
@@ -339,6 +355,9 @@ def add_parser(sub, formatter) -> argparse.ArgumentParser:
                                    "passed, 3 a mismatch, 1 could not run.",
                        epilog=SELFTEST_EXAMPLES, formatter_class=formatter)
     add_device_option(p)
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                   help="fp16 / bf16: the ops that take half storage, in that precision, against the reference\n"
+                        "(no training run; the report goes beside the fp32 one, selftest-<device>-<precision>.json)")
     p.add_argument("--json", metavar="FILE",
                    help="write the report to FILE instead of the user cache folder (where the devices read it;\n"
                         "the path is printed at the end)")
@@ -354,9 +373,11 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     from .devices import default_device, resolve
 
     device = resolve(args.device or default_device())
-    report = run_selftest(device, quick=args.quick, perturb=args.perturb)
+    report = run_selftest(device, quick=args.quick, perturb=args.perturb, precision=args.precision)
     print(format_table(report))
     path = args.json or _core.selftest_results_path(device)
+    if args.precision != "fp32" and not args.json:  # the devices read the fp32 report's fast paths
+        path = path[:-len(".json")] + f"-{args.precision}.json"
     write_report(report, path)
     print(f"report: {path}")
     return exit_codes.OK if report["passed"] else exit_codes.SELFTEST_MISMATCH

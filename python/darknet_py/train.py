@@ -43,7 +43,7 @@ from typing import Any, Callable, Dict, List, Optional, TextIO, Tuple
 import numpy as np
 
 from .argtypes import non_negative_int, positive_float, positive_int
-from .devices import check_name
+from .devices import add_precision_option, check_name
 from .chart import Chart
 from .exit_codes import INTERRUPTED
 from .distributed import DEFAULT_TIMEOUT, RankInfo, init_process_group
@@ -211,7 +211,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
           verbose: bool = False, heads_every: int = 10, device: Optional[str] = None, stream: Optional[TextIO] = None,
           progress: Optional[bool] = None, chart: bool = True, multiscale: bool = True,
           quiet: bool = False, loader_kind: str = "auto", group: Any = None,
-          batch_mode: str = "split") -> TrainResult:
+          batch_mode: str = "split", precision: str = "fp32") -> TrainResult:
     """Trains the detector `cfg` on the `train` list of the Darknet .data file `data` (or an
     Ultralytics dataset YAML). When the cfg's class count differs from the data's, an adapted copy
     is written to the backup folder and trained (fit_cfg_to_classes); `weights` made for the
@@ -235,7 +235,12 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
     quiet: no iteration lines. group: this process's darknet_py.distributed.ProcessGroup when it is
     one rank of a data-parallel training (rank 0 alone prints, saves, draws the chart and measures
     mAP; the others train quietly); batch_mode: how the cfg's batch maps onto the ranks
-    (distributed/plan.py: "split" or "per-gpu"). Returns a TrainResult; raises TrainingDiverged on NaN/Inf."""
+    (distributed/plan.py: "split" or "per-gpu"). precision: "fp32" only so far (half
+    training is not built yet: fp16 / bf16 raise ValueError). Returns a TrainResult; raises TrainingDiverged
+    on NaN/Inf."""
+    if precision != "fp32":
+        raise ValueError(f"training in {precision} is not supported yet: train runs fp32 only "
+                         "(fp16 / bf16 run detection: detect, map --precision)")
     from . import _core
     from .cfgfiles import resolve_cfg
     from .data import (BatchLoader, darknet_truth, random_network_size, read_data_file, read_image_list,
@@ -628,6 +633,7 @@ def add_parser(sub: Any, formatter: Any) -> argparse.ArgumentParser:
     p.add_argument("--collective", choices=("auto", "nccl", "tcp"), default="auto",
                    help="several devices: how gradients are summed: nccl (CUDA devices, the default there when NCCL "
                         "is found), tcp (the engine's ring over TCP: any device)")
+    add_precision_option(p, training=True)
     p.set_defaults(func=cmd_train, parser=p)
     return p
 
@@ -682,6 +688,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     data, cfg = order_inputs(args.first, args.second)
     if args.weights and not os.path.isfile(args.weights):
         raise FileNotFoundError(f"weights file not found: {args.weights}")
+    if args.precision != "fp32":  # before any rank starts (train() says the same)
+        raise ValueError(f"training in {args.precision} is not supported yet: train runs fp32 only "
+                         "(fp16 / bf16 run detection: detect, map --precision)")
     if args.gpus and args.device:
         raise ValueError("--gpus and --device both name the devices: give one")
     devices = split_devices(args.device) if args.device else [None]
@@ -734,7 +743,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         r = train(data, cfg, args.weights, clear=args.clear, calc_map=calc_map, map_every=map_every,
                   save_every=args.save_every, out_dir=out, threads=args.threads, max_batches=max_batches,
                   seed=args.seed, workers=args.workers, verbose=args.verbose, device=device, group=group,
-                  batch_mode=args.batch_mode, loader_kind=args.loader,
+                  batch_mode=args.batch_mode, loader_kind=args.loader, precision=args.precision,
                   callback=(lambda _: not stop_asked.is_set()) if stop_asked is not None else None)
     except _core.CollectiveError as e:  # another rank died or hangs: that rank's launcher line says why
         return report_peer_lost(str(e))

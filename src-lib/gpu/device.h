@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "../tensor.h"  // DType
+
 namespace dn {
 
 // One allocation on a device. Opaque to everything but the device that made it.
@@ -34,7 +36,8 @@ struct LaunchDims {
     uint32_t group = 64;
 };
 
-// The vendor fast paths' view of a tensor: NCHW float32, whole buffer from offset 0.
+// The vendor fast paths' view of a tensor: NCHW, whole buffer from offset 0, in the storage type of
+// the params that carry it (ConvParams / PoolParams::dtype; fp32 elsewhere).
 struct NchwShape {
     int n = 0, c = 0, h = 0, w = 0;
     size_t size() const { return (size_t)n * c * h * w; }
@@ -45,6 +48,7 @@ struct NchwShape {
 struct ConvParams {
     NchwShape x, y;
     int kh = 1, kw = 1, stride_y = 1, stride_x = 1, pad = 0, dilation = 1, groups = 1;
+    DType dtype = DType::f32;  // of x, w and y (a path that lacks it returns false)
 };
 
 // A local pooling as the fast paths get it: Darknet's geometry (backend.h PoolGeom): the window of
@@ -54,6 +58,7 @@ struct PoolParams {
     NchwShape x, y;
     int size = 2, stride_y = 2, stride_x = 2, padding = 0;
     bool max = true;  // false: average
+    DType dtype = DType::f32;  // of x and y (a path that lacks it returns false)
 };
 
 // What `darknet_py info` prints per device.
@@ -86,6 +91,9 @@ class Device {
 public:
     virtual ~Device() = default;
     virtual const DeviceInfo& info() const = 0;
+    // The storage types this device's tensors may have (src-lib/gpu/PRECISION.md). Every device
+    // compiles storage_kernels.h for all three; a device lists fewer where a type cannot run there.
+    virtual std::vector<DType> storage_types() const { return {DType::f32, DType::f16, DType::bf16}; }
 
     // ---- memory ----
     virtual DeviceMemory* alloc(size_t bytes) = 0;  // throws DarknetError when out of memory
@@ -118,6 +126,12 @@ public:
     virtual bool gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const DeviceMemory* A,
                       size_t a_offset, int lda, const DeviceMemory* B, size_t b_offset, int ldb, float beta,
                       DeviceMemory* C, size_t c_offset, int ldc) {
+        return false;
+    }
+    // The same on fp16 / bf16 matrices (dtype) with fp32 accumulation and fp32 alpha, beta (cuBLAS GemmEx).
+    virtual bool gemm_half(DType dtype, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                           const DeviceMemory* A, size_t a_offset, int lda, const DeviceMemory* B, size_t b_offset,
+                           int ldb, float beta, DeviceMemory* C, size_t c_offset, int ldc) {
         return false;
     }
     // Convolution, pooling and training batchnorm (cuDNN, MPS). Each has the meaning of the Backend

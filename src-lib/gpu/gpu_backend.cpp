@@ -23,11 +23,19 @@ void HostStage::upload_outputs() {
 
 GpuBackend::GpuBackend(std::shared_ptr<Device> device) : device_(std::move(device)), name_(device_->info().id) {}
 
-KernelArg GpuBackend::buf(const Tensor& t) const {
+KernelArg GpuBackend::any_buf(const Tensor& t) const {
     if (t.device() != device_.get())
         throw DarknetError("a " + t.shape().str() + " tensor on " + (t.on_host() ? "the host" : t.device()->info().id) +
                            " was passed to an op on " + name_ + " (move it with Backend::adopt first)");
     return KernelArg::buf(t.memory());
+}
+
+KernelArg GpuBackend::buf(const Tensor& t) const {
+    if (t.dtype() != DType::f32)
+        throw DarknetError(std::string("a ") + dtype_name(t.dtype()) + " " + t.shape().str() +
+                           " tensor was passed to an op that runs in fp32 only on " + name_ +
+                           " (the ops that take fp16 / bf16: src-lib/gpu/PRECISION.md)");
+    return any_buf(t);
 }
 
 uint32_t GpuBackend::group_size(const char* kernel) {
@@ -59,9 +67,9 @@ void GpuBackend::fallback(const char* name, const std::function<void(Backend&, H
     h.upload_outputs();
 }
 
-Tensor& GpuBackend::scratch(int slot, size_t n) {
-    Tensor& t = scratch_[slot];
-    if (t.empty() || t.buffer()->count() < n) t = alloc(Shape{1, 1, 1, (int)n});
+Tensor& GpuBackend::scratch(int slot, size_t n, DType dtype) {
+    Tensor& t = scratch_[{slot, dtype}];
+    if (t.empty() || t.buffer()->count() < n) t = alloc(Shape{1, 1, 1, (int)n}, dtype);
     return t;
 }
 

@@ -7,6 +7,7 @@
 // (`fallback`), is counted, and is reported once on stderr; never a crash.
 #pragma once
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <string>
@@ -39,7 +40,7 @@ inline NchwShape nchw(const Tensor& t) {
     return NchwShape{s.n, s.c, s.h, s.w};
 }
 inline PoolParams pool_params(const Tensor& x, const Tensor& y, const PoolGeom& g, bool max) {
-    return PoolParams{nchw(x), nchw(y), g.size, g.stride_y, g.stride_x, g.padding, max};
+    return PoolParams{nchw(x), nchw(y), g.size, g.stride_y, g.stride_x, g.padding, max, x.dtype()};
 }
 
 class GpuBackend final : public Backend {
@@ -53,13 +54,25 @@ public:
     // ("mps_conv2d failed"), with their counts.
     const std::map<std::string, int>* fallback_counts() const override;
 
+    // ---- storage types (gpu_ops_storage.cpp, src-lib/gpu/PRECISION.md) ----
+    std::vector<DType> storage_types() const override { return device_->storage_types(); }
+    void convert(const Tensor& x, Tensor& y) override;
+    // The kernel of storage_kernels.h for storage type t: ("maxpool", f16) -> "maxpool_f16".
+    static std::string storage_kernel(const char* base, DType t);
+    // The storage type shared by tensors of one op; throws DarknetError naming op and both types otherwise.
+    static DType same_storage(const char* op, std::initializer_list<const Tensor*> tensors);
+    // Parameter p (fp32 master values) as a device tensor of storage type t: p itself for fp32, else a
+    // copy kept per parameter buffer and converted again on every call (one elementwise pass over the
+    // parameter), so that changed values (training, load_weights, NumPy views) are always seen.
+    const Tensor& param_in(const Tensor& p, DType t);
+
     // Caps every kernel's group size (tests run each kernel at group sizes 1 .. 256: a kernel must
     // not depend on the group size the device happens to allow).
     void limit_group_size(uint32_t n) {
         group_limit_ = n ? n : 1;
         group_sizes_.clear();
     }
-    // Whether kernel runs with groups of exactly n threads here (the 16x16 tiles of gemm_f32).
+    // Whether kernel runs with groups of exactly n threads here (the 16x16 tiles of gemm_<type>).
     bool allows_group_size(const char* kernel, uint32_t n) { return group_size(kernel) >= n; }
 
     // ---- forward (gpu_ops_forward.cpp) ----
@@ -129,8 +142,10 @@ public:
                          Tensor& counts) override;
 
     // ---- launching (used by the op files) ----
-    // The kernel argument of tensor t, which must live on this backend's device.
+    // The kernel argument of tensor t, which must live on this backend's device and be fp32.
     KernelArg buf(const Tensor& t) const;
+    // The same for a kernel that takes t's storage type, whatever it is (storage_kernels.h).
+    KernelArg any_buf(const Tensor& t) const;
     // One thread per element: `threads` rounded up to whole groups of the kernel's group size.
     template <class Args>
     void launch(const char* kernel, size_t threads, std::vector<KernelArg> args, const Args& a) {
@@ -144,7 +159,7 @@ public:
         args.push_back(KernelArg::value(a));
         device_->launch(kernel, LaunchDims{(uint32_t)groups, reduction_group_size(kernel)}, args);
     }
-    // Exactly `groups` groups of exactly 256 threads (kernels with fixed 16x16 tiles: gemm_f32).
+    // Exactly `groups` groups of exactly 256 threads (kernels with fixed 16x16 tiles: gemm_<type>).
     template <class Args>
     void launch_tiles(const char* kernel, size_t groups, std::vector<KernelArg> args, const Args& a) {
         args.push_back(KernelArg::value(a));
@@ -153,8 +168,8 @@ public:
     // Runs `op` on the CPU backend over host copies (see HostStage), counted under `name`.
     void fallback(const char* name, const std::function<void(Backend& cpu, HostStage& h)>& op);
 
-    // A device temporary of at least n floats, reused across calls (im2col columns etc.).
-    Tensor& scratch(int slot, size_t n);
+    // A device temporary of at least n elements of dtype, reused across calls (im2col columns etc.).
+    Tensor& scratch(int slot, size_t n, DType dtype = DType::f32);
 
 private:
     uint32_t group_size(const char* kernel);
@@ -167,7 +182,15 @@ private:
     mutable std::map<std::string, int> counts_;  // fallbacks_ and the device's failed fast paths
     std::map<std::string, uint32_t, std::less<>> group_sizes_;  // transparent: no string per launch
     uint32_t group_limit_ = 256;
-    std::map<int, Tensor> scratch_;  // by slot; a map, so that a new slot leaves references to the others valid
+    // by (slot, storage type); a map, so that a new slot leaves references to the others valid
+    std::map<std::pair<int, DType>, Tensor> scratch_;
+    // param_in's copies: by parameter buffer, with a weak reference that tells a freed buffer from a
+    // new one at the same address
+    struct ParamCopy {
+        std::weak_ptr<Buffer> of;
+        Tensor copy;
+    };
+    std::map<std::pair<const Buffer*, DType>, ParamCopy> param_copies_;
 };
 
 }  // namespace dn

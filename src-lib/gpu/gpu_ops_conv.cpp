@@ -2,9 +2,12 @@
 // into a column matrix and one GEMM (as Darknet's GPU path without cuDNN); 1x1 stride-1 unpadded
 // convolutions skip im2col (the image is its own column matrix). The backward passes are the
 // transposed GEMMs, and col2im as a gather (kernels/gemm.h). The device's vendor GEMM runs where it
-// offers one, the tiled gemm_f32 kernel otherwise.
+// offers one, the tiled gemm_<type> kernel otherwise. Forward convolutions take every storage type
+// (src-lib/gpu/PRECISION.md: im2col, the axis swap and the GEMM are storage kernels, the device's half
+// GEMM runs where it has one); the backward passes take fp32.
 #include <algorithm>
 
+#include "../errors.h"
 #include "../kernels/args_forward.h"
 #include "../kernels/args_training.h"
 #include "../cpu/cpu_isa.h"
@@ -38,7 +41,8 @@ ConvSlice conv_slice(const Shape& xs, const Shape& ys, const ConvGeom& g) {
 void swap_axes(GpuBackend& be, const Tensor& x, size_t x_off, int A, int B, int plane, Tensor& y, size_t y_off,
                bool accumulate) {
     SwapAxesArgs a{A * B * plane, A, B, plane, (int32_t)x_off, (int32_t)y_off, accumulate ? 1 : 0};
-    be.launch("swap_axes_f32", (size_t)a.n, {be.buf(y), be.buf(x)}, a);
+    const std::string kernel = GpuBackend::storage_kernel("swap_axes", GpuBackend::same_storage("swap_axes", {&x, &y}));
+    be.launch(kernel.c_str(), (size_t)a.n, {be.any_buf(y), be.any_buf(x)}, a);
 }
 
 // How many images one GEMM covers. One GEMM per image is launch-bound at batch 64 (small matrices,
@@ -61,7 +65,7 @@ const Tensor& column_matrix(GpuBackend& be, const Tensor& x, const Shape& ys, co
     const Shape& xs = x.shape();
     size_t xo = s.x_offset(xs, n0, gi);
     if (s.direct && run == 1) return *offset = xo, x;
-    Tensor& col = be.scratch(0, (size_t)s.K * run * s.out_plane);
+    Tensor& col = be.scratch(0, (size_t)s.K * run * s.out_plane, x.dtype());
     *offset = 0;
     if (s.direct) {
         swap_axes(be, x, xo, run, s.K, s.out_plane, col, 0, false);
@@ -69,24 +73,36 @@ const Tensor& column_matrix(GpuBackend& be, const Tensor& x, const Shape& ys, co
     }
     Im2colImageArgs a{(int32_t)((size_t)s.cin_g * run * s.out_plane), (int32_t)xo, 0, s.cin_g, xs.h, xs.w, g.kh, g.kw,
                       g.pad, g.stride_y, g.stride_x, g.dilation, ys.h, ys.w, run, (int32_t)((size_t)xs.c * xs.plane())};
-    be.launch("im2col_f32", (size_t)a.n, {be.buf(col), be.buf(x)}, a);
+    be.launch(GpuBackend::storage_kernel("im2col", x.dtype()).c_str(), (size_t)a.n, {be.any_buf(col), be.any_buf(x)}, a);
     return col;
 }
 
 ConvParams conv_params(const Tensor& x, const Tensor& y, const ConvGeom& g) {
-    return ConvParams{nchw(x), nchw(y), g.kh, g.kw, g.stride_y, g.stride_x, g.pad, g.dilation, g.groups};
+    return ConvParams{nchw(x), nchw(y), g.kh, g.kw, g.stride_y, g.stride_x, g.pad, g.dilation, g.groups, x.dtype()};
+}
+
+// The ops below that have no half path yet (the backward passes) take fp32 only.
+void require_f32(const char* op, std::initializer_list<const Tensor*> tensors) {
+    if (GpuBackend::same_storage(op, tensors) != DType::f32)
+        throw DarknetError(std::string(op) + " runs in fp32 only on GPU devices so far, not in " +
+                           dtype_name((*tensors.begin())->dtype()) + " (src-lib/gpu/PRECISION.md)");
 }
 
 }  // namespace
 
-// C = alpha op(A) op(B) + beta C on sub-matrices at element offsets: the device's GEMM or ours.
+// C = alpha op(A) op(B) + beta C on sub-matrices at element offsets, in any one storage type (fp32
+// accumulation): the device's GEMM or ours.
 static void gemm_at(GpuBackend& be, bool ta, bool tb, int M, int N, int K, float alpha, const Tensor& A, size_t a_off,
                     int lda, const Tensor& B, size_t b_off, int ldb, float beta, Tensor& C, size_t c_off, int ldc) {
     if (M == 0 || N == 0) return;
-    if (be.dev().gemm(ta, tb, M, N, K, alpha, A.memory(), a_off, lda, B.memory(), b_off, ldb, beta, C.memory(), c_off,
-                      ldc))
-        return;
-    if (!be.allows_group_size("gemm_f32", 256))  // a device with smaller groups: the CPU's GEMM on copies
+    DType t = GpuBackend::same_storage("gemm", {&A, &B, &C});
+    bool vendor = t == DType::f32 ? be.dev().gemm(ta, tb, M, N, K, alpha, A.memory(), a_off, lda, B.memory(), b_off, ldb,
+                                                  beta, C.memory(), c_off, ldc)
+                                  : be.dev().gemm_half(t, ta, tb, M, N, K, alpha, A.memory(), a_off, lda, B.memory(),
+                                                       b_off, ldb, beta, C.memory(), c_off, ldc);
+    if (vendor) return;
+    const std::string kernel = GpuBackend::storage_kernel("gemm", t);
+    if (!be.allows_group_size(kernel.c_str(), 256))  // a device with smaller groups: the CPU's GEMM on (fp32) copies
         return be.fallback("gemm", [&](Backend& cpu, HostStage& h) {
             const Tensor &hA = h.in(A), &hB = h.in(B);
             Tensor& hC = h.inout(C);
@@ -95,7 +111,7 @@ static void gemm_at(GpuBackend& be, bool ta, bool tb, int M, int N, int K, float
     int tiles_n = (N + 15) / 16;
     GemmArgs a{M, N, K, lda, ldb, ldc, ta ? 1 : 0, tb ? 1 : 0, (int32_t)a_off, (int32_t)b_off, (int32_t)c_off,
                tiles_n, alpha, beta};
-    be.launch_tiles("gemm_f32", (size_t)((M + 15) / 16) * tiles_n, {be.buf(A), be.buf(B), be.buf(C)}, a);
+    be.launch_tiles(kernel.c_str(), (size_t)((M + 15) / 16) * tiles_n, {be.any_buf(A), be.any_buf(B), be.any_buf(C)}, a);
 }
 
 void GpuBackend::gemm(bool ta, bool tb, int M, int N, int K, float alpha, const Tensor& A, int lda, const Tensor& B,
@@ -103,7 +119,9 @@ void GpuBackend::gemm(bool ta, bool tb, int M, int N, int K, float alpha, const 
     gemm_at(*this, ta, tb, M, N, K, alpha, A, 0, lda, B, 0, ldb, beta, C, 0, ldc);
 }
 
-void GpuBackend::conv2d(const Tensor& x, const Tensor& w, const ConvGeom& g, Tensor& y) {
+void GpuBackend::conv2d(const Tensor& x, const Tensor& w_param, const ConvGeom& g, Tensor& y) {
+    // half activations take a half copy of the fp32 weights; everything below runs in their type
+    const Tensor& w = param_in(w_param, same_storage("conv2d", {&x, &y}));
     if (dev().conv2d(conv_params(x, y, g), x.memory(), w.memory(), y.memory())) return;  // cuDNN, MPS
     const Shape &xs = x.shape(), &ys = y.shape();
     ConvSlice s = conv_slice(xs, ys, g);
@@ -119,7 +137,7 @@ void GpuBackend::conv2d(const Tensor& x, const Tensor& w, const ConvGeom& g, Ten
                 continue;
             }
             // [cout, run * P], then to the images' [run][cout][P]
-            Tensor& product = scratch(1, (size_t)s.cout_g * run * P);
+            Tensor& product = scratch(1, (size_t)s.cout_g * run * P, y.dtype());
             gemm_at(*this, false, false, s.cout_g, run * P, s.K, 1.0f, w, s.w_offset(gi), s.K, b, bo, run * P, 0.0f,
                     product, 0, run * P);
             swap_axes(*this, product, 0, s.cout_g, run, P, y, s.y_offset(ys, n0, 0), false);
@@ -132,12 +150,13 @@ void GpuBackend::conv2d_affine_act(const Tensor& x, const Tensor& w, const ConvG
     conv2d(x, w, g, y);
     const Shape& s = y.shape();
     bool elementwise = activation_is_elementwise(a);
-    launch("affine_act_f32", y.size(), {buf(y), buf(scale ? *scale : shift), buf(shift)},
+    launch(storage_kernel("affine_act", y.dtype()).c_str(), y.size(), {any_buf(y), buf(scale ? *scale : shift), buf(shift)},
            AffineActArgs{(int32_t)y.size(), s.c, (int32_t)s.plane(), scale ? 1 : 0, elementwise ? (int32_t)a : 0});
     if (!elementwise) activate(y, a);
 }
 
 void GpuBackend::conv2d_backward_weights(const Tensor& x, const Tensor& dy, const ConvGeom& g, Tensor& dw) {
+    require_f32("conv2d_backward_weights", {&x, &dy, &dw});
     if (dev().conv2d_backward_weights(conv_params(x, dy, g), x.memory(), dy.memory(), dw.memory())) return;
     // dW_g[cout_g, K] += dY_g[cout_g, run * P] * col^T[run * P, K], summed over the runs of images
     const Shape &xs = x.shape(), &ys = dy.shape();
@@ -162,6 +181,7 @@ void GpuBackend::conv2d_backward_weights(const Tensor& x, const Tensor& dy, cons
 }
 
 void GpuBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, const ConvGeom& g, Tensor& dx) {
+    require_f32("conv2d_backward_data", {&dy, &w, &dx});
     if (dev().conv2d_backward_data(conv_params(dx, dy, g), dy.memory(), w.memory(), dx.memory())) return;
     // col[K, run * P] = W_g^T[K, cout_g] * dY_g[cout_g, run * P]; dx += col2im(col)
     const Shape &xs = dx.shape(), &ys = dy.shape();

@@ -35,7 +35,7 @@ void GpuBackend::activate(Tensor& y, Activation a) {
     const Shape& s = y.shape();
     if (a == Activation::linear) return;
     if (activation_is_elementwise(a))
-        launch("activate_f32", y.size(), {buf(y)}, ActivateArgs{i32(y.size()), (int32_t)a});
+        launch(storage_kernel("activate", y.dtype()).c_str(), y.size(), {any_buf(y)}, ActivateArgs{i32(y.size()), (int32_t)a});
     else
         launch("normalize_channels_f32", (size_t)s.n * s.plane(), {buf(y)},
                NormalizeChannelsArgs{i32((size_t)s.n * s.plane()), s.c, i32(s.plane()), (int32_t)a});
@@ -47,13 +47,15 @@ static PoolArgs pool_args(const Tensor& x, const PoolGeom& g, const Tensor& y) {
 }
 
 void GpuBackend::maxpool(const Tensor& x, const PoolGeom& g, Tensor& y) {
+    DType t = same_storage("maxpool", {&x, &y});
     if (dev().pool(pool_params(x, y, g, true), x.memory(), y.memory())) return;
-    launch("maxpool_f32", y.size(), {buf(y), buf(x)}, pool_args(x, g, y));
+    launch(storage_kernel("maxpool", t).c_str(), y.size(), {any_buf(y), any_buf(x)}, pool_args(x, g, y));
 }
 
 void GpuBackend::avgpool_local(const Tensor& x, const PoolGeom& g, Tensor& y) {
+    DType t = same_storage("avgpool_local", {&x, &y});
     if (dev().pool(pool_params(x, y, g, false), x.memory(), y.memory())) return;
-    launch("avgpool_local_f32", y.size(), {buf(y), buf(x)}, pool_args(x, g, y));
+    launch(storage_kernel("avgpool_local", t).c_str(), y.size(), {any_buf(y), any_buf(x)}, pool_args(x, g, y));
 }
 
 void GpuBackend::avgpool_global(const Tensor& x, Tensor& y) {
@@ -74,12 +76,14 @@ static CopyChannelsArgs copy_args(const Tensor& x, int src_c0, const Tensor& y, 
 
 void GpuBackend::copy_channels(const Tensor& x, int src_c0, Tensor& y, int dst_c0, int count) {
     CopyChannelsArgs a = copy_args(x, src_c0, y, dst_c0, count, false);
-    launch("copy_channels_f32", (size_t)a.n, {buf(y), buf(x)}, a);
+    DType t = same_storage("copy_channels", {&x, &y});
+    launch(storage_kernel("copy_channels", t).c_str(), (size_t)a.n, {any_buf(y), any_buf(x)}, a);
 }
 
 void GpuBackend::add_channels(const Tensor& x, int src_c0, Tensor& y, int dst_c0, int count) {
     CopyChannelsArgs a = copy_args(x, src_c0, y, dst_c0, count, true);
-    launch("copy_channels_f32", (size_t)a.n, {buf(y), buf(x)}, a);
+    DType t = same_storage("add_channels", {&x, &y});
+    launch(storage_kernel("copy_channels", t).c_str(), (size_t)a.n, {any_buf(y), any_buf(x)}, a);
 }
 
 void GpuBackend::shortcut(const Tensor& x, const std::vector<const Tensor*>& from, const Tensor* weights,
@@ -87,18 +91,21 @@ void GpuBackend::shortcut(const Tensor& x, const std::vector<const Tensor*>& fro
     // one launch per input (kernels/forward_layout.h): y = w0 * x, then y += w_k * from[k-1]
     const Shape& s = x.shape();
     const Tensor& w = weights ? *weights : y;  // any buffer when unweighted: it is not read
+    const std::string kernel = storage_kernel("shortcut", same_storage("shortcut", {&x, &y}));
     int inputs = (int)from.size() + 1;
     for (int k = 0; k < inputs; ++k) {
         const Tensor& in = k == 0 ? x : *from[k - 1];
+        same_storage("shortcut", {&x, &in});
         ShortcutArgs a{i32(y.size()), i32(s.sample()), i32(in.shape().sample()), k, inputs, (int32_t)wt,
                        (int32_t)norm, s.c, i32(s.plane())};
-        launch("shortcut_f32", y.size(), {buf(y), buf(in), buf(w)}, a);
+        launch(kernel.c_str(), y.size(), {any_buf(y), any_buf(in), weights ? buf(w) : any_buf(w)}, a);
     }
 }
 
 void GpuBackend::upsample(const Tensor& x, int stride, float scale, Tensor& y) {
     const Shape &xs = x.shape(), &ys = y.shape();
-    launch("upsample_f32", y.size(), {buf(y), buf(x)}, ResampleArgs{i32(y.size()), xs.w, xs.h, ys.w, ys.h, stride, scale});
+    launch(storage_kernel("upsample", same_storage("upsample", {&x, &y})).c_str(), y.size(), {any_buf(y), any_buf(x)},
+           ResampleArgs{i32(y.size()), xs.w, xs.h, ys.w, ys.h, stride, scale});
 }
 
 void GpuBackend::downsample_sum(const Tensor& x, int stride, float scale, Tensor& y) {
@@ -135,7 +142,8 @@ void GpuBackend::softmax(const Tensor& x, int groups, float temperature, Tensor&
 
 void GpuBackend::yolo_activate(const Tensor& x, const YoloGeom& g, Tensor& y) {
     const Shape& s = x.shape();
-    launch("yolo_activate_f32", y.size(), {buf(y), buf(x)},
+    // x in any storage type, y fp32: the heads are decoded and given to the loss in fp32
+    launch(storage_kernel("yolo_activate", x.dtype()).c_str(), y.size(), {buf(y), any_buf(x)},
            YoloActivateArgs{i32(y.size()), i32(s.plane()), 5 + g.classes, g.new_coords ? 1 : 0, g.scale_x_y});
 }
 

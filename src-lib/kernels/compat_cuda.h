@@ -5,6 +5,9 @@
 // Kernels are extern "C" so CudaDevice finds them by their plain name (cudaLibraryGetKernel).
 // The build passes --fmad=false: a*b+c stays two roundings, as in the C++ backends and OpenCL's
 // FP_CONTRACT OFF (a contracted FMA would differ in the last bits).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #define KERNEL(name) extern "C" __global__ void name
 #define KBUF(T, name, index) T* name
 #define KCBUF(T, name, index) const T* name
@@ -28,3 +31,11 @@ typedef unsigned int uint;
 typedef int int32_t;
 typedef unsigned int uint32_t;
 #define FLT_MAX_K 3.402823466e+38f
+// Storage types (storage_kernels.h, src-lib/gpu/PRECISION.md): CUDA's own __half and __nv_bfloat16
+// (what cuBLAS and cuDNN take), converted with round to nearest even.
+#define KF16_T __half
+#define KF16_LOAD(p, i) __half2float((p)[i])
+#define KF16_STORE(p, i, v) ((p)[i] = __float2half_rn(v))
+#define KBF16_T __nv_bfloat16
+#define KBF16_LOAD(p, i) __bfloat162float((p)[i])
+#define KBF16_STORE(p, i, v) ((p)[i] = __float2bfloat16_rn(v))

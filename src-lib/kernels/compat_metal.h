@@ -49,3 +49,18 @@ using namespace metal;
 #define KNAMESPACE_BEGIN
 #define KNAMESPACE_END
 #define FLT_MAX_K 3.402823466e+38f
+// Storage types (storage_kernels.h, src-lib/gpu/PRECISION.md): fp16 is MSL's half (casts round to
+// nearest even); bf16 is the top 16 bits of an fp32, as ushort (MSL's `bfloat` needs Metal 3.1).
+#define KF16_T half
+#define KF16_LOAD(p, i) ((float)(p)[i])
+#define KF16_STORE(p, i, v) ((p)[i] = (half)(v))
+#define KBF16_T ushort
+#define KBF16_LOAD(p, i) as_type<float>(((uint)(p)[i]) << 16)
+#define KBF16_STORE(p, i, v) ((p)[i] = dn_bf16_bits(v))
+// fp32 -> bf16 bits, round to nearest even; NaN stays a quiet NaN
+inline ushort dn_bf16_bits(float f) {
+    uint u = as_type<uint>(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (ushort)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (ushort)(u >> 16);
+}

@@ -42,3 +42,19 @@
 typedef int int32_t;
 typedef uint uint32_t;
 #define FLT_MAX_K 3.402823466e+38f
+// Storage types (storage_kernels.h, src-lib/gpu/PRECISION.md). fp16 goes through vload_half /
+// vstore_half_rte, which OpenCL C 1.2 has without cl_khr_fp16: the kernels never compute in half
+// (math is fp32), so every OpenCL device stores fp16. bf16 is the top 16 bits of an fp32, as ushort.
+#define KF16_T half
+#define KF16_LOAD(p, i) vload_half((size_t)(i), (p))
+#define KF16_STORE(p, i, v) vstore_half_rte((v), (size_t)(i), (p))
+#define KBF16_T ushort
+#define KBF16_LOAD(p, i) as_float(((uint)(p)[i]) << 16)
+#define KBF16_STORE(p, i, v) ((p)[i] = dn_bf16_bits(v))
+// fp32 -> bf16 bits, round to nearest even; NaN stays a quiet NaN
+inline ushort dn_bf16_bits(float f) {
+    uint u = as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (ushort)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (ushort)(u >> 16);
+}

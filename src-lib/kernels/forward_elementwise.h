@@ -15,13 +15,6 @@ KERNEL(fill_f32)(KBUF(float, y, 0), KARGS(FillArgs, a, 1) KTHREAD_IDS) {
     y[i] = a.value;
 }
 
-// y = act(y) in place, elementwise activations only (the channel-mixing ones: normalize_channels_f32)
-KERNEL(activate_f32)(KBUF(float, y, 0), KARGS(ActivateArgs, a, 1) KTHREAD_IDS) {
-    int i = (int)KGID;
-    if (i >= a.n) return;
-    y[i] = act_forward(y[i], a.act);
-}
-
 // normalize_channels / normalize_channels_softmax in place: one thread per (sample, pixel),
 // threads = batch * plane. y_c = f(x_c) / (0.0001 + sum_k f(x_k)) with f = relu or exp (no max
 // subtraction, as the reference backend); relu form: y_c = 0 where x_c <= 0.
@@ -75,19 +68,6 @@ KERNEL(rolling_update_f32)(KBUF(float, rolling, 0), KCBUF(float, batch_value, 1)
     rolling[i] = a.keep * rolling[i] + (1.0f - a.keep) * batch_value[i];
 }
 
-// Convolution's epilogue in place: y = act(y * scale[c] + shift[c]), scale only when has_scale
-// (otherwise bind any buffer to `scale`). Elementwise act only: for the channel-mixing ones launch
-// this with ACT_LINEAR, then normalize_channels_f32.
-KERNEL(affine_act_f32)(KBUF(float, y, 0), KCBUF(float, scale, 1), KCBUF(float, shift, 2),
-                       KARGS(AffineActArgs, a, 3) KTHREAD_IDS) {
-    int i = (int)KGID;
-    if (i >= a.n) return;
-    int c = (i / a.plane) % a.channels;
-    float v = y[i];
-    v = (a.has_scale ? v * scale[c] : v) + shift[c];
-    y[i] = act_forward(v, a.act);
-}
-
 // y = p * q elementwise (sam)
 KERNEL(mul_f32)(KBUF(float, y, 0), KCBUF(float, p, 1), KCBUF(float, q, 2), KARGS(CountArgs, a, 3) KTHREAD_IDS) {
     int i = (int)KGID;
@@ -102,19 +82,6 @@ KERNEL(scale_channels_f32)(KBUF(float, y, 0), KCBUF(float, s, 1), KCBUF(float, f
     if (i >= a.n) return;
     int k = a.scale_wh ? (i / (a.channels * a.plane)) * a.plane + i % a.plane : i / a.plane;
     y[i] = from[i] * s[k];
-}
-
-// Yolo head: logistic on every entry but w, h (entries 2, 3) unless new_coords, then x, y (entries
-// 0, 1) scaled around 0.5 by scale_x_y. The sample's channels are anchors * entries, so the entry is
-// (i / plane) % entries for the flat index over the whole batch. y may be x (in place).
-KERNEL(yolo_activate_f32)(KBUF(float, y, 0), KCBUF(float, x, 1), KARGS(YoloActivateArgs, a, 2) KTHREAD_IDS) {
-    int i = (int)KGID;
-    if (i >= a.n) return;
-    int entry = (i / a.plane) % a.entries;
-    float v = x[i];
-    if (!a.new_coords && entry != 2 && entry != 3) v = 1.0f / (1.0f + exp(-v));
-    if (entry < 2) v = v * a.scale_x_y - 0.5f * (a.scale_x_y - 1.0f);
-    y[i] = v;
 }
 
 // mask[i] = 0 with probability p, else 1 / (1 - p) (dropout.h: identical on every backend)

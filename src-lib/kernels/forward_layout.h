@@ -1,33 +1,13 @@
-// Kernel text of the forward ops that move, combine or reduce elements: route (copy/add channels),
-// upsample, reorg, shortcut, pooling, softmax and im2col (device-only text through the compat macros;
-// args in args_forward.h).
+// Kernel text of the forward ops that move, combine or reduce elements: downsample, reorg, global and
+// depth pooling and softmax (device-only text through the compat macros; args in args_forward.h).
+// Route, upsample, shortcut, local pooling, im2col and the axis swap are in storage_kernels.h (every
+// storage type).
 //
 // Launch geometry: one thread per output element, threads = args.n rounded up to a multiple of the
-// group size (any group size), except where a kernel says otherwise (shortcut_f32: one launch per
-// input; avgpool_global_f32: one group per plane; softmax_f32: one thread per group of a sample).
+// group size (any group size), except where a kernel says otherwise (avgpool_global_f32: one group per plane; softmax_f32: one thread per group of a sample).
 #pragma once
 #include "args_forward.h"
 #include "group_sum.h"
-
-// y[:, dst_c0 + c] = (or += with accumulate) x[:, src_c0 + c] for c < count: copy_channels and
-// add_channels. threads = batch * count * plane.
-KERNEL(copy_channels_f32)(KBUF(float, y, 0), KCBUF(float, x, 1), KARGS(CopyChannelsArgs, a, 2) KTHREAD_IDS) {
-    int i = (int)KGID;
-    if (i >= a.n) return;
-    int p = i % a.plane, c = (i / a.plane) % a.count, b = i / (a.plane * a.count);
-    float v = x[(b * a.src_channels + a.src_c0 + c) * a.plane + p];
-    int o = (b * a.dst_channels + a.dst_c0 + c) * a.plane + p;
-    if (a.accumulate) y[o] += v;
-    else y[o] = v;
-}
-
-// nearest-neighbour upsample: y[n,c,i,j] = scale * x[n,c,i/stride,j/stride]; threads = elements of y
-KERNEL(upsample_f32)(KBUF(float, y, 0), KCBUF(float, x, 1), KARGS(ResampleArgs, a, 2) KTHREAD_IDS) {
-    int i = (int)KGID;
-    if (i >= a.n) return;
-    int ox = i % a.out_w, oy = (i / a.out_w) % a.out_h, nc = i / (a.out_w * a.out_h);
-    y[i] = a.scale * x[(nc * a.in_h + oy / a.stride) * a.in_w + ox / a.stride];
-}
 
 // y = sum over each stride x stride block of scale * x (rows/columns past out*stride belong to no
 // block); threads = elements of y. Summed in the reference's row-major order, so results are exact.
@@ -71,56 +51,6 @@ KFN float shortcut_weight(KGLOBAL const float* weights, int widx, int step, int 
     return norm == 1 ? (raw > 0 ? raw : 0.0f) / sum : exp(raw - mx) / sum;
 }
 
-// Shortcut, one launch per input (so any number of `from` inputs), in order, each with threads =
-// elements of y (a.n) and `in` bound to that input:
-//   input 0:      y = w_0 * x                     (in = x, from_sample = sample)
-//   input k >= 1: y += w_k * from[k-1] where it exists, by flat per-sample index i < from_sample
-// Weights are normalised per thread from the raw `weights` (bind any buffer when weights_mode = 0).
-KERNEL(shortcut_f32)(KBUF(float, y, 0), KCBUF(float, in, 1), KCBUF(float, weights, 2),
-                     KARGS(ShortcutArgs, a, 3) KTHREAD_IDS) {
-    int i = (int)KGID;
-    if (i >= a.n) return;
-    int b = i / a.sample, j = i % a.sample;
-    if (j >= a.from_sample) return;
-    float w = 1.0f;
-    if (a.weights_mode == 1) w = shortcut_weight(weights, 0, 1, a.inputs, a.input, a.norm);
-    if (a.weights_mode == 2) w = shortcut_weight(weights, j / a.plane, a.channels, a.inputs, a.input, a.norm);
-    float v = in[b * a.from_sample + j] * w;
-    if (a.input == 0) y[i] = v;
-    else y[i] += v;
-}
-
-// maxpool (is_max = 1) and avgpool_local (0): window of size x size from (oy*stride_y - padding/2,
-// ox*stride_x - padding/2), cells outside x skipped; average over the cells inside (0 if none).
-KFN float pool_window(KGLOBAL const float* x, int i, KARGS_PARAM(PoolArgs) a, int is_max) {
-    int ox = i % a.out_w, oy = (i / a.out_w) % a.out_h, nc = i / (a.out_w * a.out_h);
-    int off = -a.padding / 2;
-    float best = -FLT_MAX_K, sum = 0.0f;
-    int count = 0;
-    for (int ky = 0; ky < a.size; ++ky)
-        for (int kx = 0; kx < a.size; ++kx) {
-            int iy = oy * a.stride_y + off + ky, ix = ox * a.stride_x + off + kx;
-            if (iy < 0 || iy >= a.in_h || ix < 0 || ix >= a.in_w) continue;
-            float v = x[(nc * a.in_h + iy) * a.in_w + ix];
-            best = v > best ? v : best;
-            sum += v;
-            ++count;
-        }
-    return is_max ? best : (count ? sum / (float)count : 0.0f);
-}
-
-KERNEL(maxpool_f32)(KBUF(float, y, 0), KCBUF(float, x, 1), KARGS(PoolArgs, a, 2) KTHREAD_IDS) {
-    int i = (int)KGID;
-    if (i >= a.n) return;
-    y[i] = pool_window(x, i, a, 1);
-}
-
-KERNEL(avgpool_local_f32)(KBUF(float, y, 0), KCBUF(float, x, 1), KARGS(PoolArgs, a, 2) KTHREAD_IDS) {
-    int i = (int)KGID;
-    if (i >= a.n) return;
-    y[i] = pool_window(x, i, a, 0);
-}
-
 // y[plane] = mean of x's plane. Geometry: exactly one group per (n, c) plane (groups = N*C), group
 // size a power of two <= 256. Each thread sums a strided slice, then a fixed-order tree in threadgroup
 // memory: deterministic for a given group size. No early return: every thread reaches every barrier.
@@ -155,40 +85,3 @@ KERNEL(softmax_f32)(KBUF(float, y, 0), KCBUF(float, x, 1), KARGS(SoftmaxArgs, a,
     for (int j = 0; j < a.group_size; ++j) y[base + j] = exp(x[base + j] / t - largest / t) / sum;
 }
 
-// im2col of a run of images: col[row, image * pixels + pixel] with row = (c * kh + ky) * kw + kx,
-// pixel = oy * out_w + ox; zero where the kernel tap falls in the padding. One thread per (channel,
-// image, output pixel) writes that pixel's kh * kw rows: the index arithmetic (integer divisions are
-// slow on GPUs) is paid once per channel instead of once per element, and for each tap consecutive
-// threads still write consecutive addresses. threads = channels * images * out_h * out_w. For
-// grouped convolution pass the group's first channel in im_offset and its channel count in channels.
-KERNEL(im2col_f32)(KBUF(float, col, 0), KCBUF(float, im, 1), KARGS(Im2colImageArgs, a, 2) KTHREAD_IDS) {
-    int i = (int)KGID;
-    if (i >= a.n) return;
-    int pixels = a.out_h * a.out_w;
-    int pix = i % pixels, rest = i / pixels;
-    int image = rest % a.images, c = rest / a.images;
-    int ox = pix % a.out_w, oy = pix / a.out_w;
-    int in_base = a.im_offset + image * a.image_stride + c * a.height * a.width;
-    int out = a.col_offset + (c * a.kh * a.kw * a.images + image) * pixels + pix;  // row (c, 0, 0)
-    int row_stride = a.images * pixels;
-    for (int ky = 0; ky < a.kh; ++ky) {
-        int iy = oy * a.stride_y - a.pad + ky * a.dilation;
-        for (int kx = 0; kx < a.kw; ++kx) {
-            int ix = ox * a.stride_x - a.pad + kx * a.dilation;
-            int inside = iy >= 0 && iy < a.height && ix >= 0 && ix < a.width;
-            col[out] = inside ? im[in_base + iy * a.width + ix] : 0.0f;
-            out += row_stride;
-        }
-    }
-}
-
-// y[b][a][p] (+)= x[a][b][p]: one thread per element of x.
-KERNEL(swap_axes_f32)(KBUF(float, y, 0), KCBUF(float, x, 1), KARGS(SwapAxesArgs, a, 2) KTHREAD_IDS) {
-    int i = (int)KGID;
-    if (i >= a.n) return;
-    int p = i % a.plane, r = i / a.plane;
-    int bi = r % a.b, ai = r / a.b;
-    int o = a.y_offset + (bi * a.a + ai) * a.plane + p;
-    float v = x[a.x_offset + i];
-    y[o] = a.accumulate ? y[o] + v : v;
-}

@@ -33,7 +33,8 @@ SHIM_DIR = "/msl_check/include"
 
 # -cl-no-stdinc: no OpenCL built-in header, so OpenCL's function names are undeclared (as in MSL);
 # -Werror=unknown-attributes: a misspelt MSL attribute is an error, not a warning clang ignores.
-CLANG_ARGS = ["-x", "cl", "-cl-std=clc++2021", "-cl-no-stdinc", "-I" + SHIM_DIR,
+# -cl-ext=+cl_khr_fp16: MSL's half is native (loads, stores and arithmetic), as with that extension.
+CLANG_ARGS = ["-x", "cl", "-cl-std=clc++2021", "-cl-no-stdinc", "-Xclang", "-cl-ext=+cl_khr_fp16", "-I" + SHIM_DIR,
               "-Werror=unknown-attributes", "-ferror-limit=0"]
 
 OPENCL_SPELLINGS = {"__global", "__local", "__private", "__constant", "__kernel", "global", "local",

@@ -6,8 +6,8 @@
 //   address spaces  device -> __global, threadgroup -> __local, thread -> __private; `constant` is
 //                   the mode's own keyword (__constant). Pointer conversions between them, writes to
 //                   constant data and threadgroup variables outside kernel scope are then errors.
-//   types           MSL's built-in scalar names and the vector types (clang ext vectors: wrong widths,
-//                   components and conversions are errors, as in MSL).
+//   types           MSL's built-in scalar names (half included) and the vector types (clang ext vectors:
+//                   wrong widths, components and conversions are errors, as in MSL).
 //   namespace metal the math, barrier and atomic functions, declared for float only (what MSL has
 //                   for our use), and MSL names we do not use, so that a helper of ours that reuses
 //                   one of them is ambiguous here as under `using namespace metal` on the Mac.
@@ -60,6 +60,10 @@ DN_MSL_VECTORS(ushort)
 DN_MSL_VECTORS(char)
 DN_MSL_VECTORS(uchar)
 #undef DN_MSL_VECTORS
+
+// MSL's `half` is a native type (loads, stores, arithmetic); in this mode that is cl_khr_fp16
+// (check_msl.py declares the extension to clang).
+#pragma OPENCL EXTENSION cl_khr_fp16 : enable
 
 #define FLT_MAX 0x1.fffffep127f
 #define INFINITY __builtin_huge_valf()
@@ -114,6 +118,13 @@ float length(float4 v);
 bool isfinite(float x);
 bool isinf(float x);
 bool isnan(float x);
+
+// ---- reinterpretation: MSL's as_type<T>(x) needs T and x of one size (the half storage macros) ----
+template <typename T, typename U>
+T as_type(U x) {
+    static_assert(sizeof(T) == sizeof(U), "as_type between types of different sizes");
+    return __builtin_bit_cast(T, x);
+}
 
 // ---- synchronisation ----
 enum class mem_flags { mem_none = 0, mem_device = 1, mem_threadgroup = 2, mem_texture = 4 };

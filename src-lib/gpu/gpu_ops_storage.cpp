@@ -1,0 +1,52 @@
+// GpuBackend's storage types (src-lib/gpu/PRECISION.md): conversions between them, the half copies
+// of fp32 parameters that a half op takes, and the checks that one op's tensors agree.
+#include "../errors.h"
+#include "../kernels/args_forward.h"
+#include "gpu_backend.h"
+
+namespace dn {
+
+std::string GpuBackend::storage_kernel(const char* base, DType t) {
+    return std::string(base) + (t == DType::f16 ? "_f16" : t == DType::bf16 ? "_bf16" : "_f32");
+}
+
+DType GpuBackend::same_storage(const char* op, std::initializer_list<const Tensor*> tensors) {
+    DType t = (*tensors.begin())->dtype();
+    for (const Tensor* x : tensors)
+        if (x->dtype() != t)
+            throw DarknetError(std::string(op) + ": tensors in " + dtype_name(t) + " and " + dtype_name(x->dtype()) +
+                               " (one op takes one storage type; Backend::convert converts)");
+    return t;
+}
+
+void GpuBackend::convert(const Tensor& x, Tensor& y) {
+    if (x.size() != y.size())
+        throw DarknetError("convert between tensors of different sizes: " + x.shape().str() + " -> " + y.shape().str());
+    CountArgs a{(int32_t)x.size()};
+    if (x.dtype() == y.dtype()) {
+        if (x.buffer() != y.buffer()) copy_tensor(x, y);
+    } else if (x.dtype() == DType::f32) {
+        launch(storage_kernel("pack", y.dtype()).c_str(), x.size(), {any_buf(y), buf(x)}, a);
+    } else if (y.dtype() == DType::f32) {
+        launch(storage_kernel("unpack", x.dtype()).c_str(), x.size(), {buf(y), any_buf(x)}, a);
+    } else {  // fp16 <-> bf16: through fp32
+        Tensor wide(x.shape(), scratch(5, x.size()).buffer());
+        convert(x, wide);
+        convert(wide, y);
+    }
+}
+
+const Tensor& GpuBackend::param_in(const Tensor& p, DType t) {
+    if (p.dtype() == t) return p;
+    auto key = std::make_pair(p.buffer().get(), t);
+    auto it = param_copies_.find(key);
+    if (it == param_copies_.end() || it->second.of.lock() != p.buffer() || it->second.copy.size() != p.size()) {
+        for (auto i = param_copies_.begin(); i != param_copies_.end();)  // drop the copies of freed parameters
+            i = i->second.of.expired() ? param_copies_.erase(i) : std::next(i);
+        it = param_copies_.insert_or_assign(key, ParamCopy{p.buffer(), alloc(p.shape(), t)}).first;
+    }
+    convert(p, it->second.copy);
+    return it->second.copy;
+}
+
+}  // namespace dn

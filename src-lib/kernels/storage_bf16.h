@@ -1,0 +1,6 @@
+// Instantiates storage_kernels.h for bf16 storage (kernels named *_bf16; KBF16_* in compat_<device>.h).
+#pragma once
+#define S_T KBF16_T
+#define S_LD(p, i) KBF16_LOAD(p, i)
+#define S_ST(p, i, v) KBF16_STORE(p, i, v)
+#define S_NAME(name) name##_bf16

@@ -1,0 +1,6 @@
+// Ends one instantiation of storage_kernels.h (see storage_f32.h).
+#pragma once
+#undef S_T
+#undef S_LD
+#undef S_ST
+#undef S_NAME

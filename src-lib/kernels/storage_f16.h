@@ -1,0 +1,6 @@
+// Instantiates storage_kernels.h for fp16 storage (kernels named *_f16; KF16_* in compat_<device>.h).
+#pragma once
+#define S_T KF16_T
+#define S_LD(p, i) KF16_LOAD(p, i)
+#define S_ST(p, i, v) KF16_STORE(p, i, v)
+#define S_NAME(name) name##_f16

@@ -1,0 +1,213 @@
+// Kernel text written once for every storage type (src-lib/gpu/PRECISION.md): the kernels that
+// detection runs on activations, convolution's im2col and GEMM included. Each is compiled three times, for fp32, fp16 and bf16 storage
+// (storage_f32.h etc. define the macros; the kernel names end in _f32, _f16, _bf16):
+//   S_T            the element type of activation buffers (float, half, bf16 bits)
+//   S_LD(p, i)     element i of p as a float
+//   S_ST(p, i, v)  stores float v into element i of p, rounded to nearest even
+// Math is fp32 throughout; parameters (scale, shift, shortcut weights) stay fp32 buffers. Launch
+// geometry of every kernel here: one thread per element, threads = args.n rounded up to whole
+// groups of any size (each thread guards i < n), except shortcut (one launch per input) and gemm
+// (16x16 tiles), see there.
+#pragma once
+#include "activation_math.h"
+#include "args_forward.h"
+#include "args_training.h"
+
+// y = x converted to storage S (pack) and back to fp32 (unpack): the input upload and fp32
+// parameters used by a half op (GpuBackend::convert).
+KERNEL(S_NAME(pack))(KBUF(S_T, y, 0), KCBUF(float, x, 1), KARGS(CountArgs, a, 2) KTHREAD_IDS) {
+    int i = (int)KGID;
+    if (i >= a.n) return;
+    S_ST(y, i, x[i]);
+}
+
+KERNEL(S_NAME(unpack))(KBUF(float, y, 0), KCBUF(S_T, x, 1), KARGS(CountArgs, a, 2) KTHREAD_IDS) {
+    int i = (int)KGID;
+    if (i >= a.n) return;
+    y[i] = S_LD(x, i);
+}
+
+// y = act(y) in place, elementwise activations only (the channel-mixing ones: normalize_channels_f32)
+KERNEL(S_NAME(activate))(KBUF(S_T, y, 0), KARGS(ActivateArgs, a, 1) KTHREAD_IDS) {
+    int i = (int)KGID;
+    if (i >= a.n) return;
+    S_ST(y, i, act_forward(S_LD(y, i), a.act));
+}
+
+// Convolution's epilogue in place: y = act(y * scale[c] + shift[c]), scale only when has_scale
+// (otherwise bind any buffer to `scale`). Elementwise act only: for the channel-mixing ones launch
+// this with ACT_LINEAR, then normalize_channels_f32.
+KERNEL(S_NAME(affine_act))(KBUF(S_T, y, 0), KCBUF(float, scale, 1), KCBUF(float, shift, 2),
+                           KARGS(AffineActArgs, a, 3) KTHREAD_IDS) {
+    int i = (int)KGID;
+    if (i >= a.n) return;
+    int c = (i / a.plane) % a.channels;
+    float v = S_LD(y, i);
+    v = (a.has_scale ? v * scale[c] : v) + shift[c];
+    S_ST(y, i, act_forward(v, a.act));
+}
+
+// y[:, dst_c0 + c] = (or += with accumulate) x[:, src_c0 + c] for c < count: copy_channels and
+// add_channels. threads = batch * count * plane.
+KERNEL(S_NAME(copy_channels))(KBUF(S_T, y, 0), KCBUF(S_T, x, 1), KARGS(CopyChannelsArgs, a, 2) KTHREAD_IDS) {
+    int i = (int)KGID;
+    if (i >= a.n) return;
+    int p = i % a.plane, c = (i / a.plane) % a.count, b = i / (a.plane * a.count);
+    float v = S_LD(x, (b * a.src_channels + a.src_c0 + c) * a.plane + p);
+    int o = (b * a.dst_channels + a.dst_c0 + c) * a.plane + p;
+    if (a.accumulate) v += S_LD(y, o);
+    S_ST(y, o, v);
+}
+
+// nearest-neighbour upsample: y[n,c,i,j] = scale * x[n,c,i/stride,j/stride]; threads = elements of y
+KERNEL(S_NAME(upsample))(KBUF(S_T, y, 0), KCBUF(S_T, x, 1), KARGS(ResampleArgs, a, 2) KTHREAD_IDS) {
+    int i = (int)KGID;
+    if (i >= a.n) return;
+    int ox = i % a.out_w, oy = (i / a.out_w) % a.out_h, nc = i / (a.out_w * a.out_h);
+    S_ST(y, i, a.scale * S_LD(x, (nc * a.in_h + oy / a.stride) * a.in_w + ox / a.stride));
+}
+
+// Shortcut, one launch per input (so any number of `from` inputs), in order, each with threads =
+// elements of y (a.n) and `in` bound to that input:
+//   input 0:      y = w_0 * x                     (in = x, from_sample = sample)
+//   input k >= 1: y += w_k * from[k-1] where it exists, by flat per-sample index i < from_sample
+// Weights (fp32) are normalised per thread from the raw `weights` (bind any buffer when weights_mode
+// = 0; shortcut_weight is in forward_layout.h).
+KERNEL(S_NAME(shortcut))(KBUF(S_T, y, 0), KCBUF(S_T, in, 1), KCBUF(float, weights, 2),
+                         KARGS(ShortcutArgs, a, 3) KTHREAD_IDS) {
+    int i = (int)KGID;
+    if (i >= a.n) return;
+    int b = i / a.sample, j = i % a.sample;
+    if (j >= a.from_sample) return;
+    float w = 1.0f;
+    if (a.weights_mode == 1) w = shortcut_weight(weights, 0, 1, a.inputs, a.input, a.norm);
+    if (a.weights_mode == 2) w = shortcut_weight(weights, j / a.plane, a.channels, a.inputs, a.input, a.norm);
+    float v = S_LD(in, b * a.from_sample + j) * w;
+    if (a.input != 0) v += S_LD(y, i);
+    S_ST(y, i, v);
+}
+
+// maxpool (is_max = 1) and avgpool_local (0): window of size x size from (oy*stride_y - padding/2,
+// ox*stride_x - padding/2), cells outside x skipped; average over the cells inside (0 if none).
+KFN float S_NAME(pool_window)(KGLOBAL const S_T* x, int i, KARGS_PARAM(PoolArgs) a, int is_max) {
+    int ox = i % a.out_w, oy = (i / a.out_w) % a.out_h, nc = i / (a.out_w * a.out_h);
+    int off = -a.padding / 2;
+    float best = -FLT_MAX_K, sum = 0.0f;
+    int count = 0;
+    for (int ky = 0; ky < a.size; ++ky)
+        for (int kx = 0; kx < a.size; ++kx) {
+            int iy = oy * a.stride_y + off + ky, ix = ox * a.stride_x + off + kx;
+            if (iy < 0 || iy >= a.in_h || ix < 0 || ix >= a.in_w) continue;
+            float v = S_LD(x, (nc * a.in_h + iy) * a.in_w + ix);
+            best = v > best ? v : best;
+            sum += v;
+            ++count;
+        }
+    return is_max ? best : (count ? sum / (float)count : 0.0f);
+}
+
+KERNEL(S_NAME(maxpool))(KBUF(S_T, y, 0), KCBUF(S_T, x, 1), KARGS(PoolArgs, a, 2) KTHREAD_IDS) {
+    int i = (int)KGID;
+    if (i >= a.n) return;
+    S_ST(y, i, S_NAME(pool_window)(x, i, a, 1));
+}
+
+KERNEL(S_NAME(avgpool_local))(KBUF(S_T, y, 0), KCBUF(S_T, x, 1), KARGS(PoolArgs, a, 2) KTHREAD_IDS) {
+    int i = (int)KGID;
+    if (i >= a.n) return;
+    S_ST(y, i, S_NAME(pool_window)(x, i, a, 0));
+}
+
+// Yolo head: logistic on every entry but w, h (entries 2, 3) unless new_coords, then x, y (entries
+// 0, 1) scaled around 0.5 by scale_x_y. The sample's channels are anchors * entries, so the entry is
+// (i / plane) % entries for the flat index over the whole batch. x in storage S, y always fp32 (the
+// heads are read back, decoded and given to the loss in fp32); y may be x (in place) for fp32.
+KERNEL(S_NAME(yolo_activate))(KBUF(float, y, 0), KCBUF(S_T, x, 1), KARGS(YoloActivateArgs, a, 2) KTHREAD_IDS) {
+    int i = (int)KGID;
+    if (i >= a.n) return;
+    int entry = (i / a.plane) % a.entries;
+    float v = S_LD(x, i);
+    if (!a.new_coords && entry != 2 && entry != 3) v = 1.0f / (1.0f + exp(-v));
+    if (entry < 2) v = v * a.scale_x_y - 0.5f * (a.scale_x_y - 1.0f);
+    y[i] = v;
+}
+
+// im2col of a run of images: col[row, image * pixels + pixel] with row = (c * kh + ky) * kw + kx,
+// pixel = oy * out_w + ox; zero where the kernel tap falls in the padding. One thread per (channel,
+// image, output pixel) writes that pixel's kh * kw rows: the index arithmetic (integer divisions are
+// slow on GPUs) is paid once per channel instead of once per element, and for each tap consecutive
+// threads still write consecutive addresses. threads = channels * images * out_h * out_w. For
+// grouped convolution pass the group's first channel in im_offset and its channel count in channels.
+KERNEL(S_NAME(im2col))(KBUF(S_T, col, 0), KCBUF(S_T, im, 1), KARGS(Im2colImageArgs, a, 2) KTHREAD_IDS) {
+    int i = (int)KGID;
+    if (i >= a.n) return;
+    int pixels = a.out_h * a.out_w;
+    int pix = i % pixels, rest = i / pixels;
+    int image = rest % a.images, c = rest / a.images;
+    int ox = pix % a.out_w, oy = pix / a.out_w;
+    int in_base = a.im_offset + image * a.image_stride + c * a.height * a.width;
+    int out = a.col_offset + (c * a.kh * a.kw * a.images + image) * pixels + pix;  // row (c, 0, 0)
+    int row_stride = a.images * pixels;
+    for (int ky = 0; ky < a.kh; ++ky) {
+        int iy = oy * a.stride_y - a.pad + ky * a.dilation;
+        for (int kx = 0; kx < a.kw; ++kx) {
+            int ix = ox * a.stride_x - a.pad + kx * a.dilation;
+            int inside = iy >= 0 && iy < a.height && ix >= 0 && ix < a.width;
+            S_ST(col, out, inside ? S_LD(im, in_base + iy * a.width + ix) : 0.0f);
+            out += row_stride;
+        }
+    }
+}
+
+// y[b][a][p] (+)= x[a][b][p]: one thread per element of x.
+KERNEL(S_NAME(swap_axes))(KBUF(S_T, y, 0), KCBUF(S_T, x, 1), KARGS(SwapAxesArgs, a, 2) KTHREAD_IDS) {
+    int i = (int)KGID;
+    if (i >= a.n) return;
+    int p = i % a.plane, r = i / a.plane;
+    int bi = r % a.b, ai = r / a.b;
+    int o = a.y_offset + (bi * a.a + ai) * a.plane + p;
+    float v = S_LD(x, a.x_offset + i);
+    S_ST(y, o, a.accumulate ? S_LD(y, o) + v : v);
+}
+
+// Row-major C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C, with element offsets so that one
+// buffer can hold a batch of matrices. One group of 256 threads per 16x16 tile of C (a 1-D grid of
+// ceil(M/16) * tiles_n groups), one thread per C element; 16x16 slices of op(A) and op(B) are staged
+// in threadgroup memory. Every thread loads and reaches every barrier, also outside C (it loads
+// zeros there), and only the write is guarded. The tiles and the sum are fp32 in every storage type.
+KERNEL(S_NAME(gemm))(KCBUF(S_T, A, 0), KCBUF(S_T, B, 1), KBUF(S_T, C, 2), KARGS(GemmArgs, a, 3) KTHREAD_IDS) {
+    // Rows padded to 17 floats: the transposed loads store a column per thread row, and 16 would
+    // put all 16 of them in one bank.
+    KSHARED float as[16 * 17];  // as[r * 17 + k] = op(A)[row0 + r, k0 + k]
+    KSHARED float bs[16 * 17];  // bs[k * 17 + c] = op(B)[k0 + k, col0 + c]
+    int ty = (int)(KLID / 16), tx = (int)(KLID % 16);
+    int row0 = (int)(KGROUP / (uint)a.tiles_n) * 16, col0 = (int)(KGROUP % (uint)a.tiles_n) * 16;
+    float sum = 0.0f;
+    for (int k0 = 0; k0 < a.K; k0 += 16) {
+        // Consecutive tx read consecutive addresses in both layouts (coalesced): for a transposed
+        // operand the thread's (ty, tx) roles swap and it stores the element transposed.
+        if (!a.trans_a) {  // op(A)[r, k] = A[r * lda + k]
+            int r = row0 + ty, k = k0 + tx;
+            as[ty * 17 + tx] = (r < a.M && k < a.K) ? S_LD(A, a.a_offset + r * a.lda + k) : 0.0f;
+        } else {  // op(A)[r, k] = A[k * lda + r]
+            int r = row0 + tx, k = k0 + ty;
+            as[tx * 17 + ty] = (r < a.M && k < a.K) ? S_LD(A, a.a_offset + k * a.lda + r) : 0.0f;
+        }
+        if (!a.trans_b) {  // op(B)[k, c] = B[k * ldb + c]
+            int k = k0 + ty, c = col0 + tx;
+            bs[ty * 17 + tx] = (k < a.K && c < a.N) ? S_LD(B, a.b_offset + k * a.ldb + c) : 0.0f;
+        } else {  // op(B)[k, c] = B[c * ldb + k]
+            int k = k0 + tx, c = col0 + ty;
+            bs[tx * 17 + ty] = (k < a.K && c < a.N) ? S_LD(B, a.b_offset + c * a.ldb + k) : 0.0f;
+        }
+        KBARRIER();
+        for (int k = 0; k < 16; ++k) sum += as[ty * 17 + k] * bs[k * 17 + tx];
+        KBARRIER();  // the next slice overwrites the tiles
+    }
+    int r = row0 + ty, c = col0 + tx;
+    if (r < a.M && c < a.N) {
+        int i = a.c_offset + r * a.ldc + c;
+        // beta == 0 must not read C: it may hold garbage (NaN * 0 is NaN).
+        S_ST(C, i, (a.beta == 0.0f ? 0.0f : a.beta * S_LD(C, i)) + a.alpha * sum);
+    }
+}
