@@ -242,7 +242,7 @@ class Network:
         (rtsp://, rtmp://, http(s)://), a video, an image, a folder, a glob or a list file, as
         `darknet_py detect` takes them. A generator: closing it (or leaving the for loop) releases
         the capture. A live source hands out its newest frame (drop=False: every frame); see
-        darknet_py.stream."""
+        darknet_py.media.stream."""
         from .media.stream import stream_detections
 
         return stream_detections(self, source, thresh, nms, letterbox, max_frames, drop)
@@ -256,7 +256,7 @@ class Network:
         what forward returns (yolo_<layer> per head, or `output`), batchnorm folded into the convolutions;
         with postprocess=True, detections after decoding and NMS: boxes (x1, y1, x2, y2 relative to the
         input), scores, classes, batch_index. size=(width, height) exports at another input size;
-        dynamic_batch=True leaves the batch open. See darknet_py.export_onnx."""
+        dynamic_batch=True leaves the batch open. See darknet_py.export.onnx_model."""
         from .export.onnx_model import export_onnx
 
         return export_onnx(self, path, size, batch, dynamic_batch, postprocess, thresh, nms)
