@@ -13,7 +13,7 @@ images/train2014/-style folders), so the labels sit beside the images; `labels_f
 The paths in shapes.data and the lists are absolute, so Darknet finds them from any working
 directory; `relative=True` (--relative) writes them relative to DIR instead, so that the folder
 can be moved (darknet_py resolves them against the file's own folder; Darknet only when run from
-DIR). Every file is written atomically (outputs.py): an interrupted run leaves whole files only.
+DIR). Every file is written atomically (outputs/files.py): an interrupted run leaves whole files only.
 
 Each image: a textured background (a smooth colour field, a gradient, lines, blobs, noise), then
 1..6 vivid shapes of random class, size, position, rotation and colour, drawn one over another.

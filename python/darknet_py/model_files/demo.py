@@ -14,7 +14,7 @@ from typing import Dict, Optional, Tuple
 
 import numpy as np
 
-DEMO_DIR = Path(__file__).resolve().parent / "models" / "demo"
+DEMO_DIR = Path(__file__).resolve().parents[1] / "models" / "demo"  # darknet_py/models/demo
 FILES = {"cfg": "shapes-demo.cfg", "weights": "shapes-demo.weights", "names": "shapes.names",
          "image": "sample.jpg", "video": "sample.mp4"}
 CLASSES = ("circle", "square", "triangle", "star")

@@ -19,7 +19,7 @@ atomically (checkpoint.py), `<cfg>` being the cfg's file name without its extens
                        max(100, 4 epochs) iterations (and not before burn_in) and at the end
   <cfg>_final.weights  at max_batches
   chart.png            average loss and mAP against iterations, redrawn as training goes
-  plots/               the evaluation plots of <cfg>_best.weights (plots.py), when it is saved
+  plots/               the evaluation plots of <cfg>_best.weights (evaluation/plots.py), when it is saved
   <cfg>-<K>classes.cfg the cfg adapted to the dataset's K classes, when the cfg's differ
                        (fit_cfg_to_classes); <cfg> is then this file's name
 
@@ -53,7 +53,7 @@ from .weights_transfer import load_start_weights, weights_layers_in_file  # noqa
 LAST_EVERY = 100  # Darknet saves <cfg>_last.weights every 100 iterations
 MULTISCALE_EVERY = 10  # random=1 picks a new network size every 10 iterations
 CHART_NAME = "chart.png"
-PLOTS_NAME = "plots"  # the best weights' evaluation plots (plots.py), in the backup folder
+PLOTS_NAME = "plots"  # the best weights' evaluation plots (evaluation/plots.py), in the backup folder
 QUICK_MAX_BATCHES = 200  # `train CFG` without data: the demonstration's length (quickstart.py)
 
 
