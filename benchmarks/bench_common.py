@@ -19,7 +19,7 @@ import numpy as np
 
 import darknet_py
 from darknet_py import _core
-from darknet_py.cfgfiles import cfg_with_size, resolve_cfg
+from darknet_py.model_files.cfgfiles import cfg_with_size, resolve_cfg
 
 
 class Model(NamedTuple):

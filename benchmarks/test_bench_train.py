@@ -1,5 +1,5 @@
 """One training iteration of yolov4-tiny at 416x416, batch 16 in one pass (forward_train ->
-yolo_loss -> backward -> update, what darknet_py.train runs per subdivision and per iteration):
+yolo_loss -> backward -> update, what darknet_py.training.train runs per subdivision and per iteration):
 images per second, and the fraction of the FMA peak, counting a training pass as 3x the forward
 FLOPs (the backward pass computes two GEMMs per convolution: weight and input gradients)."""
 from __future__ import annotations

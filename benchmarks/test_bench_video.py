@@ -46,8 +46,8 @@ def detector(workdir, threads):
 
 def run_cli_pipeline(net, clip: str, out_dir: str) -> int:
     """The video path of `darknet_py detect`: returns the number of frames it wrote."""
-    from darknet_py.runner import DetectOptions, Runner
-    from darknet_py.sources import resolve_source
+    from darknet_py.commands.runner import DetectOptions, Runner
+    from darknet_py.media.sources import resolve_source
 
     runner = Runner(net, resolve_source(clip), DetectOptions(out_dir=out_dir), stdout=io.StringIO(),
                     stderr=io.StringIO())
@@ -59,7 +59,7 @@ def test_video_detect_pipeline_fps(benchmark, workdir, detector, threads):
     net, what = detector
     clip = os.path.join(workdir, "clip.avi")
     make_clip(clip)
-    pipeline, how = run_cli_pipeline, "darknet_py.runner (the CLI's video path)"
+    pipeline, how = run_cli_pipeline, "darknet_py.commands.runner (the CLI's video path)"
     out_dir = os.path.join(workdir, "video-out")
     pipeline(net, clip, out_dir)  # warm-up: buffers, codec
     frames = {}

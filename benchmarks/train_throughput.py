@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def adapted_cfg(classes: int, batch: int, size: int, out: str) -> str:
     """yolov4-tiny with `classes` classes at size x size, batch `batch` in one subdivision."""
-    from darknet_py.cfgfiles import resolve_cfg
+    from darknet_py.model_files.cfgfiles import resolve_cfg
 
     lines = []
     for line in Path(resolve_cfg("yolov4-tiny.cfg")).read_text().splitlines():
@@ -69,7 +69,7 @@ def engine_step(data: str, cfg: str, device: str, iterations: int) -> Dict[str, 
     """The training step on one real augmented batch already in memory, synchronized each step."""
     from darknet_py import _core
     from darknet_py.data import BatchLoader, darknet_truth
-    from darknet_py.init_weights import darknet_init
+    from darknet_py.training.init_weights import darknet_init
 
     raw = _core.Net(cfg, device)
     darknet_init(raw, 1)
@@ -90,7 +90,7 @@ def engine_step(data: str, cfg: str, device: str, iterations: int) -> Dict[str, 
 
 
 def train_run(data: str, cfg: str, device: str, iterations: int, warmup: int, workers: int, kind: str):
-    from darknet_py.train import train
+    from darknet_py.training.train import train
 
     seconds, waits = [], []
 
@@ -152,7 +152,7 @@ def main(argv=None) -> int:
 
     import darknet_py
     from darknet_py.devices import default_device, resolve
-    from darknet_py.sysinfo import cpu_info
+    from darknet_py.diagnostics.sysinfo import cpu_info
 
     device = resolve(args.device or default_device())  # "auto" -> the device it picks (cuda:0 ...)
     precisions = (args.precisions or ("fp32,tf32" if device.startswith("cuda") else "fp32")).split(",")

@@ -33,7 +33,7 @@ struct NcclApi {
 };
 
 // The process-wide NCCL, or null with *why set (not found: where it looked). Looks at
-// DARKNET_PY_NCCL_LIBRARY (darknet_py.cuda_runtime points it at pip's nvidia-nccl-cu13), the loader's
+// DARKNET_PY_NCCL_LIBRARY (darknet_py.diagnostics.cuda_runtime points it at pip's nvidia-nccl-cu13), the loader's
 // search path, then the toolkit it was built with.
 const NcclApi* nccl_api(std::string* why);
 

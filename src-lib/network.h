@@ -111,7 +111,7 @@ public:
     const std::vector<double>& layer_ms() const { return layer_ms_; }
 
     // The cfg the layers were built from (at the current input size): sections[i + 1] built layers[i].
-    // Exporters read layer options from it (darknet_py.export_onnx).
+    // Exporters read layer options from it (darknet_py.export.onnx_model).
     const CfgFile& cfg() const { return cfg_; }
 
     // Recorded forwards (CUDA graphs): from the second forward of a shape on, on a device that can

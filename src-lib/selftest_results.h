@@ -1,4 +1,4 @@
-// What `darknet_py selftest` leaves behind for the devices (python/darknet_py/selftest.py writes it):
+// What `darknet_py selftest` leaves behind for the devices (python/darknet_py/diagnostics/selftest.py writes it):
 // a JSON file per device in the user's cache folder. A device with vendor fast paths (MPS, cuBLAS,
 // cuDNN) enables only those whose parity check passed on this machine, read back through here.
 // The file's other keys (ops, training, ...) are for people; the engine reads only "fast_paths":

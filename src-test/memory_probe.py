@@ -85,7 +85,7 @@ num=3
 
 def model_files(model: str, folder: str) -> Dict[str, str]:
     """cfg, weights and names of the `demo` or `tiny` model (tiny's are written into `folder`)."""
-    from darknet_py.demo import demo_files
+    from darknet_py.model_files.demo import demo_files
 
     if model == "demo":
         return {k: v for k, v in demo_files().items() if k in ("cfg", "weights", "names")}
@@ -106,7 +106,7 @@ def detect_growth(calls: int, warmup: int = 200, model: str = "demo") -> Dict[st
     import cv2
 
     from darknet_py import Network
-    from darknet_py.demo import demo_files
+    from darknet_py.model_files.demo import demo_files
 
     with tempfile.TemporaryDirectory(prefix="darknet_py-memory-") as d:
         files = model_files(model, d)
@@ -147,7 +147,7 @@ def make_video(path: str, frames: int, size=(64, 48), fps: float = 25.0) -> str:
 
 
 def _cli_detect(video: str, out_dir: str, files: Dict[str, str]) -> None:
-    from darknet_py.cli import main
+    from darknet_py.commands.cli import main
 
     code = main(["detect", video, "--cfg", files["cfg"], "--weights", files["weights"], "--names", files["names"],
                  "--out", out_dir, "--device", "cpu", "--thresh", str(THRESH)])

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from darknet_py import _core
-from darknet_py.anchors import calc_anchors, format_anchors, kmeans_iou
-from darknet_py.cli import main
-from darknet_py.synth import generate
+from darknet_py.model_files.anchors import calc_anchors, format_anchors, kmeans_iou
+from darknet_py.commands.cli import main
+from darknet_py.data.synth import generate
 
 
 def darknet_kmeans(data, k, first):
@@ -132,7 +132,7 @@ def test_command_errors(tmp_path, capsys):
 
 
 def test_set_anchors_adds_missing_keys(tmp_path):
-    from darknet_py.cfg_edit import CfgEditor, set_anchors
+    from darknet_py.model_files.cfg_edit import CfgEditor, set_anchors
 
     text = ("[net]\nwidth=64\nheight=64\nchannels=3\n\n[convolutional]\nfilters=8\nsize=3\nstride=2\npad=1\n"
             "activation=leaky\n\n[convolutional]\nfilters=18\nsize=1\nstride=1\npad=1\nactivation=linear\n\n"

@@ -56,7 +56,8 @@ def emulated_run() -> str:
 
 def _source_op_cases():
     # the cases the emulated run drew, from the same source file (the installed package may be older)
-    spec = importlib.util.spec_from_file_location("_arm64_op_cases", REPO / "python" / "darknet_py" / "op_cases.py")
+    spec = importlib.util.spec_from_file_location(
+        "_arm64_op_cases", REPO / "python" / "darknet_py" / "diagnostics" / "op_cases.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)

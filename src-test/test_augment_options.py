@@ -5,7 +5,7 @@ import cv2
 import numpy as np
 import pytest
 
-from darknet_py import synth
+from darknet_py.data import synth
 from darknet_py.data import BatchLoader
 from darknet_py.data import augment as A
 from darknet_py.data.loader import LOAD_THREADS, load_group

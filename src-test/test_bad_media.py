@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 from darknet_py import exit_codes
-from darknet_py.cli import main
-from darknet_py.demo import demo_files
-from darknet_py.sources import jpeg_truncated, read_image
-from darknet_py.video import FrameReader
+from darknet_py.commands.cli import main
+from darknet_py.model_files.demo import demo_files
+from darknet_py.media.sources import jpeg_truncated, read_image
+from darknet_py.media.video import FrameReader
 
 DEMO = demo_files()
 MODEL = ["--cfg", DEMO["cfg"], "--weights", DEMO["weights"], "--names", DEMO["names"], "--threads", "2"]

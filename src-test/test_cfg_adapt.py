@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from darknet_py import _core
-from darknet_py.cfg_edit import CfgEditor, adapt_classes, set_net_options
-from darknet_py.cfgfiles import resolve_cfg
-from darknet_py.cli import main
-from darknet_py.init_weights import darknet_init
-from darknet_py.synth import generate
-from darknet_py.train import train
-from darknet_py.weights_transfer import load_start_weights
+from darknet_py.model_files.cfg_edit import CfgEditor, adapt_classes, set_net_options
+from darknet_py.model_files.cfgfiles import resolve_cfg
+from darknet_py.commands.cli import main
+from darknet_py.training.init_weights import darknet_init
+from darknet_py.data.synth import generate
+from darknet_py.training.train import train
+from darknet_py.training.weights_transfer import load_start_weights
 
 SMALL = {"batch": 2, "subdivisions": 1, "width": 64, "height": 64, "burn_in": 1, "mosaic": 0}
 

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from darknet_py import Detection, Network, _core
-from darknet_py.cfgfiles import cfg_with_size, resolve_cfg, shipped_dir
-from darknet_py.cli import main
-from darknet_py.draw import class_color, draw_detections, draw_fps
-from darknet_py.progress import Progress, format_duration
+from darknet_py.model_files.cfgfiles import cfg_with_size, resolve_cfg, shipped_dir
+from darknet_py.commands.cli import main
+from darknet_py.outputs.draw import class_color, draw_detections, draw_fps
+from darknet_py.commands.progress import Progress, format_duration
 
 skdata = pytest.importorskip("skimage.data", reason="scikit-image provides the test photos")
 

@@ -14,7 +14,7 @@ import cv2
 import numpy as np
 import pytest
 
-from darknet_py import synth
+from darknet_py.data import synth
 from darknet_py.data import (BatchLoader, DataFileError, DataReporter, augment_options_from_cfg, darknet_truth,
                              dense_truth, label_path_for, random_network_size, read_data_file, read_image_list,
                              read_labels, replace_image_to_label)

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from darknet_py.data import BatchLoader, read_data_file, read_names_file
-from darknet_py.demo import demo_files
-from darknet_py.evaluate import compute_map
-from darknet_py.synth import generate
+from darknet_py.model_files.demo import demo_files
+from darknet_py.evaluation.evaluate import compute_map
+from darknet_py.data.synth import generate
 
 
 @pytest.fixture(scope="module")

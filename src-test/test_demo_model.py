@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import darknet_py
-from darknet_py.demo import CLASSES, demo_files, demo_network, render_video_frames
-from darknet_py.synth import generate, render
+from darknet_py.model_files.demo import CLASSES, demo_files, demo_network, render_video_frames
+from darknet_py.data.synth import generate, render
 
 VALID_SEED = 20250101  # any seed but the training one (1)
 
@@ -61,7 +61,7 @@ def test_sample_image_detections_match_what_was_drawn(files):
 
 
 def test_cli_detect_without_arguments_uses_the_demo(tmp_path, capsys):
-    from darknet_py.cli import main
+    from darknet_py.commands.cli import main
 
     assert main(["detect", "--out", str(tmp_path)]) == 0
     captured = capsys.readouterr()
@@ -71,7 +71,7 @@ def test_cli_detect_without_arguments_uses_the_demo(tmp_path, capsys):
 
 
 def test_cli_detect_runs_the_demo_on_its_sample_video(tmp_path, files):
-    from darknet_py.cli import main
+    from darknet_py.commands.cli import main
 
     assert main(["detect", files["video"], "--out", str(tmp_path)]) == 0
     out = cv2.VideoCapture(str(tmp_path / "sample.mp4"))

@@ -25,7 +25,7 @@ from darknet_py import _core
 from darknet_py.exit_codes import RANK_FAILED
 from darknet_py.distributed import RankInfo, plan_ranks, split_devices
 from darknet_py.distributed.store import FileStore, RendezvousTimeout, TcpStore
-from darknet_py.synth import generate
+from darknet_py.data.synth import generate
 from test_train import small_cfg
 
 # the ranks import the darknet_py this process imported (a worktree's or an installed one)
@@ -171,7 +171,7 @@ def test_plans_and_device_lists():
 
 
 def test_train_command_refuses_bad_device_lists_and_batches(job, capsys):
-    from darknet_py.cli import main
+    from darknet_py.commands.cli import main
 
     base = ["train", job["data"], job["cfg"], "--out", str(job["root"] / "refused")]
     with pytest.raises(SystemExit) as exit_:  # argparse's usage error

@@ -13,7 +13,7 @@ import pytest
 import darknet_py
 from darknet_py import DarknetError
 from darknet_py.exit_codes import OutputError
-from darknet_py.video import FrameWriter
+from darknet_py.media.video import FrameWriter
 
 DEMO = os.path.join(os.path.dirname(darknet_py.__file__), "models", "demo")
 

@@ -8,11 +8,11 @@ import cv2
 import numpy as np
 import pytest
 
-from darknet_py.cli import main
+from darknet_py.commands.cli import main
 from darknet_py.data.darknet_files import read_data_file, read_image_list, label_path_for
-from darknet_py.demo import demo_files
-from darknet_py.evaluate import Box, Truth, compute_map, evaluate, read_truths
-from darknet_py.plots import GRID, PLOT_FILES
+from darknet_py.model_files.demo import demo_files
+from darknet_py.evaluation.evaluate import Box, Truth, compute_map, evaluate, read_truths
+from darknet_py.evaluation.plots import GRID, PLOT_FILES
 
 A, B, C = Truth(0, 0.0, 0.0, 0.2, 0.2), Truth(1, 0.5, 0.5, 0.2, 0.2), Truth(1, 0.1, 0.6, 0.2, 0.2)
 
@@ -43,7 +43,7 @@ def test_diagonal_follows_the_counting_rule(counts):
 
 @pytest.fixture(scope="module")
 def demo_map(tmp_path_factory):
-    from darknet_py.synth import generate
+    from darknet_py.data.synth import generate
 
     root = tmp_path_factory.mktemp("evalplots")
     data = generate(str(root / "ds"), images=40, classes=4, size=(256, 256), seed=77, valid_fraction=1, workers=1)
@@ -78,9 +78,9 @@ def test_plots_are_real_images(demo_map):
         assert colours > 20 and 0.01 < inked < 0.6, (name, colours, inked)
         images[name] = img
     assert not np.array_equal(images["P_curve.png"], images["R_curve.png"])
-    from darknet_py.draw import class_color
+    from darknet_py.outputs.draw import class_color
 
-    from darknet_py import plots
+    from darknet_py.evaluation import plots
 
     for name in PLOT_FILES[2:]:  # each class's curve is drawn inside the plot area (the legend is outside it)
         area = images[name][plots.TOP:-plots.BOTTOM, plots.LEFT + 2:-plots.RIGHT - 2].astype(np.int32)
@@ -105,7 +105,7 @@ def test_curves_agree_with_the_ranked_counts(demo_map):
 def test_save_errors_writes_exactly_the_images_with_errors(demo_map):
     demo = demo_files()
     from darknet_py import Network
-    from darknet_py.evaluate import network_detections
+    from darknet_py.evaluation.evaluate import network_detections
 
     net = Network(demo["cfg"], demo["weights"])
     written = set(os.listdir(demo_map["root"] / "errors"))

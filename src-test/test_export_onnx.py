@@ -1,4 +1,4 @@
-"""ONNX export (darknet_py.export_onnx): ONNX Runtime runs the exported graph and must give what
+"""ONNX export (darknet_py.export.onnx_model): ONNX Runtime runs the exported graph and must give what
 Network.forward gives, within 1e-4 of each output's scale (helpers_darknet.rel_err), on every reference
 cfg of ../shared/cfg (random weights and batchnorm statistics, so the folding is exercised), on small
 cfgs for the layer options those lack, and on real weights; the postprocessed model's detections must
@@ -15,7 +15,7 @@ import pytest
 onnx = pytest.importorskip("onnx", reason="the onnx package is not installed (pip install '.[test]')")
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed (pip install '.[test]')")
 import darknet_py  # noqa: E402
-from darknet_py.cfgfiles import cfg_with_size  # noqa: E402
+from darknet_py.model_files.cfgfiles import cfg_with_size  # noqa: E402
 
 from helpers_darknet import rel_err  # noqa: E402
 
@@ -365,7 +365,7 @@ def test_layer_options_match(name, tmp_path):
 def test_every_layer_matches(name, tmp_path):
     """Each layer's ONNX tensor against the engine's output of that layer: a layer whose result does not
     reach the network's output (a side branch, a route that restarts) is checked too."""
-    from darknet_py.export_onnx import build_model
+    from darknet_py.export.onnx_model import build_model
 
     net = _cfg_network(tmp_path, globals()[name], name.lower())
     _randomize(net, seed=4)
@@ -383,7 +383,7 @@ def test_every_layer_matches(name, tmp_path):
 
 
 def test_fixed_batch_and_other_size(tmp_path):
-    from darknet_py.demo import demo_files
+    from darknet_py.model_files.demo import demo_files
 
     files = demo_files()
     net = darknet_py.Network(files["cfg"], files["weights"], device="cpu")
@@ -443,7 +443,7 @@ def _assert_same_detections(onnx_rows, ours):
 
 def test_demo_model_postprocess_equals_detect(tmp_path):
     import cv2
-    from darknet_py.demo import demo_files
+    from darknet_py.model_files.demo import demo_files
 
     files = demo_files()
     net = darknet_py.Network(files["cfg"], files["weights"], device="cpu")
@@ -495,8 +495,8 @@ def _compare_blob(net, model_path, blob):
 
 
 def test_cli_export(tmp_path, capsys):
-    from darknet_py.cli import main
-    from darknet_py.demo import demo_files
+    from darknet_py.commands.cli import main
+    from darknet_py.model_files.demo import demo_files
 
     files = demo_files()
     out = tmp_path / "demo.onnx"

@@ -16,9 +16,9 @@ import pytest
 
 import gpu_devices
 from darknet_py import Network, _core
-from darknet_py.cfgfiles import cfg_with_size
-from darknet_py.demo import demo_files
-from darknet_py.init_weights import darknet_init
+from darknet_py.model_files.cfgfiles import cfg_with_size
+from darknet_py.model_files.demo import demo_files
+from darknet_py.training.init_weights import darknet_init
 from test_gradients_network import ALL_LAYERS_CFG, TRUTHS, YOLO_CFG
 from test_ops import assert_close
 from test_train import small_cfg

@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 
 import gpu_devices
-from darknet_py import DarknetError, Network, _core, train
-from darknet_py.op_cases import check_case, half_cases
+from darknet_py import DarknetError, Network, _core
+from darknet_py.training import train
+from darknet_py.diagnostics.op_cases import check_case, half_cases
 from test_train import small_cfg
 
 PRECISIONS = ["fp16", "bf16"]
@@ -185,7 +186,7 @@ def test_a_layer_without_a_half_path_is_named(tmp_path):
 
 def _cli(capsys, *args):
     """The command line in this process (a subprocess per call costs a second of imports): (status, stdout, stderr)."""
-    from darknet_py.cli import main
+    from darknet_py.commands.cli import main
 
     try:
         rc = main(list(args))
@@ -273,7 +274,7 @@ def test_fp16_onnx_runs_in_onnx_runtime_as_the_engine_in_fp16(tmp_path, capsys):
     onnx = pytest.importorskip("onnx", reason="the onnx package is not installed (pip install '.[test]')")
     ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed (pip install '.[test]')")
     import cv2
-    from darknet_py.demo import demo_files
+    from darknet_py.model_files.demo import demo_files
 
     files = demo_files()
     net = Network(files["cfg"], files["weights"], device="cpu")

@@ -82,12 +82,12 @@ def test_unknown_isa_is_a_clear_error():
     assert "DARKNET_PY_ISA=sse9: no such CPU kernels in this build" in r.stdout
     assert ", ".join(ISA["built"]) in r.stdout
     # `darknet_py info` shows the error instead of failing
-    r = _forced("sse9", "from darknet_py.sysinfo import cpu_kernels; print(cpu_kernels())")
+    r = _forced("sse9", "from darknet_py.diagnostics.sysinfo import cpu_kernels; print(cpu_kernels())")
     assert r.returncode == 0 and r.stdout.startswith("none: DARKNET_PY_ISA=sse9"), r.stdout + r.stderr
 
 
 def test_info_names_the_copy():
-    from darknet_py.sysinfo import cpu_kernels
+    from darknet_py.diagnostics.sysinfo import cpu_kernels
 
     line = cpu_kernels()
     if ISA["error"] is None:

@@ -21,9 +21,9 @@ import pytest
 
 import darknet_py
 from darknet_py import exit_codes
-from darknet_py.cli import main
-from darknet_py.demo import demo_files, demo_network
-from darknet_py.sources import resolve_source
+from darknet_py.commands.cli import main
+from darknet_py.model_files.demo import demo_files, demo_network
+from darknet_py.media.sources import resolve_source
 
 DEMO = demo_files()
 MODEL = ["--cfg", DEMO["cfg"], "--weights", DEMO["weights"], "--names", DEMO["names"], "--threads", "2"]
@@ -213,7 +213,7 @@ def test_source_kinds():
 # ---- list files, stdin, labels and crops ---------------------------------------------------------
 @pytest.fixture(scope="module")
 def shapes(tmp_path_factory):
-    from darknet_py.synth import generate
+    from darknet_py.data.synth import generate
 
     root = tmp_path_factory.mktemp("shapes")
     generate(str(root), images=6, classes=4, size=(256, 256), seed=5, valid_fraction=0.5)

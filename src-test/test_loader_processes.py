@@ -12,11 +12,11 @@ import cv2
 import numpy as np
 import pytest
 
-from darknet_py import synth
+from darknet_py.data import synth
 from darknet_py.data import BatchLoader, augment as A
 from darknet_py.data.darknet_files import label_path_for
 from darknet_py.data.labels import read_labels
-from darknet_py.train_rate import ThroughputMeter, default_train_workers, use_processes
+from darknet_py.training.train_rate import ThroughputMeter, default_train_workers, use_processes
 
 # every augmentation a detector trains with, at a small size so the test stays fast
 OPTS = dict(width=64, height=48, jitter=0.3, hue=0.1, saturation=1.5, exposure=1.5, flip=1, mosaic=1, blur=1,
@@ -151,7 +151,7 @@ def test_throughput_meter_and_loader_choice():
 def test_train_through_processes_is_the_run_through_threads(shapes, tmp_path):
     import io
 
-    from darknet_py.train import train
+    from darknet_py.training.train import train
     from test_train import all_params, small_cfg
 
     cfg = tmp_path / "tiny.cfg"

@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from darknet_py.lr_policy import LrSchedule
+from darknet_py.training.lr_policy import LrSchedule
 
 
 def approx(v):

@@ -95,7 +95,7 @@ def _is_macho_arm64(path: Path) -> bool:
 def _sources() -> list:
     """Every C++ and Objective-C++ source that CMakeLists.txt and cmake/cpu_isa.cmake name."""
     text = (REPO / "CMakeLists.txt").read_text() + (REPO / "cmake" / "cpu_isa.cmake").read_text()
-    return sorted(set(re.findall(r"\b((?:src-[a-z]+|python/darknet_py)/[\w/]+\.(?:cpp|mm))\b", text)))
+    return sorted(set(re.findall(r"\b(src-[a-z]+/[\w/]+\.(?:cpp|mm))\b", text)))
 
 
 def test_every_translation_unit_compiles_for_arm64_macos():

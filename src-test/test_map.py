@@ -1,4 +1,4 @@
-"""mAP (`darknet_py map`, darknet_py.evaluate): hand-computed AP for each points mode on a small
+"""mAP (`darknet_py map`, darknet_py.evaluation.evaluate): hand-computed AP for each points mode on a small
 fixture, an exact/shifted synthetic detector end to end through Darknet's files, and a real run of
 the command with yolov3-tiny on photos labelled from its own detections."""
 from __future__ import annotations
@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 import darknet_py
-from darknet_py.cli import main
+from darknet_py.commands.cli import main
 from darknet_py.data.darknet_files import label_path_for
-from darknet_py.evaluate import Box, Truth, average_precision, compute_map, evaluate
+from darknet_py.evaluation.evaluate import Box, Truth, average_precision, compute_map, evaluate
 
 # ---- the hand-computed fixture -------------------------------------------------------------------
 # Three classes (0 circle, 1 square, 2 triangle: no ground truth anywhere). Boxes are (x, y, w, h).
@@ -132,7 +132,7 @@ def test_detections_come_in_darknets_nms_order():
     surviving rows are in descending confidence, and every box with such a row comes before the
     boxes without one that have no probability for that class at all, which we cannot see. So:
     the rows of the last class are in descending confidence."""
-    from darknet_py.demo import demo_files, demo_network
+    from darknet_py.model_files.demo import demo_files, demo_network
 
     net = demo_network("cpu")
     dets = net.detect(cv2.imread(demo_files()["image"]), 0.005, 0.45)

@@ -141,8 +141,8 @@ def test_while_the_selftest_runs_every_path_is_on_whatever_else_says_otherwise(m
 def test_the_selftest_registers_every_mps_path_of_the_device():
     # the names the selftest writes for metal are the names the device reads, and each is judged by ops
     # that exist in the parity cases
-    from darknet_py import selftest
-    from darknet_py.op_cases import CASES, TRAIN_CASES
+    from darknet_py.diagnostics import selftest
+    from darknet_py.diagnostics.op_cases import CASES, TRAIN_CASES
 
     names = set(_core.metal_mps_paths("all")[0])
     assert set(selftest.FAST_PATHS["metal"]) == names
@@ -152,7 +152,7 @@ def test_the_selftest_registers_every_mps_path_of_the_device():
 
 def test_a_path_that_failed_the_selftest_is_not_used():
     # written and read as the real thing: selftest.write_report, then the device through the shared reader
-    from darknet_py import selftest
+    from darknet_py.diagnostics import selftest
 
     selftest.write_report({"device": "metal", "fast_paths": {"mps_gemm": False, "mps_conv2d": True}},
                           _core.selftest_results_path("metal"))
@@ -236,8 +236,8 @@ def test_a_gemm_that_accumulates_into_c_is_not_proven_alone_and_a_failure_fails_
 
 def test_while_the_selftest_judges_the_paths_a_failure_fails_the_op_in_its_report(monkeypatch):
     # a fallback there would be judged in the path's place: the failure goes into the report, per op
-    from darknet_py import selftest
-    from darknet_py.op_cases import CASES
+    from darknet_py.diagnostics import selftest
+    from darknet_py.diagnostics.op_cases import CASES
 
     monkeypatch.setenv("DARKNET_PY_SELFTEST", "1")
     cases = [c for c in CASES if c.op == "conv2d"][:1] + [c for c in CASES if c.op == "pool"][:1]
@@ -256,7 +256,7 @@ def test_while_the_selftest_judges_the_paths_a_failure_fails_the_op_in_its_repor
 
 
 def test_a_training_run_that_raised_fails_in_the_selftest_report_instead_of_ending_it(monkeypatch):
-    from darknet_py import selftest
+    from darknet_py.diagnostics import selftest
 
     class FailingNet:  # the device's network, whose command buffer failed on the GPU
         def __init__(self, path, device):

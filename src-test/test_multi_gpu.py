@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from darknet_py import _core
-from darknet_py.synth import generate
+from darknet_py.data.synth import generate
 from test_distributed import ENV, trained_params
 from test_train import small_cfg
 
@@ -91,7 +91,7 @@ def test_n_gpus_train_as_one(job, n):
 
 
 def test_demo_retrain_on_two_gpus_matches_one_in_less_time(tmp_path):
-    from darknet_py.demo import demo_files
+    from darknet_py.model_files.demo import demo_files
 
     import darknet_py
 

@@ -24,7 +24,7 @@ BACKENDS = ["cpu", "oclgrind", "pocl", "cuda"] + (["opencl_gpu"] if gpu_devices.
 ORACLE = "reference"
 
 # The cases themselves (and their tolerances) live in the package, shared with `darknet_py selftest`.
-from darknet_py.op_cases import (ACTIVATIONS, ATOL, CASES, RTOL, SHORTCUT_NORM, SHORTCUT_WEIGHTS,  # noqa: E402
+from darknet_py.diagnostics.op_cases import (ACTIVATIONS, ATOL, CASES, RTOL, SHORTCUT_NORM, SHORTCUT_WEIGHTS,  # noqa: E402
                                  TRAIN_CASES, assert_close, check_case, conv_affine_act_cases, conv_cases, conv_out,
                                  data_movement_cases, gemm_cases, np_batchnorm_train, pool_cases, pool_out, rand,
                                  reorg_cases, trand)
@@ -63,7 +63,7 @@ TRAINING_OP = re.compile(r"_backward|_update$|_train$|^add_channels$")
 
 
 def test_every_op_is_covered():
-    # a new op bound in _core.cpp without parity cases fails here
+    # a new op bound in src-bindings/_core.cpp without parity cases fails here
     ops = {m for m in dir(_core.Ops) if not m.startswith("_")} - {"limit_group_size", "fallback_counts", "storage"}
     covered = {c.op for c in CASES + TRAIN_CASES}
     assert ops <= covered, f"ops without parity cases: {sorted(ops - covered)}"

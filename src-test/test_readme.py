@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from darknet_py.demo import demo_files
+from darknet_py.model_files.demo import demo_files
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 DEMO = demo_files()
@@ -94,7 +94,7 @@ BLOCKS = python_blocks()
 
 @pytest.fixture(scope="module")
 def stand_ins(tmp_path_factory) -> Path:
-    from darknet_py.synth import generate
+    from darknet_py.data.synth import generate
 
     root = tmp_path_factory.mktemp("readme_stand_ins")
     for name, what in STAND_INS.items():
@@ -122,7 +122,7 @@ def _pocl_only_env():
     """An environment in which pyopencl's bundled pocl is the only OpenCL runtime, or None where
     there is a real OpenCL GPU or no bundled pocl."""
     import darknet_py
-    from darknet_py.opencl_runtime import _bundled_icds, _pyopencl_folder
+    from darknet_py.diagnostics.opencl_runtime import _bundled_icds, _pyopencl_folder
 
     if any(d.get("found") and d.get("kind") == "opencl" and d.get("is_gpu") for d in darknet_py.devices()):
         return None

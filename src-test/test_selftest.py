@@ -8,7 +8,8 @@ import sys
 import pytest
 
 import gpu_devices
-from darknet_py import _core, selftest
+from darknet_py import _core
+from darknet_py.diagnostics import selftest
 
 
 def run_cli(tmp_path, *args):

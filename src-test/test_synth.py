@@ -10,8 +10,8 @@ import cv2
 import numpy as np
 import pytest
 
-from darknet_py import synth
-from darknet_py.cli import main
+from darknet_py.data import synth
+from darknet_py.commands.cli import main
 from darknet_py.data import (label_path_for, read_data_file, read_image_list, read_labels, read_names_file,
                              replace_image_to_label)
 

@@ -14,9 +14,9 @@ import pytest
 
 import darknet_py
 from darknet_py import _core
-from darknet_py.checkpoint import atomic_write, save_weights_atomic
-from darknet_py.synth import generate
-from darknet_py.train import StopTraining, TrainingDiverged, train
+from darknet_py.training.checkpoint import atomic_write, save_weights_atomic
+from darknet_py.data.synth import generate
+from darknet_py.training.train import StopTraining, TrainingDiverged, train
 
 
 def small_cfg(classes=1, size=128, batch=16, lr=0.01, burn_in=50, max_batches=300, filters=(8, 16, 32, 64),
@@ -218,7 +218,7 @@ def test_multiscale_picks_a_size_every_10_iterations(tiny, tmp_path):
 
 def test_weights_of_the_first_layers_only(tiny, tmp_path):
     """A pretrained prefix (like yolov4-tiny.conv.29) loads its layers; the rest stay initialised."""
-    from darknet_py.train import weights_layers_in_file
+    from darknet_py.training.train import weights_layers_in_file
 
     full = run(tiny, tmp_path / "full", max_batches=2).final
     net = _core.Net(tiny["cfg"])
@@ -321,7 +321,7 @@ def test_save_weights_atomic_writes_a_loadable_file(tiny, tmp_path):
 def test_cli_train_writes_the_expected_files(tiny, tmp_path, capsys):
     import cv2
 
-    from darknet_py.cli import main
+    from darknet_py.commands.cli import main
 
     out = tmp_path / "backup"
     code = main(["train", tiny["data"], tiny["cfg"], "--max-batches", "4", "--save-every", "2", "--out", str(out),
@@ -330,7 +330,7 @@ def test_cli_train_writes_the_expected_files(tiny, tmp_path, capsys):
     files = sorted(os.listdir(out))
     assert files == ["chart.png", "plots", "tiny_2.weights", "tiny_4.weights", "tiny_best.weights",
                      "tiny_final.weights", "tiny_last.weights"]
-    from darknet_py.plots import PLOT_FILES
+    from darknet_py.evaluation.plots import PLOT_FILES
 
     assert sorted(os.listdir(out / "plots")) == sorted(PLOT_FILES)  # the best weights' evaluation plots
     stdout = capsys.readouterr().out
@@ -345,7 +345,7 @@ def test_cli_train_writes_the_expected_files(tiny, tmp_path, capsys):
 
 
 def test_cli_train_reports_a_missing_data_file(tmp_path, capsys):
-    from darknet_py.cli import main
+    from darknet_py.commands.cli import main
 
     assert main(["train", str(tmp_path / "none.data"), "yolov4-tiny.cfg"]) == 1
     assert "none.data" in capsys.readouterr().err

@@ -4,11 +4,11 @@ import os
 
 import pytest
 
-from darknet_py import quickstart
-from darknet_py.cfgfiles import resolve_cfg
-from darknet_py.cli import main
-from darknet_py.synth import generate
-from darknet_py.train import order_inputs
+from darknet_py.training import quickstart
+from darknet_py.model_files.cfgfiles import resolve_cfg
+from darknet_py.commands.cli import main
+from darknet_py.data.synth import generate
+from darknet_py.training.train import order_inputs
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ temporary file of the interrupted save is left (the next run deletes it), and th
 with --weights <cfg>_last.weights, resumes at the iteration that file's `seen` gives.
 
 The trainer announces its phases on stderr and pauses briefly inside the targeted one
-(darknet_py/phase_hook.py), so a kill after a random delay lands inside that phase. A tiny cfg and a
+(darknet_py/training/phase_hook.py), so a kill after a random delay lands inside that phase. A tiny cfg and a
 tiny `darknet_py synth` set keep iterations at milliseconds; the whole test uses about 15 s of CPU on 2
 cores. DARKNET_PY_KILL_SEED picks another kill schedule (the seed in use is in the failure message).
 """
@@ -23,8 +23,8 @@ import cv2
 import pytest
 
 import darknet_py
-from darknet_py.phase_hook import ENV, PREFIX
-from darknet_py.synth import generate
+from darknet_py.training.phase_hook import ENV, PREFIX
+from darknet_py.data.synth import generate
 from test_train import small_cfg
 
 BATCH = 4

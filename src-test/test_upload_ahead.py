@@ -8,7 +8,7 @@ import pytest
 
 import gpu_devices
 from darknet_py import _core
-from darknet_py.init_weights import darknet_init
+from darknet_py.training.init_weights import darknet_init
 from test_train import small_cfg
 
 

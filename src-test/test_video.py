@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from darknet_py import Network
-from darknet_py.cli import main
-from darknet_py.video import FrameReader, FrameWriter, fourcc_for
+from darknet_py.commands.cli import main
+from darknet_py.media.video import FrameReader, FrameWriter, fourcc_for
 
 skdata = pytest.importorskip("skimage.data", reason="scikit-image provides the test photos")
 

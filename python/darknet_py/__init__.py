@@ -4,17 +4,17 @@
     net = darknet_py.Network("yolov4-tiny.cfg", "yolov4-tiny.weights", "coco.names")
     detections = net.detect(cv2.imread("dog.jpg"))
 """
-from .cuda_runtime import configure_environment as _configure_cuda
-from .opencl_runtime import configure_environment as _configure_opencl
+from .diagnostics.cuda_runtime import configure_environment as _configure_cuda
+from .diagnostics.opencl_runtime import configure_environment as _configure_opencl
 
 _configure_opencl()  # before the engine first looks for OpenCL devices
 _configure_cuda()  # and for cuBLAS
 
 from ._core import DarknetError  # noqa: E402
 from .network import Detection, Network, read_names  # noqa: E402
-from .evaluate import compute_map  # noqa: E402
-from .train import StopTraining, TrainingDiverged, TrainResult, train  # noqa: E402
-from .draw import draw_detections as annotate  # noqa: E402
+from .evaluation.evaluate import compute_map  # noqa: E402
+from .training.train import StopTraining, TrainingDiverged, TrainResult, train  # noqa: E402
+from .outputs.draw import draw_detections as annotate  # noqa: E402
 # the function replaces the submodule of the same name as the package's attribute, so that
 # `darknet_py.devices()` works; the submodule stays importable (`from darknet_py.devices import resolve`)
 from .devices import devices  # noqa: E402

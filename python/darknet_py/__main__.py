@@ -1,6 +1,6 @@
 """`python -m darknet_py ...`: the same as the `darknet_py` command."""
 import sys
 
-from .cli import main
+from .commands.cli import main
 
 sys.exit(main())

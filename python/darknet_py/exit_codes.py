@@ -6,6 +6,11 @@ exiting; files that were skipped are listed once more at the end.
 """
 from __future__ import annotations
 
+import sys
+from typing import Sequence
+
+PROG = "darknet_py"  # the command's name, which starts every line it prints on stderr
+
 OK = 0
 INPUT_ERROR = 1   # an input cannot be used: missing or unreadable file or folder, bad cfg, .data, list, weights
 USAGE_ERROR = 2   # the command line itself is wrong (argparse's code)
@@ -32,3 +37,14 @@ exit codes:
 class OutputError(OSError):
     """Writing an output failed; the CLI exits with OUTPUT_ERROR. Wraps the OSError that caused it
     with the path that could not be written."""
+
+
+def report_skips(skipped: Sequence[str]) -> int:
+    """Lists the inputs that were skipped (each already reported when met) at the end, one per
+    line, and returns the exit code: SKIPPED when there were any, else OK."""
+    if not skipped:
+        return OK
+    print(f"{PROG}: {len(skipped)} input(s) skipped:", file=sys.stderr)
+    for line in skipped:
+        print(f"  {line}", file=sys.stderr)
+    return SKIPPED

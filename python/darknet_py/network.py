@@ -16,7 +16,7 @@ from ._core import DarknetError
 from .devices import default_device, resolve
 
 if TYPE_CHECKING:
-    from .export_onnx import ExportSummary
+    from .export.onnx_model import ExportSummary
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -57,7 +57,7 @@ def _existing(path: PathLike, what: str) -> str:
 
 def _model_file(path: PathLike, what: str, suffix: str) -> str:
     """A path, or the name of a cfg/names file shipped with the package (as the CLI takes them)."""
-    from .cfgfiles import resolve_model_file
+    from .model_files.cfgfiles import resolve_model_file
 
     return resolve_model_file(os.fspath(path), what, suffix)
 
@@ -266,8 +266,8 @@ class Network:
         (rtsp://, rtmp://, http(s)://), a video, an image, a folder, a glob or a list file, as
         `darknet_py detect` takes them. A generator: closing it (or leaving the for loop) releases
         the capture. A live source hands out its newest frame (drop=False: every frame); see
-        darknet_py.stream."""
-        from .stream import stream_detections
+        darknet_py.media.stream."""
+        from .media.stream import stream_detections
 
         return stream_detections(self, source, thresh, nms, letterbox, max_frames, drop)
 
@@ -281,8 +281,8 @@ class Network:
         with postprocess=True, detections after decoding and NMS: boxes (x1, y1, x2, y2 relative to the
         input), scores, classes, batch_index. size=(width, height) exports at another input size;
         dynamic_batch=True leaves the batch open. precision="fp16": float16 weights and activations, float32
-        input and outputs. See darknet_py.export_onnx."""
-        from .export_onnx import export_onnx
+        input and outputs. See darknet_py.export.onnx_model."""
+        from .export.onnx_model import export_onnx
 
         return export_onnx(self, path, size, batch, dynamic_batch, postprocess, thresh, nms, precision=precision)
 

@@ -1,4 +1,5 @@
-"""Training data in Darknet's formats: .data files, image lists, labels, augmentation, batches.
+"""Training data in Darknet's formats: .data files, image lists, labels, augmentation, batches; and
+`darknet_py synth`'s synthetic datasets of coloured shapes (synth, not imported here).
 
     from darknet_py.data import BatchLoader, augment_options_from_cfg, random_network_size
 """

@@ -1,0 +1,384 @@
+"""`darknet_py selftest`: the op parity harness of the test suite, run on the user's own hardware.
+
+Every op of the Backend contract, forward and backward, runs on the chosen device and on the naive
+`reference` backend with the cases and tolerances of op_cases.py (the same list src-test/test_ops.py
+uses); then a short training run (a small detector, a few iterations from the same Darknet init and
+batches) runs on the device and on a second backend (cpu; reference when the device is cpu), and the
+losses must agree. A table goes to stdout, a JSON report to a file, and the exit status is 3 when
+anything differs (1 when the selftest could not run at all).
+
+The results file: the contract with the devices
+-----------------------------------------------
+Written to `_core.selftest_results_path(device)`: $DARKNET_PY_CACHE_DIR, else $XDG_CACHE_HOME/darknet_py,
+else ~/Library/Caches/darknet_py (macOS) or ~/.cache/darknet_py, file `selftest-<device>.json` with
+':' written as '-' (selftest-opencl-0.json). `--json FILE` writes FILE instead (the devices then do
+not see it). The path and the reading are C++ (src-lib/selftest_results.h), so that a device
+(MetalDevice, CudaDevice) reads it where it decides which vendor fast paths to use:
+
+    {"format": 1, "device": "metal", "device_name": "...", "darknet_py": "0.1.0", "date": "...",
+     "quick": false, "passed": true, "ops": [{"op": "gemm", "direction": "forward", "cases": 52,
+     "failed": 0, "max_error": 1.2e-06, "worst_ratio": 0.02, "passed": true, "failure": ""}, ...],
+     "training": {...}, "fast_paths": {"mps_gemm": true, "mps_conv2d": false, ...}}
+
+"fast_paths" maps each vendor fast path of the device (FAST_PATHS below, by device kind: the MPS
+paths on Metal; none on OpenCL or the CPU) to whether every case of every op it serves passed. The
+engine reads only that key: `fast_path_passed(device, name)` in C++, `_core.selftest_fast_paths(device)` in Python. A
+device enables a fast path only where it passed; while the selftest itself runs, the environment
+variable DARKNET_PY_SELFTEST=1 tells it to enable all of them, so that they are the ones judged (the
+one convention for every device; it wins over a device's own switch such as DARKNET_PY_MPS).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional
+
+import numpy as np
+
+# Vendor fast paths per device kind: name -> the ops whose cases judge it (a path is enabled only when
+# every case of every op listed passed). A device that adds one lists it here.
+_CONV_OPS = ["conv2d", "conv2d_backward_data", "conv2d_backward_weights"]
+FAST_PATHS: Dict[str, Dict[str, List[str]]] = {
+    # src-metal/metal_fast_paths.h. A convolution that MPSGraph declines (or a 1x1 one) runs as GEMMs
+    # on MPS, so the convolution ops judge mps_gemm too: their failure cannot tell the two apart.
+    "metal": {
+        "mps_gemm": ["gemm"] + _CONV_OPS,
+        "mps_conv2d": ["conv2d"],
+        "mps_conv2d_backward": ["conv2d_backward_data", "conv2d_backward_weights"],
+        "mps_pool": ["pool"],
+        "mps_pool_backward": ["pool_backward"],
+        "mps_batchnorm": ["batchnorm_train"],
+        "mps_batchnorm_backward": ["batchnorm_backward"],
+    },
+}
+
+SELFTEST_ENV = "DARKNET_PY_SELFTEST"
+QUICK_CASES_PER_OP = 2
+TRAIN_LOSS_RTOL = 1e-3  # as test_gpu_backend's training comparison: float sums in another order
+
+SELFTEST_EXAMPLES = """\
+examples:
+  darknet_py selftest --device opencl:0
+  darknet_py selftest --device metal --json metal-report.json
+  darknet_py selftest --quick
+"""
+
+
+@dataclass
+class OpResult:
+    op: str
+    direction: str  # "forward", "backward" (gradients) or "training" (batch statistics, optimizer steps)
+    cases: int = 0
+    failed: int = 0
+    max_error: float = 0.0
+    worst_ratio: float = 0.0  # largest error / tolerance (<= 1 passes)
+    failure: str = ""  # the first failing case and why
+    case_ids: List[str] = field(default_factory=list, repr=False)
+
+    @property
+    def passed(self) -> bool:
+        return self.failed == 0
+
+    def to_dict(self) -> dict:
+        return {"op": self.op, "direction": self.direction, "cases": self.cases, "failed": self.failed,
+                "max_error": _finite(self.max_error), "worst_ratio": _finite(self.worst_ratio),
+                "passed": self.passed, "failure": self.failure}
+
+
+def _finite(v: float):
+    return v if np.isfinite(v) else None  # JSON has no inf
+
+
+def _training_direction(op: str) -> str:
+    """Gradients are "backward"; batchnorm's batch-statistics forward and the optimizer steps "training"."""
+    return "training" if op in ("batchnorm_train", "sgd_update", "adam_update") else "backward"
+
+
+def select_cases(quick: bool, precision: str = "fp32", ref=None):
+    """(case, direction) pairs: all of op_cases (in half: its half_cases, forward only, `ref` the
+    reference Ops), or with `quick` the QUICK_CASES_PER_OP smallest cases (by input size) of each op
+    and direction."""
+    from .op_cases import CASES, TRAIN_CASES, half_cases
+
+    if precision == "fp32":
+        pairs = [(c, "forward") for c in CASES] + [(c, _training_direction(c.op)) for c in TRAIN_CASES]
+    else:
+        pairs = [(c, "forward") for c in half_cases(precision, ref)]
+    if not quick:
+        return pairs
+
+    def size(case) -> int:
+        return sum(np.asarray(a).size for a in case.args if isinstance(a, np.ndarray)) + \
+            sum(np.asarray(x).size for a in case.args if isinstance(a, list) for x in a if isinstance(x, np.ndarray))
+
+    by_op: Dict[tuple, list] = {}
+    for c, d in pairs:
+        by_op.setdefault((c.op, d), []).append(c)
+    picked = set()
+    for key, cs in by_op.items():
+        for c in sorted(cs, key=size)[:QUICK_CASES_PER_OP]:
+            picked.add(id(c))
+    return [(c, d) for c, d in pairs if id(c) in picked]
+
+
+def _perturbed(ops, op: str):
+    """`ops` with `op`'s results shifted by 0.01: a stand-in for a broken kernel (--perturb)."""
+    from .op_cases import flat_outputs
+
+    class Perturbed:
+        def __getattr__(self, name):
+            f = getattr(ops, name)
+            if name != op:
+                return f
+            return lambda *a: [np.asarray(o, np.float32) + np.float32(0.01) for o in flat_outputs(f(*a))]
+
+    return Perturbed()
+
+
+def run_ops(device: str, quick: bool, perturb: Optional[str] = None, progress: bool = True,
+            precision: str = "fp32") -> List[OpResult]:
+    from .. import _core
+    from .op_cases import check_case
+    from ..commands.progress import Progress
+
+    ref, dev = _core.Ops("reference"), _core.Ops(device)
+    dev.storage = precision  # a device without it: DarknetError "precision fp16 does not run on cpu (...)"
+    if perturb:
+        dev = _perturbed(dev, perturb)
+    pairs = select_cases(quick, precision, ref)
+    results: Dict[tuple, OpResult] = {}
+    bar = Progress(len(pairs), "cases", label=f"selftest {device}") if progress else None
+    try:
+        for case, direction in pairs:
+            r = results.setdefault((case.op, direction), OpResult(case.op, direction))
+            r.cases += 1
+            try:
+                c = check_case(ref, dev, case)
+                ok, err, ratio, why = c.ok, c.max_error, c.worst_ratio, c.message
+            except (ValueError, RuntimeError) as e:  # DarknetError is a ValueError
+                ok, err, ratio, why = False, float("inf"), float("inf"), f"raised {e}"
+            r.max_error, r.worst_ratio = max(r.max_error, err), max(r.worst_ratio, ratio)
+            if not ok:
+                r.failed += 1
+                r.failure = r.failure or f"{case.id}: {why}"
+            if bar:
+                bar.update()
+    finally:
+        if bar:
+            bar.close()
+    return list(results.values())
+
+
+TRAIN_CFG = """[net]
+batch=2
+subdivisions=1
+width=32
+height=32
+channels=3
+momentum=0.9
+decay=0.0005
+learning_rate=0.002
+burn_in=0
+max_batches=100
+policy=constant
+
+[convolutional]
+batch_normalize=1
+filters=8
+size=3
+stride=1
+pad=1
+activation=leaky
+
+[maxpool]
+size=2
+stride=2
+
+[convolutional]
+batch_normalize=1
+filters=16
+size=3
+stride=1
+pad=1
+activation=leaky
+
+[maxpool]
+size=2
+stride=2
+
+[convolutional]
+size=1
+stride=1
+pad=1
+filters=21
+activation=linear
+
+[yolo]
+mask=0,1,2
+anchors=4,4, 8,8, 14,14
+classes=2
+num=3
+jitter=.2
+ignore_thresh=.7
+truth_thresh=1
+random=0
+"""
+
+
+def run_training(device: str, iterations: int, seed: int = 11) -> dict:
+    """The same small detector trained `iterations` steps on `device` and on a second backend (cpu,
+    or reference when device is cpu): the yolo loss of every step must agree within TRAIN_LOSS_RTOL.
+    A run that raised (a Metal command buffer that failed on the GPU, ...) fails with its error in
+    "failure", as an op's case does."""
+    from .. import _core
+    from ..training.init_weights import darknet_init
+
+    other = "reference" if device == "cpu" else "cpu"
+    batch, size, classes = 2, 32, 2
+    fd, path = tempfile.mkstemp(suffix=".cfg", prefix="darknet_py_selftest_")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(TRAIN_CFG)
+        losses = {}
+        for d in (other, device):
+            net = _core.Net(path, d)
+            darknet_init(net, seed)
+            rng = np.random.default_rng(seed)
+            out = []
+            for _ in range(iterations):
+                x = rng.uniform(0, 1, (batch, 3, size, size)).astype(np.float32)
+                truths = [np.array([[*rng.uniform(0.2, 0.8, 2), *rng.uniform(0.1, 0.4, 2), rng.integers(classes)]],
+                                   np.float32) for _ in range(batch)]
+                net.forward_train(x, [])
+                out.append(float(sum(h["loss"] for h in net.yolo_loss(truths))))
+                net.backward()
+                net.update(0.002, batch)
+            losses[d] = out
+    except (ValueError, RuntimeError) as e:  # DarknetError is a ValueError
+        return {"iterations": iterations, "compared_with": other, "losses": [], "losses_compared_with": [],
+                "max_rel_diff": None, "passed": False, "failure": f"raised {e}"}
+    finally:
+        os.unlink(path)
+    want, got = np.array(losses[other]), np.array(losses[device])
+    rel = np.abs(got - want) / np.maximum(np.abs(want), 1e-30)
+    passed = bool(np.all(np.isfinite(got)) and np.all(rel <= TRAIN_LOSS_RTOL))
+    return {"iterations": iterations, "compared_with": other, "losses": losses[device],
+            "losses_compared_with": losses[other], "max_rel_diff": _finite(float(rel.max())), "passed": passed,
+            "failure": ""}
+
+
+def fast_path_results(device: str, ops: List[OpResult]) -> Dict[str, bool]:
+    kind = device.split(":")[0]
+    passed = {}
+    for r in ops:
+        passed[r.op] = passed.get(r.op, True) and r.passed
+    return {name: all(passed.get(op, False) for op in served)
+            for name, served in FAST_PATHS.get(kind, {}).items()}
+
+
+def run_selftest(device: str, quick: bool = False, perturb: Optional[str] = None, progress: bool = True,
+                 precision: str = "fp32") -> dict:
+    """Runs everything on `device` (a concrete name, not "auto") and returns the report (see the
+    module docstring); writes nothing. In fp16 / bf16: the ops that take half storage (their cases
+    in that precision), no training run (training is fp32 only) and no fast-path verdicts (the
+    devices read those from the fp32 report)."""
+    from .. import __version__
+    from .. import _core
+
+    os.environ[SELFTEST_ENV] = "1"  # devices enable every fast path, so that all are judged
+    ops = run_ops(device, quick, perturb, progress, precision)
+    if precision == "fp32":
+        training, fast_paths = run_training(device, iterations=2 if quick else 5), fast_path_results(device, ops)
+    else:
+        training = {"iterations": 0, "compared_with": "-", "max_rel_diff": None, "passed": True, "failure": "",
+                    "skipped": f"training runs in fp32 only: not run in {precision}"}
+        fast_paths = {}
+    name = next((d["name"] for d in _core.devices() if d.get("id") == device), device)
+    return {
+        "format": 1, "device": device, "device_name": name, "precision": precision, "darknet_py": __version__,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "quick": quick, "passed": all(r.passed for r in ops) and training["passed"],
+        "ops": [r.to_dict() for r in ops], "training": training, "fast_paths": fast_paths,
+    }
+
+
+def format_table(report: dict) -> str:
+    rows = [("op", "direction", "cases", "max error", "err/tol", "result")]
+    for r in report["ops"]:
+        err = "inf" if r["max_error"] is None else f"{r['max_error']:.2e}"
+        ratio = "inf" if r["worst_ratio"] is None else f"{r['worst_ratio']:.3f}"
+        result = "ok" if r["passed"] else f"FAIL ({r['failed']})"
+        rows.append((r["op"], r["direction"], str(r["cases"]), err, ratio, result))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    t = report["training"]
+    lines.append("")
+    if t.get("skipped"):
+        lines.append(f"training: {t['skipped']}")
+    else:
+        lines.append(f"training: {t['iterations']} iterations vs {t['compared_with']}, loss max relative difference "
+                     f"{t['max_rel_diff'] if t['max_rel_diff'] is None else format(t['max_rel_diff'], '.2e')}: "
+                     f"{'ok' if t['passed'] else 'FAIL'}")
+    if t["failure"]:
+        lines.append(f"FAIL training: {t['failure']}")
+    for r in report["ops"]:
+        if not r["passed"]:
+            lines.append(f"FAIL {r['op']} ({r['direction']}): {r['failure']}")
+    for name, ok in report["fast_paths"].items():
+        lines.append(f"fast path {name}: {'passed (enabled)' if ok else 'FAILED (disabled)'}")
+    lines.append(f"{report['device']} ({report['device_name']}){' in ' + report['precision'] if report.get('precision', 'fp32') != 'fp32' else ''}: "
+                 f"{'all passed' if report['passed'] else 'MISMATCHES: see above'}")
+    return "\n".join(lines)
+
+
+def write_report(report: dict, path: str) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(report, f, indent=1)
+    os.replace(tmp, path)  # a device never reads a half-written file
+
+
+def add_parser(sub, formatter) -> argparse.ArgumentParser:
+    """Registers the `selftest` subcommand on the CLI's subparsers."""
+    from ..devices import PRECISIONS, add_device_option
+
+    p = sub.add_parser("selftest", help="check every op of a device against the reference, on this machine",
+                       description="Run every op, forward and backward, on DEVICE and on the naive reference backend\n"
+                                   "and compare (the test suite's parity cases), then a short training run against\n"
+                                   "the CPU. Prints a table, writes a JSON report (the Metal and CUDA devices read\n"
+                                   "it to enable only the vendor fast paths that passed). Exit status: 0 all\n"
+                                   "passed, 3 a mismatch, 1 could not run.",
+                       epilog=SELFTEST_EXAMPLES, formatter_class=formatter)
+    add_device_option(p)
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                   help="fp16 / bf16: the ops that take half storage, in that precision, against the reference\n"
+                        "(no training run; the report goes beside the fp32 one, selftest-<device>-<precision>.json)")
+    p.add_argument("--json", metavar="FILE",
+                   help="write the report to FILE instead of the user cache folder (where the devices read it;\n"
+                        "the path is printed at the end)")
+    p.add_argument("--quick", action="store_true",
+                   help=f"the {QUICK_CASES_PER_OP} smallest cases of each op and a 2-step training run (seconds)")
+    p.add_argument("--perturb", metavar="OP", help=argparse.SUPPRESS)  # test-only: breaks OP's results
+    p.set_defaults(func=cmd_selftest, parser=p)
+    return p
+
+
+def cmd_selftest(args: argparse.Namespace) -> int:
+    from .. import _core, exit_codes
+    from ..devices import default_device, resolve
+
+    device = resolve(args.device or default_device())
+    report = run_selftest(device, quick=args.quick, perturb=args.perturb, precision=args.precision)
+    print(format_table(report))
+    path = args.json or _core.selftest_results_path(device)
+    if args.precision != "fp32" and not args.json:  # the devices read the fp32 report's fast paths
+        path = path[:-len(".json")] + f"-{args.precision}.json"
+    write_report(report, path)
+    print(f"report: {path}")
+    return exit_codes.OK if report["passed"] else exit_codes.SELFTEST_MISMATCH

@@ -1,0 +1,758 @@
+"""Training a detector: Darknet's `detector train` (detector.c train_detector) on the engine's
+training bindings, and the `train` command.
+
+    import darknet_py
+    result = darknet_py.train("shapes.data", "shapes.cfg", max_batches=2000, calc_map=True,
+                              callback=lambda s: print(s["iteration"], s["avg_loss"]))
+
+One iteration is Darknet's: `subdivisions` forward/backward passes of batch/subdivisions images
+each (gradients accumulate), then one update over `batch` images with the rate of
+lr_policy.LrSchedule. Its loss is Darknet's: per pass the mean over the [yolo] heads of each head's
+cost (the sum of its squared deltas, get_network_cost), summed over the passes and divided by
+`batch`; the average loss is 0.9 * avg + 0.1 * loss, starting at the first loss.
+
+Files, in the backup folder (--out, else the .data file's `backup`, else ./backup), each written
+atomically (checkpoint.py), `<cfg>` being the cfg's file name without its extension:
+  <cfg>_last.weights   every 100 iterations, and when training ends, stops or is interrupted
+  <cfg>_N.weights      every `save_every` iterations (Darknet: 1000, or 10000 past 10000 batches)
+  <cfg>_best.weights   when the mAP improves (calc_map), mAP measured on the `valid` list every
+                       max(100, 4 epochs) iterations (and not before burn_in) and at the end
+  <cfg>_final.weights  at max_batches
+  chart.png            average loss and mAP against iterations, redrawn as training goes
+  plots/               the evaluation plots of <cfg>_best.weights (evaluation/plots.py), when it is saved
+  <cfg>-<K>classes.cfg the cfg adapted to the dataset's K classes, when the cfg's differ
+                       (fit_cfg_to_classes); <cfg> is then this file's name
+
+The .weights files store `seen`; training from `_last.weights` continues at its iteration and rate
+(`clear` restarts from 0). As in Darknet the momentum is not stored, so a resumed run restarts
+it from zero. A NaN or infinite loss (or parameters) stops training with TrainingDiverged before
+anything non-finite is written: the previous `_last.weights` stays as it was.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import math
+import os
+import random
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, TextIO, Tuple
+
+import numpy as np
+
+from ..commands.argtypes import non_negative_int, positive_float, positive_int
+from ..devices import add_precision_option, check_name
+from .chart import Chart
+from ..exit_codes import INTERRUPTED
+from ..distributed import DEFAULT_TIMEOUT, RankInfo, init_process_group
+from ..distributed.launch import launch, report_peer_lost, watch_launcher
+from ..distributed.plan import BATCH_MODES, check_cfg_splits, plan_ranks, split_devices
+from .checkpoint import remove_stale_temporaries, save_weights_atomic
+from .lr_policy import LrSchedule
+from .phase_hook import phase
+from .weights_transfer import load_start_weights, weights_layers_in_file  # noqa: F401 (public here too)
+from .train_rate import ThroughputMeter, default_train_workers, use_processes
+
+LAST_EVERY = 100  # Darknet saves <cfg>_last.weights every 100 iterations
+MULTISCALE_EVERY = 10  # random=1 picks a new network size every 10 iterations
+CHART_NAME = "chart.png"
+PLOTS_NAME = "plots"  # the best weights' evaluation plots (evaluation/plots.py), in the backup folder
+QUICK_MAX_BATCHES = 200  # `train CFG` without data: the demonstration's length (quickstart.py)
+
+
+class StopTraining(Exception):
+    """Raise from a training callback to stop training after the current iteration
+    (`_last.weights` is saved; train() returns normally with result.stopped = True)."""
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss or the parameters became NaN or infinite; nothing non-finite was saved."""
+
+    def __init__(self, message: str, iteration: int, last_good: Optional[str]) -> None:
+        super().__init__(message)
+        self.iteration, self.last_good = iteration, last_good
+
+
+@dataclass
+class TrainResult:
+    iteration: int  # the iteration reached (Darknet's numbering: seen / batch)
+    start_iteration: int
+    max_batches: int
+    seed: int
+    backup_dir: str
+    last: Optional[str] = None  # paths of the files written (None: not written)
+    final: Optional[str] = None
+    best: Optional[str] = None
+    best_map: Optional[float] = None
+    maps: List[Tuple[int, float]] = field(default_factory=list)
+    losses: List[Tuple[int, float, float]] = field(default_factory=list)  # (iteration, loss, avg loss)
+    chart: Optional[str] = None
+    plots: Optional[str] = None  # the folder of the best weights' evaluation plots (calc_map)
+    stopped: bool = False  # True: stopped early by the callback
+    seconds: float = 0.0
+    images_per_second: float = 0.0  # training images per second over this run's iterations
+    data_wait_share: float = 0.0  # the share of those iterations' time spent waiting for the loader
+    loader: str = ""  # how the batches were prepared: "threads x4", "processes x8", "this thread"
+    net: Any = field(default=None, repr=False)  # the trained darknet_py._core.Net (its last input size)
+
+    @property
+    def weights(self) -> Optional[str]:
+        """The weights to use: final if training completed, else last."""
+        return self.final or self.last
+
+
+# ---- helpers --------------------------------------------------------------------------------
+def _finite_params(raw) -> bool:
+    for i in range(len(raw.layers())):
+        for v in raw.params(i).values():
+            if not np.isfinite(v).all():
+                return False
+    return True
+
+
+def _copy_params(src, dst) -> None:
+    for i in range(len(src.layers())):
+        dst.set_params(i, src.params(i))
+
+
+def _broadcast_int(group, value: int) -> int:
+    """Rank 0's integer in [0, 2^64) on every rank (the others pass 0): 16-bit digits, exact in float32."""
+    digits = np.array([(value >> (16 * i)) & 0xFFFF for i in range(4)], np.float32)
+    summed = group.all_reduce(digits)
+    return sum(int(d) << (16 * i) for i, d in enumerate(summed))
+
+
+def _head_line(layer: int, s: Dict[str, float]) -> str:
+    """Darknet's per-head line (yolo_layer.c, before the v3 loss printout)."""
+    return (f"Region {layer} Avg IOU: {s['avg_iou']:.6f}, Class: {s['class']:.6f}, Obj: {s['obj']:.6f}, "
+            f"No Obj: {s['no_obj']:.6f}, .5R: {s['recall50']:.6f}, .75R: {s['recall75']:.6f},  count: {s['count']}")
+
+
+def _merge_heads(passes: List[List[Dict[str, Any]]]) -> List[Dict[str, Any]]:
+    """Per-head statistics of one iteration from those of its passes: the per-object figures
+    (IoU, class, obj, recalls) weighted by the passes' object counts, no-obj and loss averaged."""
+    out = []
+    for k in range(len(passes[0])):
+        heads = [p[k] for p in passes]
+        count = sum(h["count"] for h in heads)
+        m = {"layer": heads[0]["layer"], "count": count, "loss": sum(h["loss"] for h in heads),
+             "no_obj": sum(h["no_obj"] for h in heads) / len(heads)}
+        for key in ("avg_iou", "class", "obj", "recall50", "recall75"):
+            m[key] = sum(h[key] * h["count"] for h in heads) / count if count else 0.0
+        out.append(m)
+    return out
+
+
+class _Console:
+    """Iteration lines on `out`; on a terminal, a progress bar with ETA kept on stderr's last line."""
+
+    def __init__(self, out: TextIO, bar: bool) -> None:
+        self.out, self.bar = out, bar
+        self.bar_text = ""
+        self.device = ""  # shown in the bar once the network is on it
+
+    def line(self, text: str, err: bool = False) -> None:
+        if self.bar and self.bar_text:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
+        stream = sys.stderr if err else self.out
+        stream.write(text + "\n")
+        stream.flush()
+        if self.bar and self.bar_text:
+            sys.stderr.write(self.bar_text)
+            sys.stderr.flush()
+
+    def progress(self, iteration: int, start: int, total: int, eta_s: float, avg_loss: float) -> None:
+        if not self.bar:
+            return
+        import shutil
+
+        from ..commands.progress import format_duration
+
+        done = (iteration - start) / max(1, total - start)
+        width = max(10, min(40, shutil.get_terminal_size().columns - 60))
+        filled = int(width * min(1.0, done))
+        self.bar_text = (f"\r{self.device + ' ' if self.device else ''}{iteration}/{total} |{'#' * filled}{'.' * (width - filled)}| {100 * done:3.0f}%  "
+                         f"avg loss {avg_loss:.3f}  ETA {format_duration(eta_s)}")
+        sys.stderr.write(self.bar_text + "\033[K")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.bar and self.bar_text:
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
+            self.bar_text = ""
+
+
+def fit_cfg_to_classes(cfg: str, classes: int, folder: str, say: Callable[[str], None]) -> str:
+    """`cfg` when its heads have `classes` classes; else an adapted copy written to `folder`
+    (cfg_edit.adapt_classes: classes of every head, filters of the convolution before each), its
+    changed lines reported through `say`."""
+    from ..model_files.cfg_edit import CfgEditor, adapt_classes, adapted_name, cfg_classes
+
+    ed = CfgEditor.from_file(cfg)
+    have = cfg_classes(ed)
+    if have is None or have == classes:  # no head: the engine's check below says so
+        return cfg
+    path = adapt_classes(ed, classes).write(os.path.join(folder, adapted_name(cfg, classes)))
+    say(f"{cfg} has classes={have}, the dataset {classes}: training {path}, a copy with these lines changed:")
+    for change in ed.changes:
+        say(f"  {change}")
+    return path
+
+
+# ---- the loop -------------------------------------------------------------------------------
+def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = False, calc_map: bool = False,
+          map_every: Optional[int] = None, save_every: Optional[int] = None, out_dir: Optional[str] = None,
+          threads: Optional[int] = None, max_batches: Optional[int] = None, seed: Optional[int] = None,
+          workers: Optional[int] = None, callback: Optional[Callable[[Dict[str, Any]], Any]] = None,
+          verbose: bool = False, heads_every: int = 10, device: Optional[str] = None, stream: Optional[TextIO] = None,
+          progress: Optional[bool] = None, chart: bool = True, multiscale: bool = True,
+          quiet: bool = False, loader_kind: str = "auto", group: Any = None,
+          batch_mode: str = "split", precision: str = "fp32") -> TrainResult:
+    """Trains the detector `cfg` on the `train` list of the Darknet .data file `data` (or an
+    Ultralytics dataset YAML). When the cfg's class count differs from the data's, an adapted copy
+    is written to the backup folder and trained (fit_cfg_to_classes); `weights` made for the
+    original cfg then give every layer but the head convolutions (weights_transfer.py).
+
+    weights: start from these weights (all layers, or the leading layers a pretrained prefix file
+    holds), continuing at the iteration its `seen` gives unless `clear`. calc_map: measure mAP@0.5
+    on the `valid` list every `map_every` iterations (default Darknet's max(100, 4 epochs)) and keep
+    `<cfg>_best.weights`. save_every: also keep `<cfg>_N.weights` every N iterations. out_dir: the
+    backup folder. threads: CPU threads for the engine. max_batches: replaces the cfg's (the end of
+    training, and the poly/sgdr schedules that use it). seed: initialisation, data order and
+    augmentation (None: a random seed, printed); the same seed gives the same run, and a resumed run
+    draws the batches an uninterrupted one would have. workers: the loader's workers (0: load in this
+    thread; default train_rate.default_train_workers). loader_kind: "threads", "processes" (they
+    scale with cores; data/process_loader.py) or "auto" (processes when training on a GPU with
+    workers > 1, else threads). callback(stats): called after every iteration with a dict
+    (iteration, loss, avg_loss, rate, seconds, load_seconds, images, eta_seconds, width, height, heads, map, best_map,
+    max_batches, net: the _core.Net being trained); returning False or raising StopTraining stops
+    training. verbose: the per-head lines
+    every iteration (else every `heads_every`). multiscale=False ignores random=1 (a fixed size).
+    quiet: no iteration lines. group: this process's darknet_py.distributed.ProcessGroup when it is
+    one rank of a data-parallel training (rank 0 alone prints, saves, draws the chart and measures
+    mAP; the others train quietly); batch_mode: how the cfg's batch maps onto the ranks
+    (distributed/plan.py: "split" or "per-gpu"). precision: "fp32" only so far (half
+    training is not built yet: fp16 / bf16 raise ValueError). Returns a TrainResult; raises TrainingDiverged
+    on NaN/Inf."""
+    if precision != "fp32":
+        raise ValueError(f"training in {precision} is not supported yet: train runs fp32 only "
+                         "(fp16 / bf16 run detection: detect, map --precision)")
+    from .. import _core
+    from ..model_files.cfgfiles import resolve_cfg
+    from .data import (BatchLoader, darknet_truth, random_network_size, read_data_file, read_image_list,
+                       read_names_file)
+
+    t_start = time.perf_counter()
+    ranks, is_root = (group.size, group.rank == 0) if group is not None else (1, True)
+    if not is_root:  # rank 0's duties: the console, the files, mAP
+        quiet, chart, calc_map = True, False, False
+    out = stream if stream is not None else sys.stdout
+    tty = sys.stderr.isatty() if progress is None else bool(progress)
+    con = _Console(out, tty and not quiet)
+
+    def say(text: str) -> None:
+        if not quiet:
+            con.line(text)
+
+    def warn(text: str) -> None:
+        con.line(f"warning: {text}", err=True)
+
+    cfg = resolve_cfg(cfg)
+    spec = read_data_file(data)
+    classes = spec.require("classes")
+    backup = os.path.abspath(out_dir or spec.backup or "backup")
+    os.makedirs(backup, exist_ok=True)
+    adapted_from = None
+    fitted = fit_cfg_to_classes(cfg, classes, backup, say)
+    if fitted != cfg:
+        adapted_from, cfg = cfg, fitted
+    base = os.path.splitext(os.path.basename(cfg))[0]
+    # a run killed inside a save leaves its hidden temporary file; its complete files are intact
+    if is_root:  # (another rank would race with rank 0's first writes)
+        remove_stale_temporaries(backup, [glob.escape(base) + "_*.weights", CHART_NAME])
+        remove_stale_temporaries(os.path.join(backup, PLOTS_NAME), ["*.png"])
+    if seed is None:
+        seed = random.SystemRandom().randrange(2 ** 31)
+    if group is not None:  # one seed for all: the ranks' shards are of the same batches
+        shared = _broadcast_int(group, seed % 2 ** 64 if is_root else 0)
+        seed = shared if shared < 2 ** 63 else shared - 2 ** 64
+    if threads:
+        _core.set_threads(int(threads))
+
+    # ---- the network: Darknet's random initialisation, then the weights if given
+    from .init_weights import darknet_init
+
+    from ..devices import default_device, resolve
+
+    device = resolve(device or default_device())
+    raw = _core.Net(cfg, device)
+    con.device = device
+    for w in raw.warnings:
+        warn(str(w))
+    heads = list(raw.yolo_layers)
+    if not heads:
+        raise ValueError(f"{cfg}: no [yolo] layer: `train` trains detectors")
+    net_classes = raw.yolo_info(heads[-1])["classes"]
+    if net_classes != classes:
+        raise ValueError(f"{spec.where('classes')}: classes = {classes} but the cfg's [yolo] layers have "
+                         f"classes={net_classes}")
+    darknet_init(raw, seed)
+    if weights and is_root and load_start_weights(raw, weights, adapted_from, say, warn):
+        clear = True  # another network's iteration count means nothing for this one
+    if clear:
+        raw.seen = 0
+    if group is not None:  # every rank starts from rank 0's weights and iteration
+        group.collective.broadcast_params(raw, 0)
+        raw.seen = _broadcast_int(group, int(raw.seen) if is_root else 0)
+        _core.set_collective(raw, group.collective)
+
+    opts = raw.net_options()
+    if max_batches is not None:
+        opts["max_batches"] = int(max_batches)
+    total = int(opts["max_batches"])
+    if total <= 0:
+        raise ValueError(f"{cfg}: [net] has no max_batches: set it, or pass max_batches (--max-batches)")
+    schedule = LrSchedule.from_options(opts)
+    batch, subdivisions = int(opts["batch"]), int(opts["subdivisions"])
+    plan = plan_ranks(batch, subdivisions, ranks, batch_mode)  # one rank: passes = subdivisions, mini = batch / subdivisions
+    start = int(raw.seen) // batch
+    if start >= total:
+        raise ValueError(f"{weights}: already trained to iteration {start} (seen = {raw.seen} images), not below "
+                         f"max_batches = {total}: raise max_batches, or restart with clear (--clear)")
+    raw.seen = start * batch  # a whole number of iterations, as the iteration count derives from it
+    lr_rng = random.Random(seed)
+
+    # ---- mAP: a second network at the cfg's size, given the training weights before each measure
+    eval_net = None
+    valid_list = spec.valid or spec.train
+    if calc_map:
+        from ..network import Network
+
+        if not valid_list or not os.path.exists(valid_list) or not read_image_list(valid_list):
+            raise ValueError(f"{spec.where('valid')}: no valid image list for mAP ({valid_list}); "
+                             "set `valid =` in the .data file or train without --map")
+        eval_net = Network(cfg, None, None, device)
+        if spec.names and os.path.isfile(spec.names):
+            eval_net.names = read_names_file(spec.names)
+
+    # ---- data
+    workers = default_train_workers(device) if workers is None else workers
+    processes = use_processes(loader_kind, device, workers)
+    if processes and loader_kind == "auto":
+        from ..data.process_loader import batch_ring_bytes, shared_memory_shortfall
+
+        # random=1 sizes reach about twice the cfg's pixels
+        problem = shared_memory_shortfall(2 * batch_ring_bytes(plan.mini, raw.channels, raw.width, raw.height))
+        if problem:
+            warn(problem + "; loading in threads")
+            processes = False
+    loader = BatchLoader.from_files(data, cfg, batch_size=plan.mini, seed=seed, workers=workers,
+                                    start=start * plan.passes, iteration_images=plan.step_images, processes=processes,
+                                    shard=(group.rank, ranks) if group is not None else (0, 1),
+                                    on_problem=lambda kind, path, message: warn(message))
+    result_loader = f"{'processes' if processes else 'threads'} x{workers}" if workers else "this thread"
+    train_images = len(loader.paths)
+    aug = loader.options
+    init_w, init_h = raw.width, raw.height
+    multiscale = multiscale and bool(aug.get("random"))
+    random_coef = float(aug.get("random") or 0)
+    random_coef = 1.4 if random_coef == 1.0 else random_coef
+    if map_every is None:
+        map_every = max(100, 4 * train_images // batch)  # AlexeyAB: every 4 epochs, at least 100
+
+    result = TrainResult(iteration=start, start_iteration=start, max_batches=total, seed=seed, backup_dir=backup,
+                         net=raw, loader=result_loader)
+    rate_meter = ThroughputMeter()
+    ch = Chart(os.path.join(backup, CHART_NAME), total, title=f"{base}  batch {batch}") if chart else None
+    if ch is not None:
+        result.chart = ch.save()
+    if save_every is None:
+        save_every = 1000 if total <= 10000 else 10000
+    path_last = os.path.join(backup, f"{base}_last.weights")
+    last_saved_at: Optional[int] = None
+
+    def save(path: str, iteration: int) -> Optional[str]:
+        if not is_root:
+            return None
+        if not _finite_params(raw):
+            raise TrainingDiverged(
+                f"training stopped at iteration {iteration}: the parameters hold NaN or Inf (training diverged); "
+                f"{path} was not written" + (f"; the last good weights are {path_last} (iteration {last_saved_at})"
+                                             if last_saved_at is not None else "") +
+                ". Lower learning_rate or raise burn_in in the cfg.", iteration,
+                path_last if last_saved_at is not None else None)
+        return save_weights_atomic(raw, path)
+
+    def save_last(iteration: int) -> None:
+        nonlocal last_saved_at
+        result.last = save(path_last, iteration)
+        last_saved_at = iteration
+
+    say(f"{base}: {len(raw.layers())} layers on {device}, {init_w}x{init_h}, batch {batch} (subdivisions {subdivisions}), "
+        f"{train_images} training images, seed {seed}, loader {result_loader}")
+    if group is not None:
+        say(f"data parallel: {ranks} ranks ({group.collective.name}), batch mode {batch_mode}: each trains "
+            f"{plan.passes} x {plan.mini} images per step, a step sees {plan.step_images} images")
+    say(f"Learning Rate: {schedule.learning_rate:g}, Momentum: {opts['momentum']:g}, Decay: {opts['decay']:g}, "
+        f"policy {schedule.policy}, burn_in {schedule.burn_in}, max_batches {total}")
+    if calc_map:
+        say(f"mAP calculations will be every {map_every} iterations")
+    if start:
+        say(f"resuming at iteration {start} (seen = {raw.seen} images)")
+
+    iteration, avg_loss = start, -1.0
+    iter_map = start
+    best_map = -1.0
+    last_map: Optional[float] = None
+    ema_seconds: Optional[float] = None
+    count = 0  # iterations in this run (Darknet's `count`, for the multi-scale cadence)
+    try:
+        while iteration < total:
+            # random=1: a new size every 10 iterations; the largest at the start and for the last 100
+            if multiscale and count % MULTISCALE_EVERY == 0:
+                largest = count == 0 or iteration > total - 100
+                rng = np.random.default_rng([seed, iteration, 0x51E])
+                w, h = random_network_size(init_w, init_h, rng, random_coef, int(aug.get("resize_step", 32)),
+                                           largest=largest)
+                if (w, h) != (raw.width, raw.height):
+                    raw.resize_input(w, h)
+                loader.set_size(w, h)
+                if verbose:
+                    say(f"Resizing to {w} x {h}")
+            count += 1
+            phase("iteration", f"begin {iteration + 1}")
+
+            t0 = time.perf_counter()
+            load_seconds = 0.0
+            loss_sum = 0.0
+            passes = []
+            for p in range(plan.passes):
+                images, truths = loader.next_batch()
+                load_seconds += loader.last_wait
+                raw.forward_train(images, [])
+                stats = raw.yolo_loss([darknet_truth(t) for t in truths])
+                # the last pass's gradients are summed over the ranks while its backward runs
+                raw.backward(all_reduce=group is not None and p == plan.passes - 1)
+                loss_sum += sum(s["loss"] for s in stats) / len(stats)  # get_network_cost: mean over heads
+                passes.append(stats)
+            if group is not None:  # every rank sees the step's loss (and stops together on NaN)
+                _core.finish_gradient_reduction(raw)  # the collective runs one reduction at a time, in order
+                loss_sum = float(group.all_reduce(np.array([loss_sum], np.float32))[0])
+            loss = loss_sum / plan.update_batch
+            if not math.isfinite(loss):
+                raise TrainingDiverged(
+                    f"training stopped at iteration {iteration + 1}: the loss is {loss} (training diverged); "
+                    "these weights were not saved" +
+                    (f"; the last good weights are {path_last} (iteration {last_saved_at})"
+                     if last_saved_at is not None else "") +
+                    ". Lower learning_rate or raise burn_in in the cfg, or check the labels.",
+                    iteration + 1, path_last if last_saved_at is not None else None)
+            iteration += 1
+            phase("iteration", f"update {iteration}")
+            rate = schedule.rate(iteration, lr_rng)
+            raw.update(rate, plan.update_batch, iteration)  # Adam's step is the iteration, as Darknet, so resuming continues it
+            raw.seen = iteration * batch
+            seconds = time.perf_counter() - t0
+            rate_meter.add(batch, seconds, load_seconds)
+            avg_loss = loss if avg_loss < 0 else avg_loss
+            avg_loss = avg_loss * 0.9 + loss * 0.1
+            ema_seconds = seconds if ema_seconds is None else 0.95 * ema_seconds + 0.05 * seconds
+            eta = (total - iteration) * ema_seconds
+            merged = _merge_heads(passes)
+            result.iteration = iteration
+            result.losses.append((iteration, loss, avg_loss))
+            if ch is not None:
+                ch.add_loss(iteration, loss, avg_loss)
+
+            if verbose or (heads_every and iteration % heads_every == 0):
+                for m in merged:
+                    say(_head_line(m["layer"], m))
+            say(f"{iteration}: {loss:.6f}, {avg_loss:.6f} avg loss, {rate:.6f} rate, {seconds:.3f} seconds, "
+                f"{iteration * batch} images, {eta / 3600:.3f} hours left, {rate_meter.line()}")
+
+            # mAP at Darknet's cadence: every map_every iterations (not before burn_in) and at the end
+            if eval_net is not None and (iteration >= max(iter_map + map_every, schedule.burn_in)
+                                         or iteration == total):
+                from ..evaluation.evaluate import compute_map, write_evaluation_plots
+
+                _copy_params(raw, eval_net)
+                con.close()
+                phase("map", f"begin {iteration}")
+                r = compute_map(data, network=eval_net, iou_thresh=0.5, progress=tty and not quiet, coco=False)
+                phase("map", f"end {iteration}")
+                iter_map, last_map = iteration, r.map
+                result.maps.append((iteration, r.map))
+                if ch is not None:
+                    ch.add_map(iteration, r.map)
+                say(f"\n mean_average_precision (mAP@0.50) = {r.map:.6f}")
+                if r.map > best_map:
+                    best_map = r.map
+                    result.best = save(os.path.join(backup, f"{base}_best.weights"), iteration)
+                    result.best_map = best_map
+                    result.plots = os.path.join(backup, PLOTS_NAME)
+                    write_evaluation_plots(result.plots, r.accumulator, r)  # type: ignore[attr-defined]
+                    say(f"New best mAP! Saved {result.best} (its evaluation plots: {result.plots}{os.sep})")
+                if ch is not None:
+                    ch.save()
+
+            if iteration % save_every == 0:
+                save(os.path.join(backup, f"{base}_{iteration}.weights"), iteration)
+            if iteration % LAST_EVERY == 0:
+                save_last(iteration)
+            if ch is not None:
+                ch.maybe_save()
+            con.progress(iteration, start, total, eta, avg_loss)
+
+            stop = False
+            if callback is not None:
+                info = {"iteration": iteration, "loss": loss, "avg_loss": avg_loss, "rate": rate, "seconds": seconds,
+                        "load_seconds": load_seconds, "images": iteration * batch, "eta_seconds": eta,
+                        "width": raw.width, "height": raw.height, "heads": merged, "map": last_map,
+                        "best_map": best_map if best_map >= 0 else None, "max_batches": total,
+                        "net": raw}
+                try:
+                    stop = callback(info) is False
+                except StopTraining:
+                    stop = True
+            if group is not None:  # a stop on any rank stops every rank after this same step
+                stop = bool(group.all_reduce(np.array([stop], np.float32))[0])
+            if stop:
+                result.stopped = True
+                say(f"stopped by the callback at iteration {iteration}")
+                break
+    except KeyboardInterrupt:
+        con.close()
+        if is_root and iteration > start and last_saved_at != iteration and _finite_params(raw):
+            save_last(iteration)
+            con.line(f"interrupted at iteration {iteration}: saved {path_last}", err=True)
+        raise
+    finally:
+        con.close()
+        loader.close()
+        result.seconds = time.perf_counter() - t_start
+        result.images_per_second, result.data_wait_share = rate_meter.images_per_second, rate_meter.wait_share
+        if ch is not None:
+            try:
+                ch.save()
+            except OSError:
+                pass
+
+    if last_saved_at != iteration:
+        save_last(iteration)
+    if iteration >= total:
+        result.final = save(os.path.join(backup, f"{base}_final.weights"), iteration)
+        say(f"training done: {result.final}")
+    if rate_meter.iterations:
+        say(rate_meter.summary(result_loader))
+    return result
+
+
+# ---- the `train` command --------------------------------------------------------------------
+TRAIN_EXAMPLES = """\
+Trains the detector CFG on the `train` list of DATA, as `darknet detector train` does: Darknet's
+batch/subdivisions, learning-rate policy and augmentation from the cfg. DATA is a Darknet .data
+file or an Ultralytics dataset YAML (path, train, val, names); CFG and DATA may come in either
+order (Darknet's is DATA CFG): a cfg is the file with a [net] section.
+
+Without DATA it trains CFG for a few minutes on a synthetic dataset of shapes (made once in the
+cache folder), to show training work: the loss falling and a first mAP.
+
+When DATA's class count differs from the cfg's, a copy of the cfg with `classes` of every [yolo]
+and `filters` of the convolution before each changed is written to the backup folder and
+trained; --weights made for the original cfg (e.g. 80-class yolov4-tiny.weights) then gives every
+layer but those convolutions.
+
+In the backup folder (--out, else the .data file's `backup`, else ./backup): <cfg>_last.weights
+every 100 iterations, <cfg>_N.weights every --save-every, <cfg>_best.weights when the mAP improves
+(--map, with the evaluation plots of the best weights in plots/), <cfg>_final.weights at the end,
+and chart.png. Resume with --weights <cfg>_last.weights. Ctrl-C saves <cfg>_last.weights and stops.
+
+examples:
+  darknet_py train yolov4-tiny.cfg
+  darknet_py train yolov4-tiny.cfg shapes/shapes.data --map
+  darknet_py train shapes/shapes.data yolov4-tiny.cfg --weights yolov4-tiny.weights --clear
+  darknet_py train yolov4-tiny.cfg coco8.yaml --max-batches 2000
+  darknet_py train shapes/shapes.data my-shapes.cfg --weights backup/my-shapes_last.weights
+  darknet_py train coco.data yolov4-tiny.cfg --device cuda:0,1,2,3   # one process per GPU (also --gpus 0,1,2,3)
+
+Several devices (N): one process per device. --batch-mode split (default): a step is the cfg's
+batch; each device trains batch/N of it in subdivisions/N passes of batch/subdivisions images (or,
+when N does not divide subdivisions, subdivisions passes of batch/(N x subdivisions)); learning_rate,
+burn_in and max_batches mean what they mean on one device: the same training curve. --batch-mode
+per-gpu (Darknet's -gpus): each device trains the whole batch in subdivisions passes, a step is
+batch x N images, max_batches still counts steps; Darknet's README then divides learning_rate by N
+by hand. Either way `seen` grows by batch per step, so _last.weights resumes on any device count.
+Across hosts run the same command under torchrun or srun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+MASTER_PORT): see the README's "Several GPUs, several hosts".
+"""
+
+
+def add_parser(sub: Any, formatter: Any) -> argparse.ArgumentParser:
+    """Registers the `train` subcommand on the CLI's subparsers."""
+    p = sub.add_parser("train", help="train a detector (CFG [DATA]: no DATA = a quick demonstration on shapes)",
+                       description="Train a YOLO detector from a .cfg and a Darknet .data file or dataset YAML.",
+                       epilog=TRAIN_EXAMPLES, formatter_class=formatter)
+    p.add_argument("first", metavar="CFG", help="network .cfg (a path or a shipped cfg's name), or DATA (Darknet's order)")
+    p.add_argument("second", metavar="DATA", nargs="?",
+                   help="Darknet .data file or Ultralytics dataset YAML (or CFG); none: synthetic shapes")
+    p.add_argument("--weights", metavar="W", help="start from these weights (a _last.weights resumes)")
+    p.add_argument("--clear", action="store_true", help="reset the iteration count (seen) to 0")
+    p.add_argument("--map", action="store_true", help="measure mAP@0.5 on the valid list; keep <cfg>_best.weights")
+    p.add_argument("--map-every", type=positive_int, metavar="N",
+                   help="mAP every N iterations (default: Darknet's max(100, 4 epochs))")
+    p.add_argument("--save-every", type=positive_int, metavar="N",
+                   help="keep <cfg>_N.weights every N iterations (default: 1000, or 10000 past 10000 batches)")
+    p.add_argument("--out", metavar="DIR", help="backup folder (default: the .data file's backup, else ./backup)")
+    p.add_argument("--threads", type=positive_int, metavar="N", help="CPU threads (default: all cores)")
+    p.add_argument("--workers", type=non_negative_int, metavar="N",
+                   help="image loading workers (default: min(4, cores) on the CPU, min(8, cores - 1) on a GPU); "
+                        "see --loader and the README on picking N")
+    p.add_argument("--loader", choices=("auto", "threads", "processes"), default="auto",
+                   help="run the workers as threads or processes (processes scale with cores; default auto: "
+                        "processes when training on a GPU with 2+ workers, else threads)")
+    p.add_argument("--max-batches", type=positive_int, metavar="N",
+                   help="train to iteration N (replaces the cfg's; without DATA: default %d)" % QUICK_MAX_BATCHES)
+    p.add_argument("--seed", type=int, metavar="S", help="random seed: initialisation, data, augmentation")
+    p.add_argument("--verbose", action="store_true", help="print the per-head statistics every iteration")
+    p.add_argument("--device", "--backend", dest="device", type=_device_list_arg, default=None, metavar="DEVICE",
+                   help="where the network trains: cpu, opencl[:N], cuda[:N], metal or auto (default: $DARKNET_PY_DEVICE, "
+                        "else auto). A list trains data-parallel, one process per device: cuda:0,1,2,3")
+    p.add_argument("--gpus", metavar="LIST", help="Darknet's -gpus 0,1,2,3: the same as --device cuda:0,1,2,3")
+    p.add_argument("--batch-mode", choices=BATCH_MODES, default="split",
+                   help="several devices: split (default) divides the cfg's batch among them, so that "
+                        "learning_rate, burn_in and max_batches mean what they mean on one device (the same training "
+                        "curve); per-gpu is Darknet's -gpus: each device trains the whole batch, a step sees batch x "
+                        "devices images (Darknet's README then divides learning_rate by the device count by hand)")
+    p.add_argument("--dist-timeout", type=positive_float, default=DEFAULT_TIMEOUT, metavar="S",
+                   help=f"several devices: seconds a rank waits for the others before it stops all (default "
+                        f"{DEFAULT_TIMEOUT:g}; rank 0's mAP runs while they wait)")
+    p.add_argument("--collective", choices=("auto", "nccl", "tcp"), default="auto",
+                   help="several devices: how gradients are summed: nccl (CUDA devices, the default there when NCCL "
+                        "is found), tcp (the engine's ring over TCP: any device)")
+    add_precision_option(p, training=True)
+    p.set_defaults(func=cmd_train, parser=p)
+    return p
+
+
+def input_kind(path: str) -> str:
+    """'cfg' or 'data' for a `train` argument, from its content: a dataset YAML is data, a file with
+    a [net] section a cfg, any other existing file data; a name that is no file but a shipped cfg's
+    is a cfg. Raises FileNotFoundError naming the argument otherwise."""
+    from ..model_files.cfgfiles import resolve_cfg
+    from ..data.dataset_yaml import is_yaml
+
+    if os.path.isfile(path):
+        if is_yaml(path):
+            return "data"
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.split("#", 1)[0].strip().lower() in ("[net]", "[network]"):
+                    return "cfg"
+        return "data"
+    try:
+        resolve_cfg(path)
+    except FileNotFoundError as e:  # name it as what it may be: either
+        raise FileNotFoundError(str(e).replace("cfg file not found", "not found (neither a file nor a shipped cfg)")
+                                .replace(" (not a file, nor a shipped .cfg file: ", " (shipped cfgs: ")) from None
+    return "cfg"
+
+
+def order_inputs(first: str, second: Optional[str]) -> Tuple[Optional[str], str]:
+    """(data, cfg) from `train`'s one or two positional arguments, in either order."""
+    kinds = [input_kind(first)] + ([input_kind(second)] if second is not None else [])
+    if kinds == ["data"]:
+        raise ValueError(f"{first} is a dataset, not a cfg (no [net] section): give the cfg too, "
+                         f"e.g. darknet_py train yolov4-tiny.cfg {first}")
+    if second is None:
+        return None, first
+    if kinds[0] == kinds[1]:
+        what = "cfgs ([net] sections)" if kinds[0] == "cfg" else "datasets (no [net] section)"
+        raise ValueError(f"{first} and {second} are both {what}: give one cfg and one .data file or dataset YAML")
+    return (first, second) if kinds[0] == "data" else (second, first)
+
+
+def _device_list_arg(text: str) -> str:
+    try:
+        for name in split_devices(text):
+            check_name(name)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    data, cfg = order_inputs(args.first, args.second)
+    if args.weights and not os.path.isfile(args.weights):
+        raise FileNotFoundError(f"weights file not found: {args.weights}")
+    if args.precision != "fp32":  # before any rank starts (train() says the same)
+        raise ValueError(f"training in {args.precision} is not supported yet: train runs fp32 only "
+                         "(fp16 / bf16 run detection: detect, map --precision)")
+    if args.gpus and args.device:
+        raise ValueError("--gpus and --device both name the devices: give one")
+    devices = split_devices(args.device) if args.device else [None]
+    if args.gpus:
+        devices = split_devices("cuda:" + args.gpus.strip())
+    calc_map, map_every, max_batches, out = args.map, args.map_every, args.max_batches, args.out
+    if data is None:
+        if len(devices) > 1:
+            raise ValueError("the quick start (no DATA) trains on one device: give DATA to train on several")
+        from . import quickstart
+        from ..model_files.cfgfiles import resolve_cfg
+
+        def say(text: str) -> None:
+            print(text, flush=True)
+
+        max_batches = max_batches or QUICK_MAX_BATCHES
+        say(f"No dataset given: training {cfg} for {max_batches} iterations on synthetic shapes "
+            f"({quickstart.CLASSES} classes, {quickstart.SIZE}x{quickstart.SIZE}) to show training work. "
+            f"On your own data: darknet_py train {cfg} my.data (a Darknet .data file or an Ultralytics dataset YAML)")
+        data = quickstart.dataset(say)
+        out = os.path.abspath(out or "backup")
+        cfg = quickstart.quickstart_cfg(resolve_cfg(cfg), out, max_batches, say)
+        calc_map = True
+        map_every = map_every or max(1, max_batches // 2)
+    info = RankInfo.from_env()
+    stop_asked = None
+    if info is None or info.world_size == 1:
+        if len(devices) > 1:  # this process is the launcher: one process per device runs this same command
+            from ..model_files.cfgfiles import resolve_cfg
+
+            check_cfg_splits(resolve_cfg(cfg), len(devices), args.batch_mode)
+            return launch([str(d) for d in devices], getattr(args, "argv", sys.argv[1:]))
+        group = None
+        device = devices[0]
+    else:  # one rank, started by our launcher, torchrun or srun
+        stop_asked = watch_launcher()
+        if len(devices) > 1 and info.local_rank >= len(devices):
+            raise ValueError(f"LOCAL_RANK={info.local_rank} but --device lists {len(devices)} devices")
+        device = devices[info.local_rank] if len(devices) > 1 else devices[0]
+        if device in (None, "auto", "cuda"):  # one device per rank on this host: the LOCAL_RANK-th GPU
+            from ..devices import default_device, resolve
+
+            device = resolve(device or default_device())
+            if device.startswith("cuda:"):
+                device = f"cuda:{info.local_rank}"
+        group = init_process_group(info, device, collective=args.collective, timeout=args.dist_timeout)
+    from .. import _core
+
+    try:
+        r = train(data, cfg, args.weights, clear=args.clear, calc_map=calc_map, map_every=map_every,
+                  save_every=args.save_every, out_dir=out, threads=args.threads, max_batches=max_batches,
+                  seed=args.seed, workers=args.workers, verbose=args.verbose, device=device, group=group,
+                  batch_mode=args.batch_mode, loader_kind=args.loader, precision=args.precision,
+                  callback=(lambda _: not stop_asked.is_set()) if stop_asked is not None else None)
+    except _core.CollectiveError as e:  # another rank died or hangs: that rank's launcher line says why
+        return report_peer_lost(str(e))
+    if stop_asked is not None and stop_asked.is_set():  # the launcher's Ctrl-C: every rank stopped at this step
+        if group.rank == 0:
+            print(f"interrupted at iteration {r.iteration}: saved {r.last}", file=sys.stderr)
+        return INTERRUPTED
+    if group is None or group.rank == 0:
+        print(f"iteration {r.iteration} in {r.seconds:.1f} s ({r.images_per_second:.1f} images/s, "
+              f"{100 * r.data_wait_share:.1f}% waiting for data); weights: {r.weights}"
+              + (f"; best mAP@0.5 {r.best_map:.4f}: {r.best}" if r.best else ""), file=sys.stderr)
+    return 0
