@@ -243,7 +243,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
                          "(fp16 / bf16 run detection: detect, map --precision)")
     from .. import _core
     from ..model_files.cfgfiles import resolve_cfg
-    from .data import (BatchLoader, darknet_truth, random_network_size, read_data_file, read_image_list,
+    from ..data import (BatchLoader, darknet_truth, random_network_size, read_data_file, read_image_list,
                        read_names_file)
 
     t_start = time.perf_counter()
