@@ -16,8 +16,7 @@ import numpy as np
 import pytest
 
 import gpu_devices
-from darknet_py import DarknetError, Network, _core
-from darknet_py.training import train
+from darknet_py import DarknetError, Network, _core, train
 from darknet_py.diagnostics.op_cases import check_case, half_cases
 from test_train import small_cfg
 
