@@ -453,9 +453,6 @@ def main(argv=None) -> int:
         traffic = " / ".join(f"{bw / (floats * size * 2 * passes):.0f}" if bw and floats else "?" for size in (4, 2))
         return f"{flops}; {traffic}"
 
-    def train_bytes(res):
-        return "/".join(f"{res[c]['peak_train_bytes'] / 2**30:.1f}" if res.get(c) else "-" for c in cols)
-
     out = [f"# Ours (CUDA) vs PyTorch on {name}", "",
            f"GPU: {name}, driver {driver}; {versions}; batch {args.batch} for forward and training (yolov4: training at "
            f"batch {TRAIN_BATCH['yolov4']}); `python benchmarks/compare_gpu.py`. PyTorch's inputs come from pinned host "
