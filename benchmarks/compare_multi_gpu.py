@@ -29,8 +29,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import compare_gpu as cg  # noqa: E402 (the torch model, weights copy, sized cfg and timer are shared)
 
-COLUMNS = [("ours", "fp32"), ("ours", "tf32"), ("torch", "fp32"), ("torch", "bf16")]
-LABELS = {("ours", "fp32"): "ours fp32", ("ours", "tf32"): "ours TF32", ("torch", "fp32"): "PyTorch DDP fp32",
+COLUMNS = [("ours", "fp32"), ("ours", "tf32"), ("ours", "fp16"), ("ours", "bf16"), ("torch", "fp32"), ("torch", "bf16")]
+LABELS = {("ours", "fp32"): "ours fp32", ("ours", "tf32"): "ours TF32", ("ours", "fp16"): "ours fp16",
+          ("ours", "bf16"): "ours bf16", ("torch", "fp32"): "PyTorch DDP fp32",
           ("torch", "bf16"): "PyTorch DDP bf16 autocast + channels_last"}
 
 
@@ -51,6 +52,8 @@ def worker_ours(args) -> dict:
     if rank == 0 and args.kind == "cuda":  # (the CPU check runs where torch is not installed)
         cg.copy_weights(cg.build_torch(path, args.size), net)
     os.unlink(path)
+    if args.mode in ("fp16", "bf16"):  # half activations; the gradients all-reduced are the fp32 weights'
+        net.precision = args.mode
     group = init_process_group(RankInfo(rank, world, rank), device)
     group.collective.broadcast_params(raw, 0)
     _core.set_collective(raw, group.collective, args.bucket_mb)

@@ -14,7 +14,8 @@ trains yolov4-tiny adapted to its classes (batch --batch, subdivisions 1) from r
   3. `train()` itself per precision and loader: median seconds per iteration from its callback (the
      first --warmup iterations left out), images/s, the share of the iteration spent waiting for
      data, and the ratio to the in-memory step.
-Each precision's runs are subprocesses with DARKNET_PY_TF32 set (fp32: 0, tf32: 1), as compare_gpu.py.
+Each precision's runs are subprocesses with DARKNET_PY_TF32 set (fp32: 0, tf32: 1), as compare_gpu.py;
+fp16 and bf16 train with half activations (`train(precision=...)`).
 """
 from __future__ import annotations
 
@@ -65,7 +66,12 @@ def loader_rate(data: str, cfg: str, batch: int, workers: int, processes: bool, 
         return batches * batch / (time.perf_counter() - t0)
 
 
-def engine_step(data: str, cfg: str, device: str, iterations: int) -> Dict[str, float]:
+def storage(precision: str) -> str:
+    """The engine precision of a table row: tf32 is fp32 storage with TF32 math (DARKNET_PY_TF32=1)."""
+    return "fp32" if precision == "tf32" else precision
+
+
+def engine_step(data: str, cfg: str, device: str, iterations: int, precision: str) -> Dict[str, float]:
     """The training step on one real augmented batch already in memory, synchronized each step."""
     from darknet_py import _core
     from darknet_py.data import BatchLoader, darknet_truth
@@ -73,6 +79,7 @@ def engine_step(data: str, cfg: str, device: str, iterations: int) -> Dict[str, 
 
     raw = _core.Net(cfg, device)
     darknet_init(raw, 1)
+    raw.precision = storage(precision)
     with BatchLoader.from_files(data, cfg, int(raw.net_options()["batch"]), seed=1, workers=0) as loader:
         images, truths = loader.next_batch()
     truths = [darknet_truth(t) for t in truths]
@@ -89,7 +96,8 @@ def engine_step(data: str, cfg: str, device: str, iterations: int) -> Dict[str, 
     return {"s_per_iteration": s, "images_per_s": len(images) / s}
 
 
-def train_run(data: str, cfg: str, device: str, iterations: int, warmup: int, workers: int, kind: str):
+def train_run(data: str, cfg: str, device: str, iterations: int, warmup: int, workers: int, kind: str,
+              precision: str):
     from darknet_py.training.train import train
 
     seconds, waits = [], []
@@ -100,7 +108,7 @@ def train_run(data: str, cfg: str, device: str, iterations: int, warmup: int, wo
 
     with tempfile.TemporaryDirectory() as out:
         r = train(data, cfg, out_dir=out, max_batches=iterations + warmup, workers=workers, loader_kind=kind,
-                  device=device, seed=1, quiet=True, chart=False, callback=callback)
+                  device=device, seed=1, quiet=True, chart=False, callback=callback, precision=storage(precision))
     s = np.array(seconds[warmup:])
     batch = int(r.net.net_options()["batch"])
     return {"s_per_iteration": float(np.median(s)), "images_per_s": batch / float(np.median(s)),
@@ -111,18 +119,18 @@ def child(args) -> int:
     """One measurement in this process (the parent sets DARKNET_PY_TF32); prints its JSON."""
     spec = json.loads(args.child)
     if spec["what"] == "engine":
-        out = engine_step(spec["data"], spec["cfg"], spec["device"], spec["iterations"])
+        out = engine_step(spec["data"], spec["cfg"], spec["device"], spec["iterations"], spec["precision"])
     else:
         out = train_run(spec["data"], spec["cfg"], spec["device"], spec["iterations"], spec["warmup"],
-                        spec["workers"], spec["kind"])
+                        spec["workers"], spec["kind"], spec["precision"])
     print("RESULT " + json.dumps(out))
     return 0
 
 
 def in_child(spec: dict, precision: str) -> dict:
     env = {**os.environ, "DARKNET_PY_TF32": "1" if precision == "tf32" else "0"}
-    p = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True, text=True,
-                       env=env, timeout=600)
+    p = subprocess.run([sys.executable, __file__, "--child", json.dumps(dict(spec, precision=precision))],
+                       capture_output=True, text=True, env=env, timeout=600)
     for line in p.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[7:])
@@ -139,7 +147,7 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--workers", default="1,2,4,8,14", help="worker counts of the loader-alone table")
     ap.add_argument("--train-workers", help="worker counts of the end-to-end runs (default: the largest two)")
-    ap.add_argument("--precisions", default=None, help="fp32,tf32 on CUDA (default), fp32 elsewhere")
+    ap.add_argument("--precisions", default=None, help="fp32,tf32,fp16,bf16 on CUDA (default), fp32 elsewhere")
     ap.add_argument("--iterations", type=int, default=30, help="timed training iterations per run")
     ap.add_argument("--warmup", type=int, default=5, help="training iterations left out of the figures")
     ap.add_argument("--loader-batches", type=int, default=8, help="timed batches per loader-alone run")
@@ -155,7 +163,7 @@ def main(argv=None) -> int:
     from darknet_py.diagnostics.sysinfo import cpu_info
 
     device = resolve(args.device or default_device())  # "auto" -> the device it picks (cuda:0 ...)
-    precisions = (args.precisions or ("fp32,tf32" if device.startswith("cuda") else "fp32")).split(",")
+    precisions = (args.precisions or ("fp32,tf32,fp16,bf16" if device.startswith("cuda") else "fp32")).split(",")
     workers = [int(w) for w in args.workers.split(",")]
     train_workers = [int(w) for w in (args.train_workers.split(",") if args.train_workers else
                                       sorted(workers)[-2:])]

@@ -607,9 +607,22 @@ PYBIND11_MODULE(_core, m) {
             check_min("update", "batch", batch, 1), check_min("update", "t", t, 0);
             if (!std::isfinite(lr)) bad_arg("update", "lr", "a finite number", std::to_string(lr));
             py::gil_scoped_release nogil;
-            n.update(lr, batch, t);
+            return n.update(lr, batch, t);
         }, py::arg("lr"), py::arg("batch"), py::arg("t") = 0,
-           "SGD/Adam step; t = Adam's step (the iteration), 0 = count this network's updates.")
+           "SGD/Adam step; t = Adam's step (the iteration), 0 = count this network's updates. Returns False "
+           "when fp16 gradients overflowed and the step was skipped (loss_scale halved).")
+        .def_property("loss_scale", [](const Network& n) { auto lk = lock_net(n); return n.loss_scaler.scale; },
+                      [](Network& n, float v) { auto lk = lock_net(n);
+                          if (!n.loss_scaler.dynamic)
+                              throw DarknetError(std::string("loss_scale: only fp16 training scales its loss (this "
+                                                             "network is in ") + dtype_name(n.precision()) + ")");
+                          if (!(v >= LossScaler::kMin && v <= LossScaler::kMax))
+                              bad_arg("loss_scale", "loss_scale", "a number in [2^-16, 2^24]", std::to_string(v));
+                          n.loss_scaler.scale = v;
+                      }, "fp16 training's dynamic loss scale (1 in fp32 and bf16); settable, e.g. to start elsewhere.")
+        .def_property_readonly("skipped_steps", [](const Network& n) { auto lk = lock_net(n);
+            return n.loss_scaler.skipped_steps;
+        }, "Steps update() skipped because fp16 gradients overflowed, since the precision was set.")
         .def("gradients", [](py::object self, int i) {
             Network& n = self.cast<Network&>();
             auto lk = lock_net(n);

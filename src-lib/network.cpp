@@ -72,6 +72,7 @@ std::unique_ptr<Network> Network::clone() const {
     c->seen = seen;
     c->record_forwards = record_forwards;
     c->precision_ = precision_;
+    c->loss_scaler.reset(precision_);
     c->param_share_ = param_share_;
     return c;
 }
@@ -114,8 +115,10 @@ void Network::set_precision(DType t) {
                                    " [" + l->type() + "] has no half path yet (half runs conv, max, local_avg, route, "
                                    "upsample, shortcut, yolo, dropout); use fp32");
     precision_ = t;
+    loss_scaler.reset(t);
     outputs_.clear();
     input_half_ = Tensor();
+    train_input_half_ = Tensor();
     forget_recording();
     drop_training_state("set_precision() changed the activations' storage type");
 }
@@ -129,7 +132,9 @@ void Network::set_backend(std::unique_ptr<Backend> backend) {
     // Parameters and optimizer state move to the new backend's memory; activations are rebuilt.
     backend_ = std::move(backend);
     precision_ = DType::f32;
+    loss_scaler.reset(precision_);
     input_half_ = Tensor();
+    train_input_half_ = Tensor();
     for (auto& l : layers)
         for (Param& p : l->params) {
             p.value = backend_->adopt(p.value);
@@ -329,21 +334,22 @@ const LayerOutputs& Network::forward_train(const float* x, const Shape& s) {
 }
 
 const LayerOutputs& Network::forward_train_loaded() {
-    if (precision_ != DType::f32)
-        throw DarknetError(std::string("training runs in fp32 only so far (this network is in ") +
-                           dtype_name(precision_) + "): set_precision(fp32) first");
     own_params();  // batchnorm's rolling statistics are written
     allocate_grads();
     const Shape& s = train_input_.shape();
     drop_training_state("the last forward_train() failed");  // until every layer has run
     outputs_.resize(layers.size());
     deltas_.resize(layers.size());
-    const Tensor* in = &train_input_;
+    if (precision_ != DType::f32) {  // as run_forward: the input goes up in fp32, converted on the device
+        backend_->resize(train_input_half_, s, precision_);
+        backend_->convert(train_input_, train_input_half_);
+    }
+    const Tensor* in = &train_input();
     for (size_t i = 0; i < layers.size(); ++i) {
         Layer& l = *layers[i];
         Shape os{s.n, l.out.c, l.out.h, l.out.w};
-        backend_->resize(outputs_[i], os);
-        backend_->resize(deltas_[i], os);
+        backend_->resize(outputs_[i], os, output_type(i));
+        backend_->resize(deltas_[i], os, output_type(i));
         backend_->fill(deltas_[i], 0.0f);
         run_layer(i, [&] { l.forward_train(*backend_, *in, outputs_[i], outputs_); });
         in = &outputs_[i];
@@ -362,8 +368,9 @@ void Network::backward(bool reduce_gradients) {
         const LayerTraining& t = layers[i]->training;
         if (t.stopbackward == 1 || t.stopbackward > iteration) break;
         if (t.onlyforward) continue;
-        const Tensor& x = i == 0 ? train_input_ : outputs_[i - 1];
+        const Tensor& x = i == 0 ? train_input() : outputs_[i - 1];
         Tensor* dx = i == 0 ? nullptr : &deltas_[i - 1];
+        if (auto* head = dynamic_cast<YoloLayer*>(layers[i].get())) head->delta_scale = loss_scaler.scale;
         run_layer(i, [&] { layers[i]->backward(*backend_, x, outputs_[i], deltas_[i], dx, outputs_, deltas_); });
         if (hook) hook->layer_done(i);
     }
@@ -378,10 +385,29 @@ static bool is_batchnorm_param(const Layer& l, const Param& p) {
     return false;
 }
 
-void Network::update(float lr, int batch, int t) {
+// Loss scaling's half of the step: every gradient divided by the scale, and whether one of them holds
+// an inf or NaN (one 4-byte download per step; every rank sees the same summed gradients, so all
+// decide alike). An overflowed step's gradients are dropped.
+bool Network::unscale_gradients() {
+    backend_->resize(overflow_flag_, Shape{1, 1, 1, 1});
+    backend_->fill(overflow_flag_, 0.0f);
+    for (auto& l : layers)
+        for (Param& p : l->params)
+            if (p.has_grad) backend_->unscale_check(p.grad, 1.0f / loss_scaler.scale, overflow_flag_);
+    float found = 0.0f;
+    copy_to_host(overflow_flag_, &found);
+    if (loss_scaler.after_check(found != 0.0f)) return true;
+    for (auto& l : layers)
+        for (Param& p : l->params)
+            if (p.has_grad) backend_->fill(p.grad, 0.0f);
+    return false;
+}
+
+bool Network::update(float lr, int batch, int t) {
     if (gradient_hook) gradient_hook->finish();  // every rank's gradients summed before the step
     own_params();
     allocate_grads();
+    if (loss_scaler.dynamic && !unscale_gradients()) return false;
     int step = t > 0 ? t : ++updates_;
     int iteration = step;  // the iteration being completed, 1-based (Darknet's iteration_num)
     momentum_.resize(layers.size());
@@ -421,6 +447,7 @@ void Network::update(float lr, int batch, int t) {
             }
         }
     }
+    return true;
 }
 
 std::vector<int> Network::yolo_layers() const {

@@ -13,6 +13,7 @@
 #include "gpu/device.h"
 #include "layers/layer.h"
 #include "layers/yolo.h"
+#include "loss_scale.h"
 #include "net_options.h"
 
 namespace dn {
@@ -55,7 +56,10 @@ public:
     // `t` is Adam's step count (Darknet: the iteration, so that a resumed run continues it); t <= 0
     // counts this network's updates instead. It is also the iteration that dont_update and
     // burnin_update compare with; each layer's rate is lr times its learning_rate option.
-    void update(float lr, int batch, int t = 0);
+    // Returns false when fp16 training's gradients overflowed: the step was skipped (loss_scaler).
+    bool update(float lr, int batch, int t = 0);
+    // fp16 training's dynamic loss scaling (loss_scale.h); reset by set_precision.
+    LossScaler loss_scaler;
 
     // Indices of the [yolo] layers; empty for a classifier.
     std::vector<int> yolo_layers() const;
@@ -87,7 +91,8 @@ public:
     // Storage type of the activations (src-lib/gpu/PRECISION.md): fp32, or fp16 / bf16 where the
     // backend runs them (GPU devices) for detection; parameters stay fp32, the [yolo] heads' outputs
     // are fp32. Throws DarknetError in one line naming what the backend runs, or the first layer
-    // whose type has no half path. Training (forward_train) takes fp32 only, for now.
+    // whose type has no half path. Training runs in it too: fp32 master parameters, gradients and
+    // optimizer state; fp16 with dynamic loss scaling (loss_scaler).
     void set_precision(DType t);
     DType precision() const { return precision_; }
 
@@ -151,6 +156,10 @@ private:
     DType precision_ = DType::f32;
     DType output_type(size_t layer) const;  // precision_, but fp32 for the [yolo] heads
     Tensor train_input_;       // forward_train()'s (backward of layer 0 reads it)
+    Tensor train_input_half_;  // train_input_ converted to precision_ (then layer 0 reads this one)
+    const Tensor& train_input() const { return precision_ == DType::f32 ? train_input_ : train_input_half_; }
+    bool unscale_gradients();  // loss scaling's check: false when the step must be skipped
+    Tensor overflow_flag_;     // unscale_check's found flag
     Tensor spare_train_input_; // the one before, while the next batch may go up ahead (load_input)
     bool last_load_uploaded_ = false;  // the last load_input came from the host
     std::unique_ptr<Recording> recording_;  // the recorded forward of recording_shape_, if any

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import gpu_devices
-from darknet_py import DarknetError, Network, _core, train
+from darknet_py import DarknetError, Network, _core
 from darknet_py.diagnostics.op_cases import check_case, half_cases
 from test_train import small_cfg
 
@@ -163,14 +163,6 @@ def test_precision_follows_the_network_between_devices(tiny_cfg):
     assert net.to("cpu").precision == "fp32"
     clone = Network(tiny_cfg, device=gpu, precision="fp16").clone()
     assert clone.precision == "fp16"
-
-
-def test_training_refuses_half(tiny_cfg):
-    net = Network(tiny_cfg, device=_gpu(), precision="fp16")
-    with pytest.raises(DarknetError, match=r"training runs in fp32 only so far \(this network is in fp16\)"):
-        net._net.forward_train(np.zeros((1, 3, 32, 32), np.float32), [])
-    with pytest.raises(ValueError, match="training in bf16 is not supported yet: train runs fp32 only"):
-        train("unused.data", tiny_cfg, precision="bf16")
 
 
 def test_a_layer_without_a_half_path_is_named(tmp_path):

@@ -70,7 +70,9 @@ PRECISIONS = ("fp32", "fp16", "bf16")
 
 def add_precision_option(parser: argparse.ArgumentParser, training: bool = False) -> None:
     """--precision for the commands that run a network (see Network.precision)."""
-    what = ("training runs in fp32 only so far: fp16 / bf16 are refused" if training else
+    what = ("fp16 / bf16 keep activations and their gradients in half on GPU devices; weights, "
+            "gradients of weights and optimizer state stay fp32; fp16 scales the loss dynamically "
+            "(the scale is in the log); the CPU trains in fp32 only" if training else
             "fp16 / bf16 store activations in half on GPU devices (math in fp32, weights fp32); "
             "the CPU runs fp32 only")
     parser.add_argument("--precision", choices=PRECISIONS, default="fp32",

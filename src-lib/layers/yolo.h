@@ -31,11 +31,15 @@ public:
     const char* type() const override { return "yolo"; }
     void forward(Backend& be, const Tensor& x, Tensor& y, const LayerOutputs&) override;
     // The loss (yolo/loss.cpp) writes dL/d(head input) into this layer's delta, as Darknet's yolo layer
-    // does (its logistic + BCE / MSE deltas are taken w.r.t. the logits), so backward passes it through.
+    // does (its logistic + BCE / MSE deltas are taken w.r.t. the logits), so backward passes it through:
+    // from fp32 into the layer below's storage type, times delta_scale (fp16's loss scale, loss_scale.h).
     void backward(Backend& be, const Tensor&, const Tensor&, Tensor& dy, Tensor* dx, const LayerOutputs&,
                   std::vector<Tensor>&) override {
-        if (dx) be.add_channels(dy, 0, *dx, 0, dy.shape().c);
+        if (!dx) return;
+        if (delta_scale == 1.0f && dx->dtype() == dy.dtype()) be.add_channels(dy, 0, *dx, 0, dy.shape().c);
+        else be.add_scaled(dy, delta_scale, *dx);
     }
+    float delta_scale = 1.0f;  // set by Network::backward
     std::string describe() const override;
     YoloGeom geom() const {
         return YoloGeom{(int)spec.mask.size(), spec.classes, spec.new_coords, spec.scale_x_y};

@@ -95,6 +95,7 @@ class TrainResult:
     images_per_second: float = 0.0  # training images per second over this run's iterations
     data_wait_share: float = 0.0  # the share of those iterations' time spent waiting for the loader
     loader: str = ""  # how the batches were prepared: "threads x4", "processes x8", "this thread"
+    skipped_steps: int = 0  # fp16: steps skipped because the gradients overflowed (loss scaling)
     net: Any = field(default=None, repr=False)  # the trained darknet_py._core.Net (its last input size)
 
     @property
@@ -235,12 +236,11 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
     quiet: no iteration lines. group: this process's darknet_py.distributed.ProcessGroup when it is
     one rank of a data-parallel training (rank 0 alone prints, saves, draws the chart and measures
     mAP; the others train quietly); batch_mode: how the cfg's batch maps onto the ranks
-    (distributed/plan.py: "split" or "per-gpu"). precision: "fp32" only so far (half
-    training is not built yet: fp16 / bf16 raise ValueError). Returns a TrainResult; raises TrainingDiverged
-    on NaN/Inf."""
-    if precision != "fp32":
-        raise ValueError(f"training in {precision} is not supported yet: train runs fp32 only "
-                         "(fp16 / bf16 run detection: detect, map --precision)")
+    (distributed/plan.py: "split" or "per-gpu"). precision: "fp32", or "fp16" / "bf16" on a GPU
+    device: activations and their gradients in half, weights, their gradients and the optimizer in
+    fp32; fp16 scales the loss dynamically and skips a step whose gradients overflowed (the log says
+    so; TrainResult.skipped_steps counts them). Returns a TrainResult; raises TrainingDiverged on
+    NaN/Inf."""
     from .. import _core
     from ..model_files.cfgfiles import resolve_cfg
     from ..data import (BatchLoader, darknet_truth, random_network_size, read_data_file, read_image_list,
@@ -290,6 +290,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
 
     device = resolve(device or default_device())
     raw = _core.Net(cfg, device)
+    raw.precision = precision  # one line naming what the device runs when it can't
     con.device = device
     for w in raw.warnings:
         warn(str(w))
@@ -454,7 +455,11 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
             iteration += 1
             phase("iteration", f"update {iteration}")
             rate = schedule.rate(iteration, lr_rng)
-            raw.update(rate, plan.update_batch, iteration)  # Adam's step is the iteration, as Darknet, so resuming continues it
+            scale = raw.loss_scale
+            if not raw.update(rate, plan.update_batch, iteration):  # Adam's step is the iteration, as Darknet
+                result.skipped_steps += 1
+                say(f"{iteration}: fp16 gradients overflowed at loss scale {scale:g}: step skipped, "
+                    f"loss scale now {raw.loss_scale:g}")
             raw.seen = iteration * batch
             seconds = time.perf_counter() - t0
             rate_meter.add(batch, seconds, load_seconds)
@@ -472,7 +477,8 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
                 for m in merged:
                     say(_head_line(m["layer"], m))
             say(f"{iteration}: {loss:.6f}, {avg_loss:.6f} avg loss, {rate:.6f} rate, {seconds:.3f} seconds, "
-                f"{iteration * batch} images, {eta / 3600:.3f} hours left, {rate_meter.line()}")
+                f"{iteration * batch} images, {eta / 3600:.3f} hours left, {rate_meter.line()}" +
+                (f", loss scale {raw.loss_scale:g}" if precision == "fp16" else ""))
 
             # mAP at Darknet's cadence: every map_every iterations (not before burn_in) and at the end
             if eval_net is not None and (iteration >= max(iter_map + map_every, schedule.burn_in)
@@ -548,6 +554,8 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
         say(f"training done: {result.final}")
     if rate_meter.iterations:
         say(rate_meter.summary(result_loader))
+    if precision == "fp16":
+        say(f"fp16 loss scaling: {result.skipped_steps} step(s) skipped for overflow, loss scale {raw.loss_scale:g}")
     return result
 
 
@@ -688,9 +696,6 @@ def cmd_train(args: argparse.Namespace) -> int:
     data, cfg = order_inputs(args.first, args.second)
     if args.weights and not os.path.isfile(args.weights):
         raise FileNotFoundError(f"weights file not found: {args.weights}")
-    if args.precision != "fp32":  # before any rank starts (train() says the same)
-        raise ValueError(f"training in {args.precision} is not supported yet: train runs fp32 only "
-                         "(fp16 / bf16 run detection: detect, map --precision)")
     if args.gpus and args.device:
         raise ValueError("--gpus and --device both name the devices: give one")
     devices = split_devices(args.device) if args.device else [None]

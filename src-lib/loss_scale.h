@@ -1,0 +1,49 @@
+// Dynamic loss scaling for fp16 training (src-lib/gpu/PRECISION.md). fp16 holds magnitudes from
+// 6e-8 (subnormal) to 65504: many of a detector's activation gradients are smaller than its smallest
+// values and would become zero. So the backward starts from the loss's gradient times `scale` (the
+// [yolo] heads multiply their fp32 deltas by it on the way into the half deltas below them), and
+// Network::update divides the fp32 parameter gradients by it again. A step whose gradients hold an
+// inf or NaN (a half value overflowed) is skipped and the scale halves; after `growth_interval`
+// clean steps in a row it doubles (PyTorch's GradScaler policy and defaults). bf16 has fp32's range
+// and fp32 needs nothing: there the scale stays 1 and nothing is checked.
+#pragma once
+#include <algorithm>
+
+#include "tensor.h"
+
+namespace dn {
+
+struct LossScaler {
+    static constexpr float kInitial = 65536.0f;  // 2^16; the first steps find the level by halving
+    static constexpr float kMin = 1.0f / 65536, kMax = 16777216.0f;
+
+    bool dynamic = false;  // fp16 training: scale and check; otherwise scale = 1
+    float scale = 1.0f;
+    int growth_interval = 2000;  // clean steps before the scale doubles
+    int clean_steps = 0;
+    long long skipped_steps = 0;  // steps skipped for overflow since the precision was set
+
+    // The policy of a network in storage type t (set_precision).
+    void reset(DType t) {
+        dynamic = t == DType::f16;
+        scale = dynamic ? kInitial : 1.0f;
+        clean_steps = 0;
+        skipped_steps = 0;
+    }
+    // After a step's gradients were checked: whether the step applies, and the scale for the next one.
+    bool after_check(bool overflowed) {
+        if (overflowed) {
+            scale = std::max(scale * 0.5f, kMin);
+            clean_steps = 0;
+            ++skipped_steps;
+            return false;
+        }
+        if (++clean_steps >= growth_interval) {
+            scale = std::min(scale * 2.0f, kMax);
+            clean_steps = 0;
+        }
+        return true;
+    }
+};
+
+}  // namespace dn
