@@ -68,7 +68,10 @@ void bind_ops(py::module_& m) {
                           o.storage = t;
                       },
                       "Storage type of the activation arguments and results of conv2d, conv2d_affine_act, activate, "
-                      "pool, copy_channels, shortcut, upsample and yolo_activate's input (parameters stay fp32).")
+                      "pool, copy_channels, shortcut, upsample and yolo_activate's input, and of the activations and "
+                      "their gradients in bias_backward, batchnorm_train/backward, activate_backward, pool_backward, "
+                      "add_channels, shortcut_backward, upsample_backward, fill and add_scaled's y (parameters, "
+                      "their gradients and statistics stay fp32).")
         .def("fallback_counts", [](Ops& o) {
             const auto* c = o.be->fallback_counts();
             return c ? *c : std::map<std::string, int>{};
@@ -238,7 +241,7 @@ void bind_ops(py::module_& m) {
         })
         .def("bias_backward", [](Ops& o, const FloatArray& dy, const FloatArray& db) {
             check_size("Ops.bias_backward", "db", db.size(), nchw("Ops.bias_backward", "dy", dy).c);
-            Tensor tdy = o.in(dy), tdb = o.in(db);
+            Tensor tdy = o.act(dy), tdb = o.in(db);
             o.be->bias_backward(tdy, tdb);
             return to_numpy(tdb);
         })
@@ -246,7 +249,7 @@ void bind_ops(py::module_& m) {
             int c = nchw("Ops.batchnorm_train", "x", x).c;
             check_size("Ops.batchnorm_train", "scale", scale.size(), c);
             check_size("Ops.batchnorm_train", "bias", bias.size(), c);
-            Tensor y = o.in(x), xn = o.out(y.shape()), mean = o.out(Shape{1, y.shape().c, 1, 1}),
+            Tensor y = o.act(x), xn = o.act_out(y.shape()), mean = o.out(Shape{1, y.shape().c, 1, 1}),
                    var = o.out(Shape{1, y.shape().c, 1, 1});
             o.be->batchnorm_train(y, mean, var, xn, o.in(scale), o.in(bias), eps);
             return py::make_tuple(to_numpy(y), to_numpy(xn), to_numpy(mean).attr("ravel")(), to_numpy(var).attr("ravel")());
@@ -257,7 +260,7 @@ void bind_ops(py::module_& m) {
             Shape ys = nchw(op, "dy", dy);
             check_shape(op, "x_norm", nchw(op, "x_norm", x_norm), ys);
             check_size(op, "scale", scale.size(), ys.c), check_size(op, "var", var.size(), ys.c);
-            Tensor tdy = o.in(dy), txn = o.in(x_norm);
+            Tensor tdy = o.act(dy), txn = o.act(x_norm);
             Tensor dscale = o.out(Shape{1, tdy.shape().c, 1, 1}), dbias = o.out(Shape{1, tdy.shape().c, 1, 1});
             o.be->batchnorm_backward(tdy, txn, o.in(scale), o.in(var), eps, dscale, dbias);
             return py::make_tuple(to_numpy(tdy), to_numpy(dscale).attr("ravel")(), to_numpy(dbias).attr("ravel")());
@@ -268,7 +271,7 @@ void bind_ops(py::module_& m) {
             if (!ok) throw DarknetError("unknown activation " + name);
             check_shape("Ops.activate_backward", "dy", nchw("Ops.activate_backward", "dy", dy),
                         nchw("Ops.activate_backward", "x", x));
-            Tensor tx = o.in(x), tdy = o.in(dy);
+            Tensor tx = o.act(x), tdy = o.act(dy);
             o.be->activate_backward(tx, tdy, a);
             return to_numpy(tdy);
         })
@@ -278,7 +281,7 @@ void bind_ops(py::module_& m) {
             check_shape("Ops.pool_backward", "dy", dys,
                         pool_shape("Ops.pool_backward", kind, nchw("Ops.pool_backward", "x", x),
                                    PoolGeom{size, stride_y, stride_x, padding}, dys));
-            Tensor tx = o.in(x), tdy = o.in(dy), dx = o.out(tx.shape());
+            Tensor tx = o.act(x), tdy = o.act(dy), dx = o.act_out(tx.shape());
             PoolGeom g{size, stride_y, stride_x, padding};
             if (kind == "max") o.be->maxpool_backward(tx, tdy, g, dx);
             else if (kind == "local_avg") o.be->avgpool_local_backward(tx, tdy, g, dx);
@@ -289,7 +292,7 @@ void bind_ops(py::module_& m) {
         })
         .def("add_channels", [](Ops& o, const FloatArray& x, int src_c0, const FloatArray& y, int dst_c0, int count) {
             check_channel_copy("Ops.add_channels", x, src_c0, y, dst_c0, count);
-            Tensor tx = o.in(x), ty = o.in(y);
+            Tensor tx = o.act(x), ty = o.act(y);
             o.be->add_channels(tx, src_c0, ty, dst_c0, count);
             return to_numpy(ty);
         })
@@ -297,9 +300,9 @@ void bind_ops(py::module_& m) {
                                      int weights_type, int norm, const FloatArray& dy) {
             check_shape("Ops.shortcut_backward", "dy", nchw("Ops.shortcut_backward", "dy", dy),
                         check_shortcut("Ops.shortcut_backward", x, from, weights, weights_type, norm));
-            Tensor tx = o.in(x), tdy = o.in(dy), dx = o.out(tx.shape());
+            Tensor tx = o.act(x), tdy = o.act(dy), dx = o.act_out(tx.shape());
             std::vector<Tensor> fs, dfs;
-            for (auto& f : from) fs.push_back(o.in(f)), dfs.push_back(o.out(fs.back().shape()));
+            for (auto& f : from) fs.push_back(o.act(f)), dfs.push_back(o.act_out(fs.back().shape()));
             std::vector<const Tensor*> ptrs;
             std::vector<Tensor*> dptrs;
             for (size_t k = 0; k < fs.size(); ++k) ptrs.push_back(&fs[k]), dptrs.push_back(&dfs[k]);
@@ -316,7 +319,7 @@ void bind_ops(py::module_& m) {
             check_min("Ops.upsample_backward", "stride", stride, 1);
             check_shape("Ops.upsample_backward", "dy", nchw("Ops.upsample_backward", "dy", dy),
                         result_shape("Ops.upsample_backward", "dy", xs.n, xs.c, (int64_t)xs.h * stride, (int64_t)xs.w * stride));
-            Tensor tdy = o.in(dy), dx = o.out(xs);
+            Tensor tdy = o.act(dy), dx = o.act_out(xs);
             o.be->upsample_backward(tdy, stride, scale, dx);
             return to_numpy(dx);
         })
@@ -361,6 +364,19 @@ void bind_ops(py::module_& m) {
             o.be->softmax_backward(ty, tdy, groups, temperature, dx);
             return to_numpy(dx);
         })
+        .def("add_scaled", [](Ops& o, const FloatArray& x, float alpha, const FloatArray& y, bool x_in_storage) {
+            check_size("Ops.add_scaled", "y", y.size(), x.size());
+            Tensor tx = x_in_storage ? o.act(x) : o.in(x), ty = o.act(y);
+            o.be->add_scaled(tx, alpha, ty);
+            return to_numpy(ty);
+        }, py::arg("x"), py::arg("alpha"), py::arg("y"), py::arg("x_in_storage") = false,
+           "y + alpha * x with y in `storage`, x in fp32 (the [yolo] delta) or, with x_in_storage, in `storage` too")
+        .def("unscale_check", [](Ops& o, const FloatArray& grad, float factor, float found) {
+            Tensor g = o.in(grad), f = o.in(FloatArray(std::vector<py::ssize_t>{1}, &found));
+            o.be->unscale_check(g, factor, f);
+            return py::make_tuple(to_numpy(g), to_numpy(f).attr("ravel")());
+        }, py::arg("grad"), py::arg("factor"), py::arg("found") = 0.0f,
+           "returns (grad * factor, [found]): found starts at the given value and becomes 1 if a result is not finite")
         .def("sgd_update", [](Ops& o, const FloatArray& w, const FloatArray& grad, const FloatArray& m, float lr,
                               float momentum, float decay, int batch) {
             check_min("Ops.sgd_update", "batch", batch, 1);
@@ -382,7 +398,7 @@ void bind_ops(py::module_& m) {
             return py::make_tuple(to_numpy(tw), to_numpy(tg), to_numpy(tm), to_numpy(tv));
         }, "returns (w, grad, m, v) after one step")
         .def("fill", [](Ops& o, std::vector<int> shape, float value) {
-            Tensor y = o.out(shape_arg("Ops.fill", "shape", shape));
+            Tensor y = o.act_out(shape_arg("Ops.fill", "shape", shape));
             o.be->fill(y, value);
             return to_numpy(y);
         })

@@ -172,6 +172,16 @@ public:
     // dx += dL/dx of y = softmax(x) (true Jacobian; Darknet's classifier passes the cost delta straight through)
     virtual void softmax_backward(const Tensor& y, const Tensor& dy, int groups, float temperature, Tensor& dx) = 0;
 
+    // ---- loss scaling (half-precision training, src-lib/gpu/PRECISION.md) ----
+    // y += alpha * x, element by element; x and y of the same size, each in any storage type the
+    // backend holds (the [yolo] head's fp32 delta into the half delta of the layer below, alpha =
+    // the loss scale). Math in fp32, y rounded once.
+    virtual void add_scaled(const Tensor& x, float alpha, Tensor& y) = 0;
+    // Dynamic loss scaling's unscale: grad (fp32) *= factor, and found[0] = 1 if any element of the
+    // result is not finite (inf or NaN). found is a 1-element fp32 tensor that the caller zeroes; the
+    // op never clears it, so one found serves every gradient of a step.
+    virtual void unscale_check(Tensor& grad, float factor, Tensor& found) = 0;
+
     // Darknet's yolo loss of one head (kernels/yolo_loss.h: what each buffer holds, the passes):
     // overwrites delta with dL/d(head input) and stats [batch, YOLO_LOSS_STATS] with per-image
     // partial sums, which yolo/loss.cpp reduces into YoloLossStats.

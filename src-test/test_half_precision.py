@@ -6,6 +6,9 @@
   CPU: half storage needs no cl_khr_fp16, vload_half / vstore_half are core OpenCL 1.2), a few on
   Oclgrind (races, out-of-bounds accesses) and on CUDA where there is a GPU, with the tolerances of
   op_cases.half_cases (they follow from the formats: 2^-11 relative for fp16, 2^-8 for bf16).
+- The training ops of storage_training.h (backward passes, training batchnorm, fill, add_scaled) in
+  fp16 and bf16 the same way (op_cases.half_train_cases), and the loss-scaling ops (add_scaled,
+  unscale_check) against NumPy.
 - The precision API and its refusals, in Python and on the command line.
 - The real yolov3-tiny on the test photos in fp16 and bf16 against fp32: same classes, boxes within
   1 px, confidences within 0.01 (a detection within 0.01 of the threshold may be on either side).
@@ -17,7 +20,7 @@ import pytest
 
 import gpu_devices
 from darknet_py import DarknetError, Network, _core
-from darknet_py.diagnostics.op_cases import check_case, half_cases
+from darknet_py.diagnostics.op_cases import HALF_TRAIN_OPS, check_case, half_cases, half_train_cases, trand
 from test_train import small_cfg
 
 PRECISIONS = ["fp16", "bf16"]
@@ -115,6 +118,73 @@ def test_the_half_tolerance_catches_a_wrong_rounding(ref, cases):
     assert (np.abs(got - want) <= allowed).all()
     bumped = got + 4 * 2.0 ** -11 * np.abs(want) + 1e-3
     assert not (np.abs(bumped - want) <= allowed).all()
+
+
+# ---- training ops in half storage ------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def train_cases(ref):
+    """precision -> its half training cases"""
+    return {p: half_train_cases(p, ref) for p in PRECISIONS}
+
+
+@pytest.mark.parametrize("label", ["pocl", "cuda"])
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_half_training_ops_match_the_reference(ref, train_cases, label, precision):
+    ops = _half_ops(label, precision)
+    cases = train_cases[precision]
+    assert {c.op for c in cases} == set(HALF_TRAIN_OPS)
+    failed = [f"{c.id}: {r.message}" for c in cases for r in [check_case(ref, ops, c)] if not r.ok]
+    assert not failed, f"{len(failed)} of {len(cases)} cases:\n" + "\n".join(failed[:10])
+    assert not ops.fallback_counts(), ops.fallback_counts()
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_half_training_kernels_have_no_races_on_the_simulator(ref, train_cases, precision):
+    ops = _half_ops("oclgrind", precision)
+    by_op = {}
+    for c in train_cases[precision]:  # the smallest case of each op (the simulator is slow)
+        size = sum(np.size(a) for a in c.args if isinstance(a, np.ndarray))
+        if c.op not in by_op or size < by_op[c.op][0]:
+            by_op[c.op] = (size, c)
+    for _, c in by_op.values():
+        r = check_case(ref, ops, c)
+        assert r.ok, f"{c.id}: {r.message}"
+
+
+def test_the_half_training_tolerance_catches_a_wrong_rounding(ref, train_cases):
+    """An fp16 gradient off by a few ulps more than one rounding allows fails the case's bound."""
+    ops = _half_ops("pocl", "fp16")
+    case = next(c for c in train_cases["fp16"] if c.op == "upsample_backward")
+    want, got = ref.upsample_backward(*case.args), ops.upsample_backward(*case.args)
+    allowed = case.scale(ref)[0]
+    assert (np.abs(got - want) <= allowed).all()
+    assert not (np.abs(got + 4 * 2.0 ** -11 * np.abs(want) + 1e-3 - want) <= allowed).all()
+
+
+@pytest.mark.parametrize("backend", ["reference", "cpu", "pocl"])
+def test_loss_scaling_ops_match_numpy(backend):
+    ops = _core.Ops(gpu_devices.device(backend) if backend == "pocl" else backend)
+    x, y = trand(2, 3, 4, 5), trand(2, 3, 4, 5)
+    got = ops.add_scaled(x, 512.0, y)
+    want = y.astype(np.float64) + 512.0 * x.astype(np.float64)
+    assert np.abs(got - want).max() <= 2 ** -22 * np.abs(want).max()
+    g = np.array([1.0, -3.0, 6e37, np.inf, np.nan, 2.0 ** -20], np.float32)
+    scaled, found = ops.unscale_check(g[:2], 0.125)
+    assert np.array_equal(scaled.ravel(), [0.125, -0.375]) and found[0] == 0  # exact: powers of two
+    scaled, found = ops.unscale_check(g[:2], 0.125, found=1.0)
+    assert found[0] == 1  # never cleared
+    for bad in ([2, 0], [3], [4]):  # overflow in the product, inf and NaN in the gradient
+        scaled, found = ops.unscale_check(g[bad], 8.0)
+        assert found[0] == 1 and not np.isfinite(scaled).all()
+    scaled, found = ops.unscale_check(g[5:], 2.0 ** 30)
+    assert scaled.ravel()[0] == 2.0 ** 10 and found[0] == 0
+
+
+def test_fp32_only_training_ops_refuse_half_naming_precision_md():
+    ops = _half_ops("pocl", "fp16")
+    x = trand(1, 2, 3, 3)
+    with pytest.raises(DarknetError, match=r"fp16 .* tensor was passed to an op that runs in fp32 only .*PRECISION\.md"):
+        ops.pool_backward("global_avg", x, trand(1, 2, 1, 1), 1, 1, 1, 0)
 
 
 def test_storage_is_refused_where_it_does_not_run():

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "../backend.h"
+#include "../errors.h"
 #include "../kernels/dropout.h"
 #include "../kernels/yolo.h"
 #include "../yolo/detect.h"
@@ -374,6 +375,23 @@ public:
     }
     void softmax_backward(const Tensor& y, const Tensor& dy, int groups, float temperature, Tensor& dx) override {
         cpu::softmax_backward(y, dy, groups, temperature, dx);
+    }
+    void add_scaled(const Tensor& x, float alpha, Tensor& y) override {
+        if (x.size() != y.size())
+            throw DarknetError("add_scaled between tensors of different sizes: " + x.shape().str() + " and " +
+                               y.shape().str());
+        const float* xp = x.data();
+        float* yp = y.data();
+        for (size_t i = 0; i < y.size(); ++i) yp[i] += alpha * xp[i];
+    }
+    void unscale_check(Tensor& grad, float factor, Tensor& found) override {
+        float* g = grad.data();
+        bool bad = false;
+        for (size_t i = 0; i < grad.size(); ++i) {
+            g[i] *= factor;
+            bad |= !std::isfinite(g[i]);
+        }
+        if (bad) found.data()[0] = 1.0f;
     }
     void yolo_loss(const Tensor& output, const Tensor& truths, const Tensor& anchors, const YoloLossArgs& a,
                    Tensor& delta, Tensor& stats) override {

@@ -134,6 +134,8 @@ public:
                                  Tensor& dfrom) override;
     void mul_backward(const Tensor& a, const Tensor& b, const Tensor& dy, Tensor& da, Tensor& db) override;
     void softmax_backward(const Tensor& y, const Tensor& dy, int groups, float temperature, Tensor& dx) override;
+    void add_scaled(const Tensor& x, float alpha, Tensor& y) override;
+    void unscale_check(Tensor& grad, float factor, Tensor& found) override;
 
     // ---- the yolo loss (gpu_ops_yolo.cpp) ----
     void yolo_loss(const Tensor& output, const Tensor& truths, const Tensor& anchors, const YoloLossArgs& a,

@@ -10,12 +10,13 @@ int32_t i32(size_t v) { return (int32_t)v; }
 }  // namespace
 
 void GpuBackend::fill(Tensor& y, float value) {
-    launch("fill_f32", y.size(), {buf(y)}, FillArgs{i32(y.size()), value});
+    launch(storage_kernel("fill", y.dtype()).c_str(), y.size(), {any_buf(y)}, FillArgs{i32(y.size()), value});
 }
 
 void GpuBackend::add_bias(Tensor& y, const Tensor& bias) {
     const Shape& s = y.shape();
-    launch("add_bias_f32", y.size(), {buf(y), buf(bias)}, ChannelArgs{i32(y.size()), s.c, i32(s.plane())});
+    launch(storage_kernel("add_bias", y.dtype()).c_str(), y.size(), {any_buf(y), buf(bias)},
+           ChannelArgs{i32(y.size()), s.c, i32(s.plane())});
 }
 
 void GpuBackend::batchnorm_inference(Tensor& y, const Tensor& mean, const Tensor& var, const Tensor& scale,

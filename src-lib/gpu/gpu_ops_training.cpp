@@ -1,9 +1,13 @@
 // GpuBackend's training ops: backward passes and batchnorm statistics, one or a few launches of
-// the kernels in kernels/reduce.h and kernels/backward.h (launch geometry documented there).
+// the kernels in kernels/reduce.h, kernels/backward.h and kernels/storage_training.h (launch
+// geometry documented there). The ops of storage_training.h take activations and their gradients
+// in the network's storage type (fp32, fp16, bf16; one per op, same_storage) and parameters,
+// parameter gradients and statistics in fp32 (buf refuses anything else there): PRECISION.md.
 // Reductions add in a fixed order (fixed trees within a group, splits combined in order):
 // deterministic results.
 #include <algorithm>
 
+#include "../errors.h"
 #include "../kernels/args_forward.h"
 #include "../kernels/args_training.h"
 #include "gpu_backend.h"
@@ -25,27 +29,33 @@ ChannelSplitArgs channel_splits(const Shape& s) {
 
 void GpuBackend::bias_backward(const Tensor& dy, Tensor& db) {
     const Shape& s = dy.shape();
-    launch_groups("bias_backward_f32", s.c, {buf(dy), buf(db)}, BiasBackwardArgs{s.n, s.c, i32(s.plane())});
+    launch_groups(storage_kernel("bias_backward", dy.dtype()).c_str(), s.c, {any_buf(dy), buf(db)},
+                  BiasBackwardArgs{s.n, s.c, i32(s.plane())});
 }
 
 void GpuBackend::batchnorm_train(Tensor& y, Tensor& mean, Tensor& var, Tensor& x_norm, const Tensor& scale,
                                  const Tensor& bias, float eps) {
-    if (dev().batchnorm_train(nchw(y), eps, y.memory(), mean.memory(), var.memory(), x_norm.memory(), scale.memory(),
-                              bias.memory()))
+    DType t = same_storage("batchnorm_train", {&y, &x_norm});
+    // the device's own path (MPSGraph on Metal) takes fp32 data only
+    if (t == DType::f32 && dev().batchnorm_train(nchw(y), eps, y.memory(), mean.memory(), var.memory(),
+                                                 x_norm.memory(), scale.memory(), bias.memory()))
         return;
     const Shape& s = y.shape();
     BatchnormTrainArgs a{i32(y.size()), s.n, s.c, i32(s.plane()), eps};
     ChannelSplitArgs split = channel_splits(s);
     Tensor& partial = scratch(3, 2 * (size_t)s.c * split.splits);
-    launch_groups("batchnorm_partial_stats_f32", (size_t)s.c * split.splits, {buf(y), buf(partial)}, split);
+    launch_groups(storage_kernel("batchnorm_partial_stats", t).c_str(), (size_t)s.c * split.splits,
+                  {any_buf(y), buf(partial)}, split);
     launch("batchnorm_combine_stats_f32", s.c, {buf(partial), buf(mean), buf(var)}, split);
-    launch("batchnorm_normalize_f32", y.size(), {buf(y), buf(x_norm), buf(mean), buf(var), buf(scale), buf(bias)}, a);
+    launch(storage_kernel("batchnorm_normalize", t).c_str(), y.size(),
+           {any_buf(y), any_buf(x_norm), buf(mean), buf(var), buf(scale), buf(bias)}, a);
 }
 
 void GpuBackend::batchnorm_backward(Tensor& dy, const Tensor& x_norm, const Tensor& scale, const Tensor& var, float eps,
                                     Tensor& dscale, Tensor& dbias) {
-    if (dev().batchnorm_backward(nchw(dy), eps, dy.memory(), x_norm.memory(), scale.memory(), var.memory(),
-                                 dscale.memory(), dbias.memory()))
+    DType t = same_storage("batchnorm_backward", {&dy, &x_norm});
+    if (t == DType::f32 && dev().batchnorm_backward(nchw(dy), eps, dy.memory(), x_norm.memory(), scale.memory(),
+                                                    var.memory(), dscale.memory(), dbias.memory()))
         return;
     // the per-channel sums (sum dy, sum dy * x_norm) pass from the reduction to the data gradient
     const Shape& s = dy.shape();
@@ -53,19 +63,22 @@ void GpuBackend::batchnorm_backward(Tensor& dy, const Tensor& x_norm, const Tens
     BatchnormTrainArgs a{i32(dy.size()), s.n, s.c, i32(s.plane()), eps};
     ChannelSplitArgs split = channel_splits(s);
     Tensor& partial = scratch(3, 2 * (size_t)s.c * split.splits);
-    launch_groups("batchnorm_backward_partial_f32", (size_t)s.c * split.splits, {buf(dy), buf(x_norm), buf(partial)},
-                  split);
+    launch_groups(storage_kernel("batchnorm_backward_partial", t).c_str(), (size_t)s.c * split.splits,
+                  {any_buf(dy), any_buf(x_norm), buf(partial)}, split);
     launch("batchnorm_backward_combine_f32", s.c, {buf(partial), buf(dscale), buf(dbias), buf(sums)}, split);
-    launch("batchnorm_backward_data_f32", dy.size(), {buf(dy), buf(x_norm), buf(scale), buf(var), buf(sums)}, a);
+    launch(storage_kernel("batchnorm_backward_data", t).c_str(), dy.size(),
+           {any_buf(dy), any_buf(x_norm), buf(scale), buf(var), buf(sums)}, a);
 }
 
 void GpuBackend::activate_backward(const Tensor& x, Tensor& dy, Activation a) {
     const Shape& s = x.shape();
+    DType t = same_storage("activate_backward", {&x, &dy});
     if (a == Activation::linear) return;
     if (activation_is_elementwise(a))
-        return launch("activate_backward_f32", dy.size(), {buf(x), buf(dy)}, ActivateBackwardArgs{i32(dy.size()), (int32_t)a});
+        return launch(storage_kernel("activate_backward", t).c_str(), dy.size(), {any_buf(x), any_buf(dy)},
+                      ActivateBackwardArgs{i32(dy.size()), (int32_t)a});
     size_t n = (size_t)s.n * s.plane();
-    launch("normalize_channels_backward_f32", n, {buf(x), buf(dy)},
+    launch(storage_kernel("normalize_channels_backward", t).c_str(), n, {any_buf(x), any_buf(dy)},
            NormalizeChannelsBackwardArgs{i32(n), s.c, i32(s.plane()), a == Activation::normalize_channels_softmax});
 }
 
@@ -75,16 +88,19 @@ static PoolArgs pool_backward_args(const Tensor& x, const Tensor& dy, const Pool
 }
 
 void GpuBackend::maxpool_backward(const Tensor& x, const Tensor& dy, const PoolGeom& g, Tensor& dx) {
+    DType t = same_storage("maxpool_backward", {&x, &dy, &dx});
     if (dev().pool_backward(pool_params(x, dy, g, true), x.memory(), dy.memory(), dx.memory())) return;
     PoolArgs a = pool_backward_args(x, dy, g);
     Tensor& winner = scratch(4, dy.size());  // int32 per window: kernels/backward.h
-    launch("maxpool_argmax_f32", dy.size(), {buf(x), buf(winner)}, a);
-    launch("maxpool_backward_f32", dx.size(), {buf(winner), buf(dy), buf(dx)}, a);
+    launch(storage_kernel("maxpool_argmax", t).c_str(), dy.size(), {any_buf(x), buf(winner)}, a);
+    launch(storage_kernel("maxpool_backward", t).c_str(), dx.size(), {buf(winner), any_buf(dy), any_buf(dx)}, a);
 }
 
 void GpuBackend::avgpool_local_backward(const Tensor& x, const Tensor& dy, const PoolGeom& g, Tensor& dx) {
+    DType t = same_storage("avgpool_local_backward", {&x, &dy, &dx});
     if (dev().pool_backward(pool_params(x, dy, g, false), x.memory(), dy.memory(), dx.memory())) return;
-    launch("avgpool_local_backward_f32", dx.size(), {buf(dy), buf(dx)}, pool_backward_args(x, dy, g));
+    launch(storage_kernel("avgpool_local_backward", t).c_str(), dx.size(), {any_buf(dy), any_buf(dx)},
+           pool_backward_args(x, dy, g));
 }
 
 void GpuBackend::avgpool_global_backward(const Tensor& dy, Tensor& dx) {
@@ -103,17 +119,23 @@ void GpuBackend::shortcut_backward(const Tensor& x, const std::vector<const Tens
     // one launch per input for its data gradient and, when weighted, one for the weight gradient
     const Shape& s = x.shape();
     const Tensor& w = weights ? *weights : dy;  // any buffer when unweighted: it is not read
+    DType t = same_storage("shortcut_backward", {&x, &dy, &dx});
+    const std::string data_kernel = storage_kernel("shortcut_backward", t);
+    const std::string weights_kernel = storage_kernel("shortcut_weights_backward", t);
     int inputs = (int)from.size() + 1;
     for (int k = 0; k < inputs; ++k) {
         const Tensor& in = k == 0 ? x : *from[k - 1];
         Tensor* din = k == 0 ? &dx : dfrom[k - 1];
+        same_storage("shortcut_backward", {&x, &in});
+        if (din) same_storage("shortcut_backward", {&x, din});
         size_t from_sample = in.shape().sample(), m = std::min(s.sample(), from_sample);
         ShortcutBackwardArgs a{i32(s.n * m), s.n, i32(s.sample()), i32(from_sample), k, inputs, (int32_t)wt,
                                (int32_t)norm, s.c, i32(s.plane())};
-        if (din) launch("shortcut_backward_f32", (size_t)a.n, {buf(w), buf(dy), buf(*din)}, a);
+        if (din)
+            launch(data_kernel.c_str(), (size_t)a.n, {weights ? buf(w) : any_buf(w), any_buf(dy), any_buf(*din)}, a);
         if (weights && dweights && wt != ShortcutWeights::none)
-            launch_groups("shortcut_weights_backward_f32", wt == ShortcutWeights::per_channel ? s.c : 1,
-                          {buf(w), buf(dy), buf(in), buf(*dweights)}, a);
+            launch_groups(weights_kernel.c_str(), wt == ShortcutWeights::per_channel ? s.c : 1,
+                          {buf(w), any_buf(dy), any_buf(in), buf(*dweights)}, a);
     }
 }
 
@@ -123,7 +145,8 @@ static ResampleArgs resample_backward_args(const Tensor& dy, int stride, float s
 }
 
 void GpuBackend::upsample_backward(const Tensor& dy, int stride, float scale, Tensor& dx) {
-    launch("upsample_backward_f32", dx.size(), {buf(dy), buf(dx)}, resample_backward_args(dy, stride, scale, dx));
+    launch(storage_kernel("upsample_backward", same_storage("upsample_backward", {&dy, &dx})).c_str(), dx.size(),
+           {any_buf(dy), any_buf(dx)}, resample_backward_args(dy, stride, scale, dx));
 }
 
 void GpuBackend::downsample_sum_backward(const Tensor& dy, int stride, float scale, Tensor& dx) {
@@ -155,6 +178,27 @@ void GpuBackend::softmax_backward(const Tensor& y, const Tensor& dy, int groups,
     const Shape& s = y.shape();
     launch_groups("softmax_backward_f32", (size_t)s.n * groups, {buf(y), buf(dy), buf(dx)},
                   SoftmaxBackwardArgs{groups, i32(s.sample() / groups), i32(s.sample()), temperature});
+}
+
+void GpuBackend::add_scaled(const Tensor& x, float alpha, Tensor& y) {
+    if (x.size() != y.size())
+        throw DarknetError("add_scaled between tensors of different sizes: " + x.shape().str() + " and " +
+                           y.shape().str());
+    // the kernel reads x in fp32: a half x is widened first (the [yolo] delta, the common case, is fp32)
+    // (slot 5 is convert's own only between two half types, which this is not)
+    const Tensor* wide = &x;
+    Tensor widened;
+    if (x.dtype() != DType::f32) {
+        widened = Tensor(x.shape(), scratch(5, x.size()).buffer());
+        convert(x, widened);
+        wide = &widened;
+    }
+    launch(storage_kernel("add_scaled", y.dtype()).c_str(), y.size(), {any_buf(y), buf(*wide)},
+           ScaledArgs{i32(y.size()), alpha});
+}
+
+void GpuBackend::unscale_check(Tensor& grad, float factor, Tensor& found) {
+    launch("unscale_check_f32", grad.size(), {buf(grad), buf(found)}, UnscaleArgs{i32(grad.size()), factor});
 }
 
 }  // namespace dn

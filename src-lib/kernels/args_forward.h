@@ -55,6 +55,10 @@ KSTATIC_ASSERT(sizeof(SgdArgs) == 20, "SgdArgs layout");
 typedef struct { int32_t n; int32_t batch; int32_t t; float lr; float b1; float b2; float eps; float decay; } AdamArgs;
 KSTATIC_ASSERT(sizeof(AdamArgs) == 32, "AdamArgs layout");
 
+// unscale_check (loss scaling): grad *= factor, n = elements
+typedef struct { int32_t n; float factor; } UnscaleArgs;
+KSTATIC_ASSERT(sizeof(UnscaleArgs) == 8, "UnscaleArgs layout");
+
 // n = batch * count * plane; x has src_channels channels, y dst_channels; accumulate: += instead of =
 typedef struct {
     int32_t n; int32_t plane; int32_t count;

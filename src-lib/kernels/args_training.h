@@ -82,4 +82,8 @@ typedef struct {
 } ShortcutBackwardArgs;
 KSTATIC_ASSERT(sizeof(ShortcutBackwardArgs) == 40, "ShortcutBackwardArgs layout");
 
+// add_scaled: y += alpha * x, n = elements
+typedef struct { int32_t n; float alpha; } ScaledArgs;
+KSTATIC_ASSERT(sizeof(ScaledArgs) == 8, "ScaledArgs layout");
+
 KNAMESPACE_END

@@ -1,4 +1,6 @@
-// Backward kernels of the activation, pooling, data-movement and combining ops (device kernels only).
+// Backward kernels of the activation, pooling, data-movement and combining ops (device kernels only)
+// that run in fp32 only, and the helpers of the storage-typed ones (storage_training.h: activate,
+// normalize_channels, maxpool, avgpool_local, upsample and shortcut backward, in fp32, fp16 and bf16).
 // Where several dy elements feed one dx element the kernels GATHER: one thread per dx element finds
 // its contributions, adds them in the reference's loop order and adds the sum to dx (accumulating, as
 // every backward op). No atomics, so results are deterministic. Sums over many elements (scale_channels'
@@ -10,105 +12,18 @@
 #include "args_training.h"
 #include "group_sum.h"
 
-// dy *= act'(x) for an elementwise activation (x = the pre-activation). n = elements.
-KERNEL(activate_backward_f32)(KCBUF(float, x, 0), KBUF(float, dy, 1), KARGS(ActivateBackwardArgs, a, 2) KTHREAD_IDS) {
-    uint i = KGID;
-    if (i >= (uint)a.n) return;
-    dy[i] *= act_gradient(x[i], a.act);
-}
-
-// normalize_channels(_softmax) backward in place, one thread per (sample, pixel): with
-// y_c = f(x_c) / S, S = eps + sum_k f(x_k) (f = relu or exp): dL/dx_c = f'(x_c) * (g_c - sum_k g_k y_k) / S.
-// n = batch * plane threads.
+// normalize_channels' f (relu or exp), for normalize_channels_backward_<type>.
 KFN float normalize_channels_f(float v, int softmax) { return softmax ? exp(v) : (v > 0.0f ? v : 0.0f); }
-
-KERNEL(normalize_channels_backward_f32)(KCBUF(float, x, 0), KBUF(float, dy, 1),
-                                        KARGS(NormalizeChannelsBackwardArgs, a, 2) KTHREAD_IDS) {
-    uint t = KGID;
-    if (t >= (uint)a.n) return;
-    int p = (int)(t % (uint)a.plane);
-    int base = (int)(t / (uint)a.plane) * a.channels * a.plane + p;
-    float S = 0.0001f, gy = 0.0f;
-    for (int c = 0; c < a.channels; ++c) S += normalize_channels_f(x[base + c * a.plane], a.softmax);
-    for (int c = 0; c < a.channels; ++c) {
-        int i = base + c * a.plane;
-        gy += dy[i] * normalize_channels_f(x[i], a.softmax) / S;
-    }
-    for (int c = 0; c < a.channels; ++c) {
-        int i = base + c * a.plane;
-        float v = x[i];
-        float df = a.softmax ? exp(v) : (v > 0.0f ? 1.0f : 0.0f);
-        dy[i] = df * (dy[i] - gy) / S;
-    }
-}
 
 // ---- pooling --------------------------------------------------------------------------------
 // The window of output (oy, ox) covers input rows oy * stride_y - padding/2 + [0, size). The output
 // rows whose window holds input row iy: oy in [ceil((t - size + 1) / stride), t / stride], t = iy + padding/2.
 KFN int pool_first(int t, int size, int stride) { return t - size + 1 <= 0 ? 0 : (t - size + stride) / stride; }
 KFN int pool_last(int t, int stride, int out) { return t / stride < out - 1 ? t / stride : out - 1; }
-
-// maxpool backward in two passes, each a gather. Re-running every covering window's argmax per dx
-// element costs size^4 reads per element (yolov7-tiny's SPP pools of size 13: 28561, half of its
-// training step); remembering each window's winner costs size^2 per pass.
-// Pass 1, one thread per dy element (n = elements of dy): the forward's argmax of its window (first
-// strictly greatest in row-major window order, as the reference), as iy * in_w + ix within the
-// plane, or -1 for a window with no input inside it.
-KERNEL(maxpool_argmax_f32)(KCBUF(float, x, 0), KBUF(int, winner, 1), KARGS(PoolArgs, a, 2) KTHREAD_IDS) {
-    uint i = KGID;
-    if (i >= (uint)(a.out_h * a.out_w) * (uint)(a.n / (a.in_h * a.in_w))) return;
-    int ox = (int)(i % (uint)a.out_w), oy = (int)((i / (uint)a.out_w) % (uint)a.out_h);
-    int nc = (int)(i / (uint)(a.out_w * a.out_h));  // sample * channels + channel
-    KGLOBAL const float* xp = x + nc * a.in_h * a.in_w;
-    int off = -a.padding / 2, best_at = -1;
-    float best = -FLT_MAX_K;
-    for (int ky = 0; ky < a.size; ++ky)
-        for (int kx = 0; kx < a.size; ++kx) {
-            int y = oy * a.stride_y + off + ky, xx = ox * a.stride_x + off + kx;
-            if (y < 0 || y >= a.in_h || xx < 0 || xx >= a.in_w) continue;
-            float v = xp[y * a.in_w + xx];
-            if (v > best) best = v, best_at = y * a.in_w + xx;
-        }
-    winner[i] = best_at;
-}
-
-// Pass 2, one thread per dx element (n = elements of dx): the dy of every covering window this
-// element won, added in the reference's (oy, ox) order onto dx.
-KERNEL(maxpool_backward_f32)(KCBUF(int, winner, 0), KCBUF(float, dy, 1), KBUF(float, dx, 2),
-                             KARGS(PoolArgs, a, 3) KTHREAD_IDS) {
-    uint i = KGID;
-    if (i >= (uint)a.n) return;
-    int ix = (int)(i % (uint)a.in_w), iy = (int)((i / (uint)a.in_w) % (uint)a.in_h);
-    int nc = (int)(i / (uint)(a.in_w * a.in_h));
-    int off = -a.padding / 2, ty = iy - off, tx = ix - off, me = iy * a.in_w + ix;
-    float acc = dx[i];
-    for (int oy = pool_first(ty, a.size, a.stride_y); oy <= pool_last(ty, a.stride_y, a.out_h); ++oy)
-        for (int ox = pool_first(tx, a.size, a.stride_x); ox <= pool_last(tx, a.stride_x, a.out_w); ++ox) {
-            int o = (nc * a.out_h + oy) * a.out_w + ox;
-            if (winner[o] == me) acc += dy[o];
-        }
-    dx[i] = acc;
-}
-
-// avgpool_local backward: each window shares its dy equally among its in-bounds inputs (count of
-// them, not size*size, as the forward divides). x is not read (bound for the contract's signature).
-KERNEL(avgpool_local_backward_f32)(KCBUF(float, dy, 0), KBUF(float, dx, 1), KARGS(PoolArgs, a, 2) KTHREAD_IDS) {
-    uint i = KGID;
-    if (i >= (uint)a.n) return;
-    int ix = (int)(i % (uint)a.in_w), iy = (int)((i / (uint)a.in_w) % (uint)a.in_h);
-    int nc = (int)(i / (uint)(a.in_w * a.in_h));
-    int off = -a.padding / 2, ty = iy - off, tx = ix - off;
-    float acc = dx[i];
-    for (int oy = pool_first(ty, a.size, a.stride_y); oy <= pool_last(ty, a.stride_y, a.out_h); ++oy)
-        for (int ox = pool_first(tx, a.size, a.stride_x); ox <= pool_last(tx, a.stride_x, a.out_w); ++ox) {
-            // in-bounds part of the window, clipped per axis
-            int y0 = oy * a.stride_y + off, x0 = ox * a.stride_x + off;
-            int y1 = y0 + a.size < a.in_h ? y0 + a.size : a.in_h, x1 = x0 + a.size < a.in_w ? x0 + a.size : a.in_w;
-            int count = (y1 - (y0 > 0 ? y0 : 0)) * (x1 - (x0 > 0 ? x0 : 0));
-            acc += dy[(nc * a.out_h + oy) * a.out_w + ox] / (float)count;
-        }
-    dx[i] = acc;
-}
+// maxpool backward runs in two passes, each a gather (maxpool_argmax_<type>, maxpool_backward_<type>).
+// Re-running every covering window's argmax per dx element costs size^4 reads per element
+// (yolov7-tiny's SPP pools of size 13: 28561, half of its training step); remembering each window's
+// winner costs size^2 per pass.
 
 // dx[n, c, :, :] += dy[n, c] / plane. n = elements of dx.
 KERNEL(avgpool_global_backward_f32)(KCBUF(float, dy, 0), KBUF(float, dx, 1),
@@ -133,23 +48,6 @@ KERNEL(maxpool_depth_backward_f32)(KCBUF(float, x, 0), KCBUF(float, dy, 1), KBUF
         if (v > best) best = v, bk = j;
     }
     if (bk == k) dx[i] += dy[(b * a.out_c + c) * a.plane + p];
-}
-
-// ---- data movement --------------------------------------------------------------------------
-// upsample backward: dx[y, x] += scale * sum of the stride x stride block of dy it was copied to
-// (rows/columns beyond dy's size skipped). n = elements of dx.
-KERNEL(upsample_backward_f32)(KCBUF(float, dy, 0), KBUF(float, dx, 1), KARGS(ResampleArgs, a, 2) KTHREAD_IDS) {
-    uint i = KGID;
-    if (i >= (uint)a.n) return;
-    int ix = (int)(i % (uint)a.in_w), iy = (int)((i / (uint)a.in_w) % (uint)a.in_h);
-    int nc = (int)(i / (uint)(a.in_w * a.in_h));
-    float acc = dx[i];
-    for (int sy = 0; sy < a.stride; ++sy)
-        for (int sx = 0; sx < a.stride; ++sx) {
-            int y = iy * a.stride + sy, xx = ix * a.stride + sx;
-            if (y < a.out_h && xx < a.out_w) acc += a.scale * dy[(nc * a.out_h + y) * a.out_w + xx];
-        }
-    dx[i] = acc;
 }
 
 // downsample_sum backward: each dx element inside a whole block gets scale * its block's dy; the rows
@@ -271,58 +169,11 @@ KFN float shortcut_grad_weight(KGLOBAL const float* weights, int widx, int step,
     return shortcut_grad_term(raw, mx, norm) / shortcut_grad_denominator(weights, widx, step, inputs, norm, mx);
 }
 
-// Data gradient of one input (launch per input; input 0 = x with from_sample = sample):
-// din[b, i] += dy[b, i] * w_input(i) for i < min(sample, from_sample). weights is not read when
-// weights_mode = 0 (bind any buffer). n = batch * min(sample, from_sample) threads.
-KERNEL(shortcut_backward_f32)(KCBUF(float, weights, 0), KCBUF(float, dy, 1), KBUF(float, din, 2),
-                              KARGS(ShortcutBackwardArgs, a, 3) KTHREAD_IDS) {
-    uint t = KGID;
-    if (t >= (uint)a.n) return;
-    int m = a.sample < a.from_sample ? a.sample : a.from_sample;
-    int b = (int)(t / (uint)m), i = (int)(t % (uint)m);
-    float w = 1.0f;
-    if (a.weights_mode != 0) {
-        int per_channel = a.weights_mode == 2;
-        w = shortcut_grad_weight(weights, per_channel ? i / a.plane : 0, per_channel ? a.channels : 1, a.inputs,
-                                 a.norm, a.input);
-    }
-    din[b * a.from_sample + i] += dy[b * a.sample + i] * w;
-}
-
-// Weight gradient, the part that flows through input k = a.input (launch once per input, in order).
-// dL/dw_k = P = sum over the weight group's elements of dy * in_k (a group reduction); then through
+// The weight gradient (shortcut_weights_backward_<type>, storage_training.h), the part that flows
+// through input k = a.input (launch once per input, in order). dL/dw_k = P = sum over the weight group's elements of dy * in_k (a group reduction); then through
 // the normalisation to every raw weight j of the group: dweights[widx + j * step] += dw_k/draw_j * P:
 //   none: [j == k];  relu: [raw_j > 0] ([j == k] - w_k) / S;
 //   softmax: w_k ([j == k] - w_j) - [j == kmax] w_k 0.0001 / S (raw_kmax is also the max subtracted,
 //   which rescales the 0.0001 in S: dw_k/dmax = -w_k 0.0001 / S).
 // Grid: one group per weight group: 1 (per_feature) or channels (per_channel); group g owns raw
 // weights g + j * step. Not launched for weights_mode = 0.
-KERNEL(shortcut_weights_backward_f32)(KCBUF(float, weights, 0), KCBUF(float, dy, 1), KCBUF(float, inp, 2),
-                                      KBUF(float, dweights, 3), KARGS(ShortcutBackwardArgs, a, 4) KTHREAD_IDS) {
-    KSHARED float partial[256];
-    int per_channel = a.weights_mode == 2;
-    int widx = (int)KGROUP, step = per_channel ? a.channels : 1;
-    // this group's features of a sample, [lo, hi), where the input has them
-    int m = a.sample < a.from_sample ? a.sample : a.from_sample;
-    int lo = per_channel ? widx * a.plane : 0, hi = per_channel ? lo + a.plane : m;
-    hi = hi < m ? hi : m;
-    int len = hi > lo ? hi - lo : 0;
-    float p = 0.0f;
-    for (int e = (int)KLID; e < a.batch * len; e += (int)KGROUP_SIZE) {
-        int b = e / len, i = lo + e % len;
-        p += dy[b * a.sample + i] * inp[b * a.from_sample + i];
-    }
-    GROUP_SUM(partial, p)
-    int k = a.input;
-    float mx = shortcut_grad_raw_max(weights, widx, step, a.inputs);
-    float S = a.norm == 0 ? 1.0f : shortcut_grad_denominator(weights, widx, step, a.inputs, a.norm, mx);
-    int kmax = shortcut_grad_argmax(weights, widx, step, a.inputs);
-    float wk = a.norm == 0 ? weights[widx + k * step] : shortcut_grad_term(weights[widx + k * step], mx, a.norm) / S;
-    for (int j = (int)KLID; j < a.inputs; j += (int)KGROUP_SIZE) {
-        float raw_j = weights[widx + j * step], same = j == k ? 1.0f : 0.0f, dwk;
-        if (a.norm == 0) dwk = same;
-        else if (a.norm == 1) dwk = raw_j > 0.0f ? (same - wk) / S : 0.0f;
-        else dwk = wk * (same - shortcut_grad_term(raw_j, mx, 2) / S) - (j == kmax ? wk * 0.0001f / S : 0.0f);
-        dweights[widx + j * step] += dwk * p;
-    }
-}

@@ -9,12 +9,6 @@
 #include "args_forward.h"
 #include "dropout.h"
 
-KERNEL(fill_f32)(KBUF(float, y, 0), KARGS(FillArgs, a, 1) KTHREAD_IDS) {
-    int i = (int)KGID;
-    if (i >= a.n) return;
-    y[i] = a.value;
-}
-
 // normalize_channels / normalize_channels_softmax in place: one thread per (sample, pixel),
 // threads = batch * plane. y_c = f(x_c) / (0.0001 + sum_k f(x_k)) with f = relu or exp (no max
 // subtraction, as the reference backend); relu form: y_c = 0 where x_c <= 0.
@@ -32,13 +26,6 @@ KERNEL(normalize_channels_f32)(KBUF(float, y, 0), KARGS(NormalizeChannelsArgs, a
         float v = y[base + c * a.plane];
         y[base + c * a.plane] = relu_form ? (v > 0 ? v / sum : 0.0f) : exp(v) / sum;
     }
-}
-
-// y[n,c,:,:] += bias[c]
-KERNEL(add_bias_f32)(KBUF(float, y, 0), KCBUF(float, bias, 1), KARGS(ChannelArgs, a, 2) KTHREAD_IDS) {
-    int i = (int)KGID;
-    if (i >= a.n) return;
-    y[i] += bias[(i / a.plane) % a.channels];
 }
 
 // y = (y - mean) / sqrt(var + eps) * scale + bias, per channel, in place
@@ -114,4 +101,15 @@ KERNEL(adam_update_f32)(KBUF(float, w, 0), KBUF(float, grad, 1), KBUF(float, m, 
     float vhat = v[i] / (1.0f - pow(a.b2, (float)a.t));
     w[i] += a.lr * mhat / (sqrt(fabs(vhat)) + a.eps);
     grad[i] = 0.0f;
+}
+
+// Dynamic loss scaling's unscale of one fp32 gradient: grad *= factor, and found[0] = 1 where a
+// result is not finite (inf or NaN: the scaled loss overflowed; the caller skips the step). found is
+// zeroed by the caller and never cleared here; every thread that finds one writes the same 1.
+KERNEL(unscale_check_f32)(KBUF(float, grad, 0), KBUF(float, found, 1), KARGS(UnscaleArgs, a, 2) KTHREAD_IDS) {
+    int i = (int)KGID;
+    if (i >= a.n) return;
+    float g = grad[i] * a.factor;
+    grad[i] = g;
+    if (!isfinite(g)) found[0] = 1.0f;
 }

@@ -643,6 +643,20 @@ public:
             }
     }
 
+    void add_scaled(const Tensor& x, float alpha, Tensor& y) override {
+        if (x.size() != y.size())
+            throw DarknetError("add_scaled between tensors of different sizes: " + x.shape().str() + " and " +
+                               y.shape().str());
+        for (size_t i = 0; i < y.size(); ++i) y[i] += alpha * x[i];
+    }
+
+    void unscale_check(Tensor& grad, float factor, Tensor& found) override {
+        for (size_t i = 0; i < grad.size(); ++i) {
+            grad[i] *= factor;
+            if (!std::isfinite(grad[i])) found[0] = 1.0f;
+        }
+    }
+
     void yolo_loss(const Tensor& output, const Tensor& truths, const Tensor& anchors, const YoloLossArgs& a,
                    Tensor& delta, Tensor& stats) override {
         yolo_loss_images(output, truths, anchors, a, delta, stats, 0, output.shape().n);

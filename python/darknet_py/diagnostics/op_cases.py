@@ -565,7 +565,28 @@ def training_cases() -> List[Case]:
     return out
 
 
-TRAIN_CASES = training_cases()
+def loss_scaling_cases() -> List[Case]:
+    """The two ops of dynamic loss scaling. add_scaled(x, alpha, y, x_in_storage): y + alpha * x, one
+    product and one sum per element; unscale_check(grad, factor, found): (grad * factor, found), found
+    becoming 1 only where a product is not finite and never cleared (a found of 1 stays 1)."""
+    out = []
+    for s, alpha in [((1, 1, 1, 1), 1.0), ((2, 3, 5, 7), 1024.0), ((1, 1, 1, 5000), -0.5)]:
+        for x_in_storage in (False, True):
+            x, y = trand(*s), trand(*s)
+            # two fp32 roundings (or one fused multiply-add) of terms of magnitude |y| + |alpha x|
+            tol = RTOL * (np.abs(y) + abs(alpha) * np.abs(x)) + ATOL
+            out.append(Case(f"add_scaled-{s}-a{alpha}-x{'S' if x_in_storage else 'f32'}", "add_scaled",
+                            (x, alpha, y, x_in_storage), atol=1.0, rtol=0, scale=lambda ref, t=tol: [t]))
+    big = trand(300) * 1e36  # times 1000: those above 3.4e35 in size overflow to inf
+    nan = trand(70)
+    nan[33] = np.nan
+    for cid, g, factor, found in [("finite", trand(5000), 1 / 1024, 0.0), ("stays-found", trand(37), 0.5, 1.0),
+                                  ("overflow", big, 1000.0, 0.0), ("nan", nan, 0.25, 0.0), ("inf-in", np.array([np.inf, 1], np.float32), 1.0, 0.0)]:
+        out.append(Case(f"unscale_check-{cid}", "unscale_check", (g, factor, found), atol=0, rtol=0))
+    return out
+
+
+TRAIN_CASES = training_cases() + loss_scaling_cases()
 
 
 def check_case(ref, ops, case: Case) -> Comparison:
@@ -666,4 +687,56 @@ def half_cases(precision: str, ref) -> List[Case]:
             return own + u_out + _half_extra(r, base.op, args, u)
 
         out.append(Case(f"{precision}-{base.id}", base.op, args, atol=1.0, rtol=base.rtol, scale=tol))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Half-storage training (PRECISION.md, phase 2): the training ops of src-lib/kernels/storage_training.h
+# with their activations and activation gradients in fp16 or bf16, parameters, parameter gradients
+# and batch statistics in fp32. The TRAIN_CASES of those ops with their activation inputs rounded to
+# the format (the reference gets exactly what the device stores). Every op computes in fp32 from
+# those inputs and rounds each output it stores in half once (an accumulating gradient, dx +=, is
+# loaded, added in fp32 and stored: still one rounding of the result), so on top of the fp32 case's
+# own tolerance an output in half gets u * |result| (+ fp16's absolute floor) and an fp32 output
+# (db, dscale, dbias, mean, var, dweights) gets nothing: its inputs are exact.
+# op -> (positions of its activation arguments, indices of its outputs stored in half; "all but
+# the last" for shortcut_backward's dx and dfrom, its dweights being fp32)
+HALF_TRAIN_OPS = {"bias_backward": ((0,), ()), "batchnorm_train": ((0,), (0, 1)),
+                  "batchnorm_backward": ((0, 1), (0,)), "activate_backward": ((0, 1), (0,)),
+                  "pool_backward": ((1, 2), (0,)), "add_channels": ((0, 2), (0,)),
+                  "shortcut_backward": ((0, 1, 5), "all but the last"), "upsample_backward": ((0,), (0,)),
+                  "fill": ((), (0,)), "add_scaled": ((2,), (0,))}
+
+
+
+
+def half_train_cases(precision: str, ref) -> List[Case]:
+    """The TRAIN_CASES (and add_scaled, fill) of the ops that train in half storage, for an Ops whose
+    storage is `precision`, with the tolerances above; `ref` (the reference Ops) drops the cases whose
+    results leave the format's range."""
+    u, floor = HALF_UNIT[precision], HALF_FLOOR[precision]
+    bases = [c for c in TRAIN_CASES if c.op in HALF_TRAIN_OPS and
+             not (c.op == "pool_backward" and c.args[0] not in ("max", "local_avg"))]
+    bases += [c for c in CASES if c.op == "fill"]
+    out = []
+    for base in bases:
+        act_args, half_outputs = HALF_TRAIN_OPS[base.op]
+        if base.op == "add_scaled" and base.args[3]:  # x in the storage type too
+            act_args = (0, 2)
+        args = list(base.args)
+        for k in act_args:
+            args[k] = [round_to(a, precision) for a in args[k]] if isinstance(args[k], list) else round_to(args[k], precision)
+        args = tuple(args)
+        want = flat_outputs(getattr(ref, base.op)(*args))
+        if max(np.abs(w).max() for w in want if w.size) > HALF_MAX[precision]:
+            continue
+        in_half = range(len(want) - 1) if half_outputs == "all but the last" else half_outputs
+
+        def tol(r, base=base, args=args, in_half=in_half):
+            want = flat_outputs(getattr(r, base.op)(*args))
+            own = [base.atol * np.asarray(o) for o in base.scale(r)] if base.scale else [base.atol] * len(want)
+            return [o + base.rtol * np.abs(w) + (u * np.abs(w) + floor if k in in_half else 0)
+                    for k, (o, w) in enumerate(zip(own, want))]
+
+        out.append(Case(f"{precision}-{base.id}", base.op, args, atol=1.0, rtol=0.0, scale=tol))
     return out

@@ -94,8 +94,9 @@ def _finite(v: float):
 
 
 def _training_direction(op: str) -> str:
-    """Gradients are "backward"; batchnorm's batch-statistics forward and the optimizer steps "training"."""
-    return "training" if op in ("batchnorm_train", "sgd_update", "adam_update") else "backward"
+    """Gradients are "backward"; batchnorm's batch-statistics forward, the optimizer steps and loss
+    scaling's unscale "training"."""
+    return "training" if op in ("batchnorm_train", "sgd_update", "adam_update", "unscale_check") else "backward"
 
 
 def select_cases(quick: bool, precision: str = "fp32", ref=None):

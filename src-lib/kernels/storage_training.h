@@ -1,0 +1,287 @@
+// Training kernel text written once for every storage type (src-lib/gpu/PRECISION.md, phase 2):
+// the backward passes and training batchnorm on activations and their gradients in storage S (the
+// macros S_T, S_LD, S_ST, S_NAME of storage_kernels.h), everything else fp32: parameters, parameter
+// gradients, batch statistics, the split partial sums. Math and every sum are fp32; an output in S
+// is rounded once, when it is stored (a gradient that accumulates, dx +=, is loaded, added in fp32
+// and stored). The fp32 instantiation (kernel names *_f32) is the kernel text training ran before
+// half existed, operation for operation: its results are unchanged.
+// Launch geometry is that of the fp32 kernels this text replaces: kernels/reduce.h for the
+// reductions (split_start, the combine kernels that stay fp32), kernels/backward.h for the helpers
+// (pool_first, pool_last, shortcut_grad_*, normalize_channels_f) and the gather scheme.
+#pragma once
+#include "activation_math.h"
+#include "args_forward.h"
+#include "args_training.h"
+#include "group_sum.h"
+
+KERNEL(S_NAME(fill))(KBUF(S_T, y, 0), KARGS(FillArgs, a, 1) KTHREAD_IDS) {
+    int i = (int)KGID;
+    if (i >= a.n) return;
+    S_ST(y, i, a.value);
+}
+
+// y[n,c,:,:] += bias[c] (bias fp32)
+KERNEL(S_NAME(add_bias))(KBUF(S_T, y, 0), KCBUF(float, bias, 1), KARGS(ChannelArgs, a, 2) KTHREAD_IDS) {
+    int i = (int)KGID;
+    if (i >= a.n) return;
+    S_ST(y, i, S_LD(y, i) + bias[(i / a.plane) % a.channels]);
+}
+
+// y += alpha * x with x fp32 (the [yolo] head's delta into the half delta of the layer below, alpha =
+// the loss scale); a half x is widened into fp32 by the host first. n = elements.
+KERNEL(S_NAME(add_scaled))(KBUF(S_T, y, 0), KCBUF(float, x, 1), KARGS(ScaledArgs, a, 2) KTHREAD_IDS) {
+    int i = (int)KGID;
+    if (i >= a.n) return;
+    S_ST(y, i, S_LD(y, i) + a.alpha * x[i]);
+}
+
+// ---- reductions (kernels/reduce.h) ----------------------------------------------------------------
+// db[c] += sum of dy[:, c, :, :]. Grid: `channels` groups.
+KERNEL(S_NAME(bias_backward))(KCBUF(S_T, dy, 0), KBUF(float, db, 1), KARGS(BiasBackwardArgs, a, 2) KTHREAD_IDS) {
+    KSHARED float partial[256];
+    int c = (int)KGROUP, count = a.batch * a.plane;
+    float sum = 0.0f;
+    for (int e = (int)KLID; e < count; e += (int)KGROUP_SIZE)
+        sum += S_LD(dy, ((e / a.plane) * a.channels + c) * a.plane + e % a.plane);
+    GROUP_SUM(partial, sum)
+    if (KLID == 0) db[c] += sum;
+}
+
+// Step 1 of the batch statistics: per split, its mean and sum of squared deviations from that mean
+// (two passes over the split, the second from cache: no sum-of-squares cancellation).
+// partial[2g] = mean, partial[2g + 1] = M2. Step 2: batchnorm_combine_stats_f32 (reduce.h).
+KERNEL(S_NAME(batchnorm_partial_stats))(KCBUF(S_T, y, 0), KBUF(float, partial, 1), KARGS(ChannelSplitArgs, a, 2)
+                                            KTHREAD_IDS) {
+    KSHARED float shared[256];
+    int g = (int)KGROUP, c = g / a.splits;
+    int n0 = split_start(a, g % a.splits), n1 = split_start(a, g % a.splits + 1);
+    float sum = 0.0f;
+    for (int n = n0; n < n1; ++n)
+        for (int p = (int)KLID; p < a.plane; p += (int)KGROUP_SIZE) sum += S_LD(y, (n * a.channels + c) * a.plane + p);
+    GROUP_SUM(shared, sum)
+    float m = sum / (float)((n1 - n0) * a.plane);
+    float sq = 0.0f;
+    for (int n = n0; n < n1; ++n)
+        for (int p = (int)KLID; p < a.plane; p += (int)KGROUP_SIZE) {
+            float d = S_LD(y, (n * a.channels + c) * a.plane + p) - m;
+            sq += d * d;
+        }
+    GROUP_SUM(shared, sq)
+    if (KLID == 0) {
+        partial[2 * g] = m;
+        partial[2 * g + 1] = sq;
+    }
+}
+
+// Elementwise, after batchnorm_combine_stats_f32: x_norm = (y - mean) / sqrt(var + eps),
+// y = x_norm * scale + bias (x_norm is rounded to S once; y is formed from the unrounded value).
+// n = batch * channels * plane threads.
+KERNEL(S_NAME(batchnorm_normalize))(KBUF(S_T, y, 0), KBUF(S_T, x_norm, 1), KCBUF(float, mean, 2),
+                                    KCBUF(float, var, 3), KCBUF(float, scale, 4), KCBUF(float, bias, 5),
+                                    KARGS(BatchnormTrainArgs, a, 6) KTHREAD_IDS) {
+    uint i = KGID;
+    if (i >= (uint)a.n) return;
+    int c = (int)((i / (uint)a.plane) % (uint)a.channels);
+    float xn = (S_LD(y, i) - mean[c]) / sqrt(var[c] + a.eps);
+    S_ST(x_norm, i, xn);
+    S_ST(y, i, xn * scale[c] + bias[c]);
+}
+
+// First half of batchnorm_backward, step 1 (as the statistics): per split, partial[2g] = sum(dy) and
+// partial[2g + 1] = sum(dy * x_norm). Step 2: batchnorm_backward_combine_f32 (reduce.h).
+KERNEL(S_NAME(batchnorm_backward_partial))(KCBUF(S_T, dy, 0), KCBUF(S_T, x_norm, 1), KBUF(float, partial, 2),
+                                           KARGS(ChannelSplitArgs, a, 3) KTHREAD_IDS) {
+    KSHARED float shared[256];
+    int g = (int)KGROUP, c = g / a.splits;
+    int n0 = split_start(a, g % a.splits), n1 = split_start(a, g % a.splits + 1);
+    float sdy = 0.0f, sdyx = 0.0f;
+    for (int n = n0; n < n1; ++n)
+        for (int p = (int)KLID; p < a.plane; p += (int)KGROUP_SIZE) {
+            int i = (n * a.channels + c) * a.plane + p;
+            float d = S_LD(dy, i);
+            sdy += d;
+            sdyx += d * S_LD(x_norm, i);
+        }
+    GROUP_SUM(shared, sdy)
+    GROUP_SUM(shared, sdyx)
+    if (KLID == 0) {
+        partial[2 * g] = sdy;
+        partial[2 * g + 1] = sdyx;
+    }
+}
+
+// Second half, elementwise: dy becomes dL/d(batchnorm input). With x_norm = (x - mean) * inv and the
+// unbiased variance (N - 1), g = dy * scale: dx = inv * (g - mean(g) - x_norm * sum(g * x_norm) / (N - 1)).
+// n = batch * channels * plane threads.
+KERNEL(S_NAME(batchnorm_backward_data))(KBUF(S_T, dy, 0), KCBUF(S_T, x_norm, 1), KCBUF(float, scale, 2),
+                                        KCBUF(float, var, 3), KCBUF(float, sums, 4),
+                                        KARGS(BatchnormTrainArgs, a, 5) KTHREAD_IDS) {
+    uint i = KGID;
+    if (i >= (uint)a.n) return;
+    int c = (int)((i / (uint)a.plane) % (uint)a.channels);
+    float count = (float)a.batch * (float)a.plane;
+    float inv = 1.0f / sqrt(var[c] + a.eps);
+    float gmean = scale[c] * sums[2 * c] / count;
+    float gx = scale[c] * sums[2 * c + 1] / (count > 1.0f ? count - 1.0f : 1.0f);
+    S_ST(dy, i, inv * (scale[c] * S_LD(dy, i) - gmean - S_LD(x_norm, i) * gx));
+}
+
+// ---- activations ---------------------------------------------------------------------------------
+// dy *= act'(x) for an elementwise activation (x = the pre-activation). n = elements.
+KERNEL(S_NAME(activate_backward))(KCBUF(S_T, x, 0), KBUF(S_T, dy, 1), KARGS(ActivateBackwardArgs, a, 2) KTHREAD_IDS) {
+    uint i = KGID;
+    if (i >= (uint)a.n) return;
+    S_ST(dy, i, S_LD(dy, i) * act_gradient(S_LD(x, i), a.act));
+}
+
+// normalize_channels(_softmax) backward in place, one thread per (sample, pixel): with
+// y_c = f(x_c) / S, S = eps + sum_k f(x_k) (f = relu or exp): dL/dx_c = f'(x_c) * (g_c - sum_k g_k y_k) / S.
+// n = batch * plane threads.
+KERNEL(S_NAME(normalize_channels_backward))(KCBUF(S_T, x, 0), KBUF(S_T, dy, 1),
+                                            KARGS(NormalizeChannelsBackwardArgs, a, 2) KTHREAD_IDS) {
+    uint t = KGID;
+    if (t >= (uint)a.n) return;
+    int p = (int)(t % (uint)a.plane);
+    int base = (int)(t / (uint)a.plane) * a.channels * a.plane + p;
+    float S = 0.0001f, gy = 0.0f;
+    for (int c = 0; c < a.channels; ++c) S += normalize_channels_f(S_LD(x, base + c * a.plane), a.softmax);
+    for (int c = 0; c < a.channels; ++c) {
+        int i = base + c * a.plane;
+        gy += S_LD(dy, i) * normalize_channels_f(S_LD(x, i), a.softmax) / S;
+    }
+    for (int c = 0; c < a.channels; ++c) {
+        int i = base + c * a.plane;
+        float v = S_LD(x, i);
+        float df = a.softmax ? exp(v) : (v > 0.0f ? 1.0f : 0.0f);
+        S_ST(dy, i, df * (S_LD(dy, i) - gy) / S);
+    }
+}
+
+// ---- pooling (gathers, see kernels/backward.h) --------------------------------------------------
+// maxpool backward pass 1, one thread per dy element (n = elements of dx, threads = elements of dy):
+// the forward's argmax of its window (first strictly greatest in row-major window order, as the
+// reference), as iy * in_w + ix within the plane, or -1 for a window with no input inside it.
+KERNEL(S_NAME(maxpool_argmax))(KCBUF(S_T, x, 0), KBUF(int, winner, 1), KARGS(PoolArgs, a, 2) KTHREAD_IDS) {
+    uint i = KGID;
+    if (i >= (uint)(a.out_h * a.out_w) * (uint)(a.n / (a.in_h * a.in_w))) return;
+    int ox = (int)(i % (uint)a.out_w), oy = (int)((i / (uint)a.out_w) % (uint)a.out_h);
+    int nc = (int)(i / (uint)(a.out_w * a.out_h));  // sample * channels + channel
+    int plane0 = nc * a.in_h * a.in_w;
+    int off = -a.padding / 2, best_at = -1;
+    float best = -FLT_MAX_K;
+    for (int ky = 0; ky < a.size; ++ky)
+        for (int kx = 0; kx < a.size; ++kx) {
+            int y = oy * a.stride_y + off + ky, xx = ox * a.stride_x + off + kx;
+            if (y < 0 || y >= a.in_h || xx < 0 || xx >= a.in_w) continue;
+            float v = S_LD(x, plane0 + y * a.in_w + xx);
+            if (v > best) best = v, best_at = y * a.in_w + xx;
+        }
+    winner[i] = best_at;
+}
+
+// Pass 2, one thread per dx element (n = elements of dx): the dy of every covering window this
+// element won, added in the reference's (oy, ox) order onto dx.
+KERNEL(S_NAME(maxpool_backward))(KCBUF(int, winner, 0), KCBUF(S_T, dy, 1), KBUF(S_T, dx, 2),
+                                 KARGS(PoolArgs, a, 3) KTHREAD_IDS) {
+    uint i = KGID;
+    if (i >= (uint)a.n) return;
+    int ix = (int)(i % (uint)a.in_w), iy = (int)((i / (uint)a.in_w) % (uint)a.in_h);
+    int nc = (int)(i / (uint)(a.in_w * a.in_h));
+    int off = -a.padding / 2, ty = iy - off, tx = ix - off, me = iy * a.in_w + ix;
+    float acc = S_LD(dx, i);
+    for (int oy = pool_first(ty, a.size, a.stride_y); oy <= pool_last(ty, a.stride_y, a.out_h); ++oy)
+        for (int ox = pool_first(tx, a.size, a.stride_x); ox <= pool_last(tx, a.stride_x, a.out_w); ++ox) {
+            int o = (nc * a.out_h + oy) * a.out_w + ox;
+            if (winner[o] == me) acc += S_LD(dy, o);
+        }
+    S_ST(dx, i, acc);
+}
+
+// avgpool_local backward: each window shares its dy equally among its in-bounds inputs (count of
+// them, not size*size, as the forward divides). x is not read (bound for the contract's signature).
+KERNEL(S_NAME(avgpool_local_backward))(KCBUF(S_T, dy, 0), KBUF(S_T, dx, 1), KARGS(PoolArgs, a, 2) KTHREAD_IDS) {
+    uint i = KGID;
+    if (i >= (uint)a.n) return;
+    int ix = (int)(i % (uint)a.in_w), iy = (int)((i / (uint)a.in_w) % (uint)a.in_h);
+    int nc = (int)(i / (uint)(a.in_w * a.in_h));
+    int off = -a.padding / 2, ty = iy - off, tx = ix - off;
+    float acc = S_LD(dx, i);
+    for (int oy = pool_first(ty, a.size, a.stride_y); oy <= pool_last(ty, a.stride_y, a.out_h); ++oy)
+        for (int ox = pool_first(tx, a.size, a.stride_x); ox <= pool_last(tx, a.stride_x, a.out_w); ++ox) {
+            // in-bounds part of the window, clipped per axis
+            int y0 = oy * a.stride_y + off, x0 = ox * a.stride_x + off;
+            int y1 = y0 + a.size < a.in_h ? y0 + a.size : a.in_h, x1 = x0 + a.size < a.in_w ? x0 + a.size : a.in_w;
+            int count = (y1 - (y0 > 0 ? y0 : 0)) * (x1 - (x0 > 0 ? x0 : 0));
+            acc += S_LD(dy, (nc * a.out_h + oy) * a.out_w + ox) / (float)count;
+        }
+    S_ST(dx, i, acc);
+}
+
+// ---- data movement and shortcut -------------------------------------------------------------------
+// upsample backward: dx[y, x] += scale * sum of the stride x stride block of dy it was copied to
+// (rows/columns beyond dy's size skipped). n = elements of dx.
+KERNEL(S_NAME(upsample_backward))(KCBUF(S_T, dy, 0), KBUF(S_T, dx, 1), KARGS(ResampleArgs, a, 2) KTHREAD_IDS) {
+    uint i = KGID;
+    if (i >= (uint)a.n) return;
+    int ix = (int)(i % (uint)a.in_w), iy = (int)((i / (uint)a.in_w) % (uint)a.in_h);
+    int nc = (int)(i / (uint)(a.in_w * a.in_h));
+    float acc = S_LD(dx, i);
+    for (int sy = 0; sy < a.stride; ++sy)
+        for (int sx = 0; sx < a.stride; ++sx) {
+            int y = iy * a.stride + sy, xx = ix * a.stride + sx;
+            if (y < a.out_h && xx < a.out_w) acc += a.scale * S_LD(dy, (nc * a.out_h + y) * a.out_w + xx);
+        }
+    S_ST(dx, i, acc);
+}
+
+// Shortcut data gradient of one input (launch per input; input 0 = x with from_sample = sample):
+// din[b, i] += dy[b, i] * w_input(i) for i < min(sample, from_sample). weights (fp32) is not read
+// when weights_mode = 0 (bind any buffer). n = batch * min(sample, from_sample) threads.
+KERNEL(S_NAME(shortcut_backward))(KCBUF(float, weights, 0), KCBUF(S_T, dy, 1), KBUF(S_T, din, 2),
+                                  KARGS(ShortcutBackwardArgs, a, 3) KTHREAD_IDS) {
+    uint t = KGID;
+    if (t >= (uint)a.n) return;
+    int m = a.sample < a.from_sample ? a.sample : a.from_sample;
+    int b = (int)(t / (uint)m), i = (int)(t % (uint)m);
+    float w = 1.0f;
+    if (a.weights_mode != 0) {
+        int per_channel = a.weights_mode == 2;
+        w = shortcut_grad_weight(weights, per_channel ? i / a.plane : 0, per_channel ? a.channels : 1, a.inputs,
+                                 a.norm, a.input);
+    }
+    int o = b * a.from_sample + i;
+    S_ST(din, o, S_LD(din, o) + S_LD(dy, b * a.sample + i) * w);
+}
+
+// Shortcut weight gradient, the part that flows through input k = a.input (launch once per input, in
+// order); the derivation is at shortcut_grad_weight (kernels/backward.h). weights and dweights fp32,
+// dy and the input in S. Grid: one group per weight group (1 per_feature, channels per_channel).
+KERNEL(S_NAME(shortcut_weights_backward))(KCBUF(float, weights, 0), KCBUF(S_T, dy, 1), KCBUF(S_T, inp, 2),
+                                          KBUF(float, dweights, 3), KARGS(ShortcutBackwardArgs, a, 4) KTHREAD_IDS) {
+    KSHARED float partial[256];
+    int per_channel = a.weights_mode == 2;
+    int widx = (int)KGROUP, step = per_channel ? a.channels : 1;
+    // this group's features of a sample, [lo, hi), where the input has them
+    int m = a.sample < a.from_sample ? a.sample : a.from_sample;
+    int lo = per_channel ? widx * a.plane : 0, hi = per_channel ? lo + a.plane : m;
+    hi = hi < m ? hi : m;
+    int len = hi > lo ? hi - lo : 0;
+    float p = 0.0f;
+    for (int e = (int)KLID; e < a.batch * len; e += (int)KGROUP_SIZE) {
+        int b = e / len, i = lo + e % len;
+        p += S_LD(dy, b * a.sample + i) * S_LD(inp, b * a.from_sample + i);
+    }
+    GROUP_SUM(partial, p)
+    int k = a.input;
+    float mx = shortcut_grad_raw_max(weights, widx, step, a.inputs);
+    float S = a.norm == 0 ? 1.0f : shortcut_grad_denominator(weights, widx, step, a.inputs, a.norm, mx);
+    int kmax = shortcut_grad_argmax(weights, widx, step, a.inputs);
+    float wk = a.norm == 0 ? weights[widx + k * step] : shortcut_grad_term(weights[widx + k * step], mx, a.norm) / S;
+    for (int j = (int)KLID; j < a.inputs; j += (int)KGROUP_SIZE) {
+        float raw_j = weights[widx + j * step], same = j == k ? 1.0f : 0.0f, dwk;
+        if (a.norm == 0) dwk = same;
+        else if (a.norm == 1) dwk = raw_j > 0.0f ? (same - wk) / S : 0.0f;
+        else dwk = wk * (same - shortcut_grad_term(raw_j, mx, 2) / S) - (j == kmax ? wk * 0.0001f / S : 0.0f);
+        dweights[widx + j * step] += dwk * p;
+    }
+}
