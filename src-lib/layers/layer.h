@@ -91,7 +91,7 @@ public:
     void forward(Backend& be, Tensor& y, Activation a) {
         if (a == Activation::linear) return;
         if (!derivative_from_output(a)) {
-            be.resize(pre_, y.shape());
+            be.resize(pre_, y.shape(), y.dtype());
             be.copy_channels(y, 0, pre_, 0, y.shape().c);
         }
         be.activate(y, a);
