@@ -25,6 +25,7 @@ from typing import Dict, List, Optional, Tuple
 import cv2
 import numpy as np
 
+from .heap import keep_freed_memory
 from .sampler import SampleMaker
 
 Batch = Tuple[np.ndarray, List[np.ndarray]]
@@ -54,8 +55,11 @@ def _worker_main(maker: SampleMaker, jobs, results, current_gen, keep: int, cv_t
     It keeps the `keep` buffers it used last attached (the parent's ring). OpenCV gets `cv_threads`
     threads: its share of the cores (each process would otherwise start a pool as large as the
     machine, and 8 workers would run 8 x cores threads). Its results do not depend on the count.
-    `parent`: the parent's pid, passed in (the parent may die while this process still starts)."""
+    `parent`: the parent's pid, passed in (the parent may die while this process still starts).
+    Samples run in this process's main thread, whose heap glibc trims after every image: the thresholds
+    are raised first (heap.py; without it a 416x416 sample spends as much in page faults as in decoding)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent handles it
+    keep_freed_memory()
     cv2.setNumThreads(cv_threads)
     maker.reporter = _ForwardingReporter(results)
     attached: Dict[str, shared_memory.SharedMemory] = {}
