@@ -2,8 +2,9 @@
 
 In threads (loader._Engine) the Python between OpenCV's calls holds the GIL; in processes every
 step runs in parallel. Each worker process runs the same SampleMaker.sample as the threads (same
-seed rules, same code: the same bits) and writes its image straight into a batch buffer in shared
-memory; only the truths (a few boxes) and bad-file reports travel through a queue. The batches
+seed rules, same code: the same bits) and writes its images straight into a batch buffer in shared
+memory; a job is a few rows of a batch, and only the truths (a few boxes) and bad-file reports travel
+back through a queue. The batches
 are the caller's without a copy: a ring of prefetch + 2 buffers, so the arrays of the last two
 batches handed out stay intact while the next ones are prepared (train() uploads a batch before
 it asks for the next one). Workers start with `spawn` (never `fork`: the parent may hold a GPU
