@@ -71,9 +71,11 @@ def main(argv=None) -> int:
         whole_sample(*args.whole[:2], args.images, args.whole[2])
         return 0
     from darknet_py.data import BatchLoader, augment as A
+    from darknet_py.data.heap import keep_freed_memory
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from train_throughput import adapted_cfg
 
+    keep_freed_memory()  # the stages as a worker runs them: without it each new image may fault its pages in
     cv2.setNumThreads(1)
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run([sys.executable, "-m", "darknet_py", "synth", tmp, "--images", str(args.images), "--classes", "4"],
