@@ -253,8 +253,8 @@ def correct_truth(boxes: np.ndarray, p: CropParams, ow: int, oh: int, net_w: int
 
 def mean_colour(img: np.ndarray) -> List[float]:
     """cv2.mean(img) per channel, to the bit (an exact integer sum times 1 / pixels, as cv::mean
-    computes it), in one pass over the rows as a single-channel image: cv2.mean walks the 3-channel
-    image pixel by pixel (125 against 71 us at 416x416 on one core)."""
+    computes it), from one cv2.reduce over the rows seen as a single-channel image: 71 us at 416x416
+    on one core, where cv2.mean on the 3-channel image took 114 us."""
     h, w = img.shape[:2]
     c = 1 if img.ndim == 2 else img.shape[2]
     columns = cv2.reduce(img.reshape(h, w * c), 0, cv2.REDUCE_SUM, dtype=cv2.CV_32S)  # sums < 255 x rows: exact
@@ -303,7 +303,7 @@ def distort_hsv(rgb: np.ndarray, dhue: float, dsat: float, dexp: float, bgr: boo
     if rgb.ndim == 2 or rgb.shape[2] == 1:
         return cv2.LUT(rgb, np.ascontiguousarray(lut[0, :, 2]))
     hsv = cv2.cvtColor(rgb, cv2.COLOR_BGR2HSV if bgr else cv2.COLOR_RGB2HSV)
-    # one table per plane: cv2.LUT with a 3-channel table goes pixel by pixel (384 against 331 us at 416x416)
+    # one table per plane: 331 us at 416x416 on one core, split and merge included; one 3-channel table: 384 us
     planes = [cv2.LUT(plane, lut[0, :, c].copy()) for c, plane in enumerate(cv2.split(hsv))]
     return cv2.cvtColor(cv2.merge(planes), cv2.COLOR_HSV2RGB)
 

@@ -2,7 +2,7 @@
 
 Each sample allocates a few full-size 8-bit images (decode, crop, HSV; 0.5 MB at 416x416) and frees
 them. glibc hands blocks of that size back to the kernel (mmap above its threshold, heap trimming
-below it), so the next sample faults its pages in again: 620 minor faults and 1.5-2.7 ms of system
+below it), so the next sample faults its pages in again: 620 minor faults and 1.5-2.8 ms of system
 time per 416x416 sample measured on a 2-core machine, as much as the decoding itself. Raising the
 mmap and trim thresholds keeps the blocks in the heap, where the next sample reuses them (0 faults).
 It costs at most the trim threshold of unused heap per arena (a thread's arena, or a process).

@@ -3,13 +3,12 @@
 In threads (loader._Engine) the Python between OpenCV's calls holds the GIL; in processes every
 step runs in parallel. Each worker process runs the same SampleMaker.sample as the threads (same
 seed rules, same code: the same bits) and writes its images straight into a batch buffer in shared
-memory; a job is a few rows of a batch, and only the truths (a few boxes) and bad-file reports travel
-back through a queue. The batches
-are the caller's without a copy: a ring of prefetch + 2 buffers, so the arrays of the last two
-batches handed out stay intact while the next ones are prepared (train() uploads a batch before
-it asks for the next one). Workers start with `spawn` (never `fork`: the parent may hold a GPU
-context and threads), so a script that trains through processes needs the usual
-`if __name__ == "__main__":` guard.
+memory; a job is a few rows of a batch, and only the truths (a few boxes) and bad-file reports
+travel back through a queue. The batches are the caller's without a copy: a ring of prefetch + 2
+buffers, so the arrays of the last two batches handed out stay intact while the next ones are
+prepared (train() uploads a batch before it asks for the next one). Workers start with `spawn`
+(never `fork`: the parent may hold a GPU context and threads), so a script that trains through
+processes needs the usual `if __name__ == "__main__":` guard.
 """
 from __future__ import annotations
 
@@ -102,9 +101,9 @@ MAX_ROWS_PER_JOB = 8  # a job is a few rows of a batch: one message each way per
 
 
 def rows_per_job(batch_size: int, workers: int) -> int:
-    """Rows of a batch per job: up to MAX_ROWS_PER_JOB (one job per image cost the parent 0.21 ms of CPU
-    per image, a whole core at 5,000 images/s; 8 rows: 0.04 ms), and a job for every worker in each
-    batch (the prefetched batches keep a worker that finishes early busy)."""
+    """Rows of a batch per job: up to MAX_ROWS_PER_JOB (one job per image cost the parent 0.16-0.21 ms of
+    CPU per image, about a core at 5,000 images/s; 8 rows: 0.03-0.04 ms), and a job for every worker in
+    each batch (the prefetched batches keep a worker that finishes early busy)."""
     return max(1, min(MAX_ROWS_PER_JOB, batch_size // workers))
 
 

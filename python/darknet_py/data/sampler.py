@@ -91,7 +91,8 @@ class SampleMaker:
         return boxes
 
     def _draw(self, rng) -> Tuple[np.ndarray, np.ndarray]:
-        """A random usable image (BGR as decoded, or grey) and its boxes (another one is drawn for a bad image)."""
+        """A random usable image (BGR as decoded, or grey) and its boxes (another one is drawn for a bad
+        image)."""
         for _ in range(self.MAX_DRAWS):
             path = self.paths[int(rng.integers(len(self.paths)))]
             img = self._load_image(path)
