@@ -1,7 +1,12 @@
-"""Where the training loader's time goes: per-stage microseconds of one sample (416x416 JPEGs from
-`darknet_py synth`, yolov4-tiny's augmentation: jitter .3, flip, HSV 1.5/1.5/.1), and the share of a
-sampling thread's time that holds the GIL, measured with a probe thread (its pure-Python loop rate
-while a worker thread samples, against its rate alone): a thread pool tops out near 1 / that share.
+"""Where the training loader's time goes: CPU microseconds per image of each stage of one sample
+(416x416 JPEGs from `darknet_py synth`, yolov4-tiny's augmentation: jitter .3, flip, HSV 1.5/1.5/.1),
+the floor (decode, one resize, the HSV pass, the copy into the batch, each alone), the page faults of a
+sample with glibc's default heap and with the loader's (data/heap.py), and the share of a sampling
+thread's time that holds the GIL, measured with a probe thread (its pure-Python loop rate while a
+worker thread samples, against its rate alone): a thread pool tops out near 1 / that share.
+
+CPU time of this thread (time.thread_time, best of 3), OpenCV on one thread as in a worker process
+when there are as many workers as cores: figures that hold on a loaded machine better than wall time.
 
     python benchmarks/loader_profile.py [--images 64]
 """
@@ -9,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -22,9 +28,9 @@ import numpy as np
 def best_us(f, n: int, repeat: int = 3) -> float:
     times = []
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0 = time.thread_time()
         f()
-        times.append(time.perf_counter() - t0)
+        times.append(time.thread_time() - t0)
     return 1e6 * min(times) / n
 
 
@@ -35,14 +41,42 @@ def probe_rate(seconds: float) -> float:
     return n / seconds
 
 
+def whole_sample(data: str, cfg: str, n: int, heap: str) -> None:
+    """Prints CPU us and minor page faults per sample() into a batch row, in the main thread of this
+    fresh process (as in a worker process: the heap's state depends on what else the process holds),
+    with glibc's default heap or the loader's (heap == "kept")."""
+    from darknet_py.data import BatchLoader
+    from darknet_py.data.heap import keep_freed_memory
+
+    if heap == "kept":
+        keep_freed_memory()
+    cv2.setNumThreads(1)
+    with BatchLoader.from_files(data, cfg, 64, seed=1, workers=0) as loader:
+        m = loader.sampler
+        out = np.zeros((n, m.channels, 416, 416), np.float32)
+        for j in range(n):  # the batch's pages and the images' first touch
+            m.sample(0, j, 416, 416, out=out[j])
+        f0 = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+        us = best_us(lambda: [m.sample(1, j, 416, 416, out=out[j]) for j in range(n)], n)
+        faults = (resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - f0) / (3 * n)
+    print(f"{us:.0f} us, {faults:.0f} page faults")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--images", type=int, default=64)
+    ap.add_argument("--whole", nargs=3, metavar=("DATA", "CFG", "HEAP"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.whole:
+        whole_sample(*args.whole[:2], args.images, args.whole[2])
+        return 0
     from darknet_py.data import BatchLoader, augment as A
+    from darknet_py.data.heap import keep_freed_memory
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from train_throughput import adapted_cfg
 
+    keep_freed_memory()  # the stages as a worker runs them: without it each new image may fault its pages in
+    cv2.setNumThreads(1)
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run([sys.executable, "-m", "darknet_py", "synth", tmp, "--images", str(args.images), "--classes", "4"],
                        check=True, stdout=subprocess.DEVNULL)
@@ -52,40 +86,55 @@ def main(argv=None) -> int:
             paths = m.paths[:n]
             raws = [np.fromfile(p, np.uint8) for p in paths]
             bgr = [cv2.imdecode(r, cv2.IMREAD_COLOR) for r in raws]
-            rgb = [cv2.cvtColor(i, cv2.COLOR_BGR2RGB) for i in bgr]
             rng = np.random.default_rng(1)
-            crops = [A.sample_crop(rng, 416, 416, 416, 416, m.opts) for _ in rgb]
+            crops = [A.sample_crop(rng, 416, 416, 416, 416, m.opts) for _ in bgr]
             boxes = [m._boxes(p) for p in paths]
-            sized = [A.crop_resize(i, p, 416, 416) for i, p in zip(rgb, crops)]
-            hsv = [A.distort_hsv(i, p.dhue, p.dsat, p.dexp) for i, p in zip(sized, crops)]
-            chw = [A.to_chw(i) for i in hsv]
+            sized = [A.crop_resize(i, p, 416, 416) for i, p in zip(bgr, crops)]
+            inside = [i[40:370, 30:380] for i in bgr]  # a crop inside the image, as jitter .3 draws them
+            hsv = [A.distort_hsv(i, p.dhue, p.dsat, p.dexp, bgr=True) for i, p in zip(sized, crops)]
             batch = np.zeros((n, 3, 416, 416), np.float32)
+            for j, i in enumerate(hsv):
+                A.to_chw(i, batch[j])
 
-            def copy_rows():
-                for j, c in enumerate(chw):
-                    batch[j] = c
+            def hsv_pass(i, p):  # OpenCV's 8-bit HSV round trip and one table: what any HSV step costs
+                return cv2.cvtColor(cv2.LUT(cv2.cvtColor(i, cv2.COLOR_BGR2HSV), A._hsv_lut(p.dhue, p.dsat, p.dexp)),
+                                    cv2.COLOR_HSV2RGB)
 
-            stages = [
+            floor = [
                 ("read the file", lambda: [np.fromfile(p, np.uint8) for p in paths]),
-                ("imdecode", lambda: [cv2.imdecode(r, cv2.IMREAD_COLOR) for r in raws]),
-                ("BGR -> RGB", lambda: [cv2.cvtColor(i, cv2.COLOR_BGR2RGB) for i in bgr]),
+                ("imdecode (libjpeg-turbo)", lambda: [cv2.imdecode(r, cv2.IMREAD_COLOR) for r in raws]),
+                ("one resize (a crop -> 416x416, bilinear)", lambda: [cv2.resize(i, (416, 416)) for i in inside]),
+                ("the HSV pass (BGR -> HSV, table, HSV -> RGB)",
+                 lambda: [hsv_pass(i, p) for i, p in zip(sized, crops)]),
+                ("the copy into the batch (uint8 HWC -> float32 CHW / 255)",
+                 lambda: [A.to_chw(i, batch[j]) for j, i in enumerate(hsv)]),
+            ]
+            stages = [
                 ("default_rng([seed, k, j])", lambda: [np.random.default_rng([1, 2, j]) for j in range(n)]),
                 ("random choices (sample_crop, sample_pixel_noise)",
-                 lambda: [(A.sample_crop(rng, 416, 416, 416, 416, m.opts), A.sample_pixel_noise(rng, m.opts)) for _ in rgb]),
+                 lambda: [(A.sample_crop(rng, 416, 416, 416, 416, m.opts), A.sample_pixel_noise(rng, m.opts)) for _ in bgr]),
                 ("boxes (correct_truth)",
                  lambda: [A.correct_truth(b, p, 416, 416, 416, 416, 200, rng) for b, p in zip(boxes, crops)]),
-                ("crop + resize (crop_resize)", lambda: [A.crop_resize(i, p, 416, 416) for i, p in zip(rgb, crops)]),
+                ("the pad colour (mean_colour)", lambda: [A.mean_colour(i) for i in bgr]),
+                ("crop + pad + resize (crop_resize)",
+                 lambda: [A.crop_resize(i, p, 416, 416) for i, p in zip(bgr, crops)]),
                 ("flip", lambda: [cv2.flip(i, 1) for i in sized]),
-                ("HSV (distort_hsv)", lambda: [A.distort_hsv(i, p.dhue, p.dsat, p.dexp) for i, p in zip(sized, crops)]),
-                ("uint8 HWC -> float32 CHW / 255 (to_chw)", lambda: [A.to_chw(i) for i in hsv]),
-                ("copy into the batch array", copy_rows),
-                ("first touch of a fresh batch array", lambda: np.empty((n, 3, 416, 416), np.float32).fill(0)),
-                ("whole sample()", lambda: [m.sample(5, j, 416, 416) for j in range(n)]),
+                ("HSV on BGR -> RGB (distort_hsv)",
+                 lambda: [A.distort_hsv(i, p.dhue, p.dsat, p.dexp, bgr=True) for i, p in zip(sized, crops)]),
             ]
-            print(f"{os.cpu_count()} cores; OpenCV {cv2.__version__} ({cv2.getNumThreads()} threads), NumPy {np.__version__}")
-            print("| stage | us / image |\n|---|---|")
+            print(f"{os.cpu_count()} cores; OpenCV {cv2.__version__} (1 thread), NumPy {np.__version__}; CPU time")
+            print("\n| the floor, each alone | us / image |\n|---|---|")
+            for name, f in floor:
+                print(f"| {name} | {best_us(f, n):.0f} |")
+            print("\n| sample()'s other stages | us / image |\n|---|---|")
             for name, f in stages:
                 print(f"| {name} | {best_us(f, n):.0f} |")
+            print("\n| whole sample(), a fresh process's main thread | CPU, minor page faults per image |\n|---|---|")
+            data = os.path.join(tmp, "shapes.data")
+            for heap, name in (("default", "glibc's default heap"), ("kept", "the loader's heap (heap.py)")):
+                cost = subprocess.run([sys.executable, __file__, "--images", str(n), "--whole", data, cfg, heap],
+                                      check=True, capture_output=True, text=True).stdout.strip()
+                print(f"| {name} | {cost} |")
 
             alone = max(probe_rate(1.0) for _ in range(3))
             stop = threading.Event()

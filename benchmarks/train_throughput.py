@@ -53,17 +53,35 @@ def adapted_cfg(classes: int, batch: int, size: int, out: str) -> str:
     return out
 
 
-def loader_rate(data: str, cfg: str, batch: int, workers: int, processes: bool, batches: int) -> float:
-    """images/s of next_batch after two batches of warm-up (the workers starting)."""
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a live process (Linux /proc; 0.0 elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime: fields 14, 15
+
+
+def loader_rate(data: str, cfg: str, batch: int, workers: int, processes: bool, batches: int) -> Dict[str, float]:
+    """images/s of next_batch after two batches of warm-up (the workers starting), and the CPU time per
+    image of this process and its worker processes over the same batches: the cost that bounds images/s
+    per core, unlike the wall time, whatever else the machine runs."""
     from darknet_py.data import BatchLoader
 
     with BatchLoader.from_files(data, cfg, batch, seed=1, workers=workers, processes=processes) as loader:
+        procs = getattr(loader._engine, "procs", [])
+
+        def cpu() -> float:
+            return time.process_time() + sum(process_cpu_seconds(p.pid) for p in procs)
+
         for _ in range(2):
             loader.next_batch()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), cpu()
         for _ in range(batches):
             loader.next_batch()
-        return batches * batch / (time.perf_counter() - t0)
+        seconds, cpu_seconds = time.perf_counter() - t0, cpu() - c0
+    return {"images_per_s": batches * batch / seconds, "cpu_ms_per_image": 1e3 * cpu_seconds / (batches * batch)}
 
 
 def storage(precision: str) -> str:
@@ -185,15 +203,16 @@ def main(argv=None) -> int:
         data = os.path.join(tmp, "shapes.data")
         cfg = adapted_cfg(args.classes, args.batch, args.size, os.path.join(tmp, "net.cfg"))
 
-        say("### The loader alone (augmented batches, images/s; per worker in brackets)")
+        say("### The loader alone (augmented batches, images/s; per worker in brackets; CPU ms per image)")
         say("")
         say("| workers | " + " | ".join(str(w) for w in workers) + " |")
         say("|---|" + "---|" * len(workers))
         for processes in (False, True):
             cells = []
             for w in workers:
-                rate = loader_rate(data, cfg, args.batch, w, processes, args.loader_batches)
-                cells.append(f"{rate:.0f} ({rate / w:.0f})")
+                r = loader_rate(data, cfg, args.batch, w, processes, args.loader_batches)
+                rate = r["images_per_s"]
+                cells.append(f"{rate:.0f} ({rate / w:.0f}); {r['cpu_ms_per_image']:.2f} ms")
             say(f"| {'processes' if processes else 'threads'} | " + " | ".join(cells) + " |")
         say("")
 

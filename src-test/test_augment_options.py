@@ -117,8 +117,8 @@ def test_mixup_samples_are_a_blend_of_two_images(shapes):
         img, truth = engine.sample(k, j, 32, 32)
         # the same draws without mixing: the first image; the blend is half of it plus half of another
         rng = np.random.default_rng([engine.seed, k, j])
-        first_img, first_truth = A.augment_one(*engine._draw(rng), 32, 32, opts, rng)
-        second_img, second_truth = A.augment_one(*engine._draw(rng), 32, 32, opts, rng)
+        first_img, first_truth = A.augment_one(*engine._draw(rng), 32, 32, opts, rng, bgr=True)  # _draw: BGR
+        second_img, second_truth = A.augment_one(*engine._draw(rng), 32, 32, opts, rng, bgr=True)
         np.testing.assert_allclose(img, 0.5 * first_img + 0.5 * second_img, rtol=1e-6)
         np.testing.assert_array_equal(truth, np.concatenate([first_truth, second_truth]))
         assert not np.allclose(img, first_img)

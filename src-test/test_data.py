@@ -239,6 +239,43 @@ def test_crop_outside_the_image_takes_the_mean_colour():
     assert np.array_equal(out[:, 60:], img)
 
 
+def test_mean_colour_is_cv2_mean_to_the_bit():
+    """The pad colour's mean from one reduce over the rows: cv::mean's double, bit for bit (a rounding
+    half-way case would otherwise flip a level), colour and grey, odd sizes, 8-bit extremes."""
+    rng = np.random.default_rng(3)
+    images = [rng.integers(0, 256, (h, w, 3), np.uint8) for h, w in ((1, 1), (7, 13), (97, 130), (416, 416))]
+    images += [rng.integers(0, 256, (33, 50), np.uint8), np.full((64, 64, 3), 255, np.uint8),
+               np.zeros((5, 9, 3), np.uint8)]
+    images.append(np.tile(np.uint8([[[1, 2, 3]], [[2, 3, 4]]]), (1, 3, 1)))  # means 1.5, 2.5, 3.5: the halves
+    for img in images:
+        c = 1 if img.ndim == 2 else 3
+        assert A.mean_colour(img) == list(cv2.mean(img)[:c]), img.shape
+
+
+def test_decoded_bgr_gives_the_bits_of_rgb():
+    """bgr=True (the sampler's decoded images, never converted) against RGB input: the same bits through
+    every pixel step (crop with mean padding, flip, HSV or none, blur, noise, mosaic)."""
+    rng = np.random.default_rng(5)
+    rgb = [rng.integers(0, 256, (70, 90, 3), np.uint8) for _ in range(4)]
+    for i, img in enumerate(rgb):
+        cv2.rectangle(img, (10 + i, 12), (50, 40 + i), (220, 30 + 40 * i, 40), -1)
+    bgr = [cv2.cvtColor(i, cv2.COLOR_RGB2BGR) for i in rgb]
+    label = np.array([[0, 0.33, 0.37, 0.45, 0.41]], np.float32)
+    hsv = dict(hue=0.1, saturation=1.5, exposure=1.5)
+    for opts in (dict(PLAIN, jitter=0.3, flip=1, **hsv), dict(PLAIN, jitter=0.3, flip=1, blur=1, gaussian_noise=20),
+                 dict(PLAIN, letter_box=1, **hsv)):
+        for seed in range(4):
+            want = A.augment_one(rgb[seed], label, 64, 48, opts, np.random.default_rng(seed))
+            got = A.augment_one(bgr[seed], label, 64, 48, opts, np.random.default_rng(seed), bgr=True)
+            np.testing.assert_array_equal(got[0], want[0])
+            np.testing.assert_array_equal(got[1], want[1])
+    opts = dict(PLAIN, jitter=0.3, flip=1, mosaic=1, **hsv)
+    want = A.mosaic([(i, label) for i in rgb], 64, 48, opts, np.random.default_rng(1))
+    got = A.mosaic([(i, label) for i in bgr], 64, 48, opts, np.random.default_rng(1), bgr=True)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+
+
 def test_letterbox_geometry():
     """A 2:1 image in a square network: centred, full width, half height, mean colour above and below."""
     img = np.empty((100, 200, 3), np.uint8)

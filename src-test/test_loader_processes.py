@@ -16,6 +16,7 @@ from darknet_py.data import synth
 from darknet_py.data import BatchLoader, augment as A
 from darknet_py.data.darknet_files import label_path_for
 from darknet_py.data.labels import read_labels
+from darknet_py.data.process_loader import rows_per_job
 from darknet_py.training.train_rate import ThroughputMeter, default_train_workers, use_processes
 
 # every augmentation a detector trains with, at a small size so the test stays fast
@@ -146,6 +147,43 @@ def test_throughput_meter_and_loader_choice():
     assert not use_processes("auto", "cuda", 1) and use_processes("processes", "cpu", 1)
     with pytest.raises(ValueError, match="loader kind must be auto, threads or processes"):
         use_processes("fork", "cpu", 2)
+
+
+HEAP_PROBE = """
+import resource, sys
+import cv2, numpy as np
+from darknet_py.data.heap import keep_freed_memory
+def faults():  # a sample's pattern: a few full-size images made and dropped, in the main thread
+    img = np.full((416, 416, 3), 7, np.uint8)
+    f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(20):
+        a = cv2.resize(img, (500, 500)); b = cv2.cvtColor(a, cv2.COLOR_BGR2HSV); c = np.ones((3, 416, 416), np.float32)
+        del a, b, c
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0) / 20
+before = faults()
+kept = keep_freed_memory()
+faults()
+print(before, kept, faults())
+"""
+
+
+def test_worker_heap_keeps_freed_images_for_the_next_one():
+    """A worker's main thread with glibc's default heap faults each image's pages in again (the heap is
+    trimmed after every sample); with heap.keep_freed_memory (called by every worker) it reuses them."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", HEAP_PROBE], capture_output=True, text=True, check=True).stdout.split()
+    before, kept, after = float(out[0]), out[1] == "True", float(out[2])
+    if not kept:
+        pytest.skip("not glibc: its allocator keeps its own policy")
+    assert before >= 20 and after <= 1, (before, after)
+
+
+def test_rows_per_job():
+    """A job is a few rows (one message each way), every worker gets one in each batch."""
+    assert rows_per_job(64, 1) == 8 and rows_per_job(64, 14) == 4 and rows_per_job(5, 2) == 2
+    assert rows_per_job(3, 8) == 1
 
 
 def test_train_through_processes_is_the_run_through_threads(shapes, tmp_path):

@@ -81,7 +81,7 @@ class SampleMaker:
             self.bad.add(path)
             self.reporter.report("unreadable-image", path, f"{path}: cannot decode the image: skipped")
             return None
-        return cv2.cvtColor(img, cv2.COLOR_BGR2RGB) if self.channels == 3 else img
+        return img  # BGR as decoded: augment's bgr=True makes it RGB in its HSV step, at no extra pass
 
     def _boxes(self, path: str) -> np.ndarray:
         boxes = self.labels.get(path)
@@ -91,7 +91,8 @@ class SampleMaker:
         return boxes
 
     def _draw(self, rng) -> Tuple[np.ndarray, np.ndarray]:
-        """A random usable image and its boxes (another one is drawn for a bad image)."""
+        """A random usable image (BGR as decoded, or grey) and its boxes (another one is drawn for a bad
+        image)."""
         for _ in range(self.MAX_DRAWS):
             path = self.paths[int(rng.integers(len(self.paths)))]
             img = self._load_image(path)
@@ -127,11 +128,11 @@ class SampleMaker:
         rng = np.random.default_rng([self.seed, k, j])
         mixing = self.group_mixing(k, j)
         if mixing == "mosaic":
-            return augmentation.mosaic([self._draw(rng) for _ in range(4)], w, h, self.opts, rng, out)
+            return augmentation.mosaic([self._draw(rng) for _ in range(4)], w, h, self.opts, rng, out, bgr=True)
         img, boxes = self._draw(rng)
         if mixing == "mixup":  # Darknet's second pass: another random image, blended over this one
-            first = augmentation.augment_one(img, boxes, w, h, self.opts, rng)
+            first = augmentation.augment_one(img, boxes, w, h, self.opts, rng, bgr=True)
             other, other_boxes = self._draw(rng)
-            second = augmentation.augment_one(other, other_boxes, w, h, self.opts, rng)
+            second = augmentation.augment_one(other, other_boxes, w, h, self.opts, rng, bgr=True)
             return augmentation.mixup(first, second, int(self.opts["max_boxes"]), out)
-        return augmentation.augment_one(img, boxes, w, h, self.opts, rng, out)
+        return augmentation.augment_one(img, boxes, w, h, self.opts, rng, out, bgr=True)
