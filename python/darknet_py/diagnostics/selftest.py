@@ -100,15 +100,18 @@ def _training_direction(op: str) -> str:
 
 
 def select_cases(quick: bool, precision: str = "fp32", ref=None):
-    """(case, direction) pairs: all of op_cases (in half: its half_cases, forward only, `ref` the
-    reference Ops), or with `quick` the QUICK_CASES_PER_OP smallest cases (by input size) of each op
-    and direction."""
-    from .op_cases import CASES, TRAIN_CASES, half_cases
+    """(case, direction) pairs: all of op_cases (in half: its half_cases and half_train_cases, `ref`
+    the reference Ops), or with `quick` the QUICK_CASES_PER_OP smallest cases (by input size) of each
+    op and direction."""
+    from .op_cases import CASES, TRAIN_CASES, half_cases, half_train_cases
 
     if precision == "fp32":
-        pairs = [(c, "forward") for c in CASES] + [(c, _training_direction(c.op)) for c in TRAIN_CASES]
+        train = TRAIN_CASES
+        pairs = [(c, "forward") for c in CASES]
     else:
+        train = half_train_cases(precision, ref)
         pairs = [(c, "forward") for c in half_cases(precision, ref)]
+    pairs += [(c, _training_direction(c.op)) for c in train]
     if not quick:
         return pairs
 
