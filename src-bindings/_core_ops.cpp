@@ -225,7 +225,7 @@ void bind_ops(py::module_& m) {
             Shape xs = nchw(op, "x", x), ws = nchw(op, "dw", dw), ys = nchw(op, "dy", dy);
             ConvGeom g{ws.h, ws.w, stride_y, stride_x, pad, dilation, groups};
             check_shape(op, "dy", ys, conv_output(op, xs, ws, g, ys.h, ys.w, "dy's HxW"));
-            Tensor tx = o.in(x), tdy = o.in(dy), tdw = o.in(dw);
+            Tensor tx = o.act(x), tdy = o.act(dy), tdw = o.in(dw);  // dw: a parameter gradient, fp32
             o.be->conv2d_backward_weights(tx, tdy, g, tdw);
             return to_numpy(tdw);
         })
@@ -235,7 +235,7 @@ void bind_ops(py::module_& m) {
             Shape xs = nchw(op, "dx", dx), ws = nchw(op, "w", w), ys = nchw(op, "dy", dy);
             ConvGeom g{ws.h, ws.w, stride_y, stride_x, pad, dilation, groups};
             check_shape(op, "dy", ys, conv_output(op, xs, ws, g, ys.h, ys.w, "dy's HxW"));
-            Tensor tdy = o.in(dy), tw = o.in(w), tdx = o.in(dx);
+            Tensor tdy = o.act(dy), tw = o.in(w), tdx = o.act(dx);
             o.be->conv2d_backward_data(tdy, tw, g, tdx);
             return to_numpy(tdx);
         })

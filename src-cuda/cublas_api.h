@@ -21,9 +21,9 @@ struct CublasApi {
     int (*cublasSetWorkspace_v2)(Handle, void*, size_t) = nullptr;
     int (*cublasSgemm_v2)(Handle, int transa, int transb, int m, int n, int k, const float* alpha, const float* A,
                           int lda, const float* B, int ldb, const float* beta, float* C, int ldc) = nullptr;
-    // Half matrices (fp16 / bf16: cudaDataType_t kR16F / kR16BF) with fp32 compute (kCompute32F), the
-    // default algorithm (tensor cores).
-    enum : int { kR16F = 2, kR16BF = 14, kCompute32F = 68, kGemmDefault = -1 };
+    // Half matrices (fp16 / bf16: cudaDataType_t kR16F / kR16BF; C may be kR32F) with fp32 compute
+    // (kCompute32F), the default algorithm (tensor cores).
+    enum : int { kR32F = 0, kR16F = 2, kR16BF = 14, kCompute32F = 68, kGemmDefault = -1 };
     int (*cublasGemmEx)(Handle, int transa, int transb, int m, int n, int k, const void* alpha, const void* A, int a_type,
                         int lda, const void* B, int b_type, int ldb, const void* beta, void* C, int c_type, int ldc,
                         int compute_type, int algo) = nullptr;

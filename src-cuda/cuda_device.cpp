@@ -251,26 +251,29 @@ public:
         return true;
     }
 
-    bool gemm_half(DType dtype, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const DeviceMemory* A,
-                   size_t a_offset, int lda, const DeviceMemory* B, size_t b_offset, int ldb, float beta,
-                   DeviceMemory* C, size_t c_offset, int ldc) override {
+    bool gemm_half(DType dtype, DType c_dtype, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                   const DeviceMemory* A, size_t a_offset, int lda, const DeviceMemory* B, size_t b_offset, int ldb,
+                   float beta, DeviceMemory* C, size_t c_offset, int ldc) override {
         if (!cublas_) return false;
         std::lock_guard<std::mutex> lock(mutex_);
         if (failed_capture()) return true;
         note_buffer(A);
         note_buffer(B);
         note_buffer(C);
-        // as gemm: column-major C^T = op(B)^T op(A)^T; 2-byte elements, fp32 accumulation and alpha, beta
+        // as gemm: column-major C^T = op(B)^T op(A)^T; 2-byte A and B, C in their type or fp32 (a
+        // combination GemmEx lists for kCompute32F), fp32 accumulation and alpha, beta
         const int type = dtype == DType::bf16 ? CublasApi::kR16BF : CublasApi::kR16F;
+        const bool c_f32 = c_dtype == DType::f32;
         int status = cublas_->cublasGemmEx(handle_, trans_b ? CublasApi::kOpT : CublasApi::kOpN,
                                            trans_a ? CublasApi::kOpT : CublasApi::kOpN, N, M, K, &alpha,
                                            to_ptr(B) + 2 * b_offset, type, ldb, to_ptr(A) + 2 * a_offset, type, lda,
-                                           &beta, to_ptr(C) + 2 * c_offset, type, ldc, CublasApi::kCompute32F,
+                                           &beta, to_ptr(C) + (c_f32 ? 4 : 2) * c_offset,
+                                           c_f32 ? CublasApi::kR32F : type, ldc, CublasApi::kCompute32F,
                                            CublasApi::kGemmDefault);
         if (status != 0)
-            throw DarknetError(std::string("cuBLAS GemmEx in ") + dtype_name(dtype) + " (" + std::to_string(M) + "x" +
-                               std::to_string(N) + "x" + std::to_string(K) + ") failed with status " +
-                               std::to_string(status));
+            throw DarknetError(std::string("cuBLAS GemmEx in ") + dtype_name(dtype) + (c_f32 ? " into fp32" : "") +
+                               " (" + std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K) +
+                               ") failed with status " + std::to_string(status));
         return true;
     }
 

@@ -135,9 +135,9 @@ void CudnnConvolutions::run(const ConvParams& p, ConvPass pass, const void* in_a
         check(a.cudnnConvolutionBackwardData(handle_, &one, s.w, in_b, s.y, in_a, s.conv, s.algo[k], workspace,
                                              workspace_bytes, &one, s.x, out),
               "convolution backward (data)");
-    else
+    else  // in half dw is overwritten: GpuBackend adds the half result into the fp32 gradient (device.h)
         check(a.cudnnConvolutionBackwardFilter(handle_, &one, s.x, in_a, s.y, in_b, s.conv, s.algo[k], workspace,
-                                               workspace_bytes, &one, s.w, out),
+                                               workspace_bytes, s.half ? &zero : &one, s.w, out),
               "convolution backward (weights)");
 }
 

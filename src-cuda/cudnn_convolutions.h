@@ -1,6 +1,7 @@
 // Convolutions through cuDNN for CudaDevice: descriptors and the algorithm of each pass, made once
 // per convolution shape and kept; the device owns the workspace and the stream. Forward overwrites
-// y; the backward passes accumulate (+=) into dx and dw, as the Device contract asks (device.h).
+// y; the backward passes accumulate (+=) into dx and dw, as the Device contract asks (device.h),
+// except the half weight gradient, which overwrites dw (a half scratch there).
 #pragma once
 #include <array>
 #include <map>

@@ -9,6 +9,9 @@
 - The training ops of storage_training.h (backward passes, training batchnorm, fill, add_scaled) in
   fp16 and bf16 the same way (op_cases.half_train_cases), and the loss-scaling ops (add_scaled,
   unscale_check) against NumPy.
+- The convolutions' backward passes with half activations and gradients (half training), the same
+  way (op_cases.half_conv_backward_cases): on pocl within the fp32 tolerance for the weight gradient
+  (our kernels never round it to half), on CUDA within one half rounding more (cuDNN forms it in half).
 - The precision API and its refusals, in Python and on the command line.
 - The real yolov3-tiny on the test photos in fp16 and bf16 against fp32: same classes, boxes within
   1 px, confidences within 0.01 (a detection within 0.01 of the threshold may be on either side).
@@ -20,7 +23,8 @@ import pytest
 
 import gpu_devices
 from darknet_py import DarknetError, Network, _core
-from darknet_py.diagnostics.op_cases import HALF_TRAIN_OPS, check_case, half_cases, half_train_cases, trand
+from darknet_py.diagnostics.op_cases import (HALF_CONV_BACKWARD_OPS, HALF_TRAIN_OPS, check_case, compare, half_cases,
+                                             half_conv_backward_cases, half_train_cases, round_to, trand)
 from test_train import small_cfg
 
 PRECISIONS = ["fp16", "bf16"]
@@ -127,6 +131,23 @@ def train_cases(ref):
     return {p: half_train_cases(p, ref) for p in PRECISIONS}
 
 
+# ---- the convolutions' backward passes in half (training) ------------------------------------------
+# On CUDA cuDNN may form the weight gradient in half first; our kernels (pocl, Oclgrind) never do.
+DW_IN_HALF = {"pocl": False, "oclgrind": False, "cuda": True}
+
+
+@pytest.fixture(scope="module")
+def backward_cases(ref):
+    """(precision, dw_in_half) -> the half conv backward cases, made on first use"""
+    made = {}
+
+    def get(precision, dw_in_half):
+        if (precision, dw_in_half) not in made:
+            made[precision, dw_in_half] = half_conv_backward_cases(precision, ref, dw_in_half)
+        return made[precision, dw_in_half]
+    return get
+
+
 @pytest.mark.parametrize("label", ["pocl", "cuda"])
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_half_training_ops_match_the_reference(ref, train_cases, label, precision):
@@ -159,6 +180,35 @@ def test_half_training_kernels_have_no_races_on_the_simulator(ref, train_cases, 
         if c.op not in by_op or size < by_op[c.op][0]:
             by_op[c.op] = (size, c)
     for _, c in by_op.values():
+        r = check_case(ref, ops, c)
+        assert r.ok, f"{c.id}: {r.message}"
+
+
+@pytest.mark.parametrize("label", ["pocl", "cuda"])
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_half_conv_backward_matches_the_reference(ref, backward_cases, label, precision):
+    ops = _half_ops(label, precision)
+    cases = backward_cases(precision, DW_IN_HALF[label])
+    assert {c.op for c in cases} == set(HALF_CONV_BACKWARD_OPS) and len(cases) > 90
+    failed = [f"{c.id}: {r.message}" for c in cases for r in [check_case(ref, ops, c)] if not r.ok]
+    assert not failed, f"{len(failed)} of {len(cases)} cases:\n" + "\n".join(failed[:10])
+    assert not ops.fallback_counts(), ops.fallback_counts()
+    dx = ops.conv2d_backward_data(*next(c for c in cases if c.op == "conv2d_backward_data").args)
+    assert np.array_equal(round_to(dx, precision), dx)  # dx came back from half storage
+
+
+# the paths of gpu_ops_conv.cpp in small cases (the simulator is slow): im2col and col2im over a run
+# of 2 images (axis swaps of dy), 1x1 of one image (GEMM straight into dx), groups (image by image).
+# (1x1 over a run of 2 takes 2 s there and runs the same kernels: pocl covers it.)
+SIMULATED = ("-g1-n2c1-13x10-", "-1x1in-n1", "-dw-n1c2-12x12-")
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_half_conv_backward_has_no_races_on_the_simulator(ref, backward_cases, precision):
+    ops = _half_ops("oclgrind", precision)
+    picked = [c for c in backward_cases(precision, False) if any(t in c.id for t in SIMULATED)]
+    assert len(picked) == 2 * len(SIMULATED), [c.id for c in picked]
+    for c in picked:
         r = check_case(ref, ops, c)
         assert r.ok, f"{c.id}: {r.message}"
 
@@ -197,6 +247,19 @@ def test_fp32_only_training_ops_refuse_half_naming_precision_md():
     x = trand(1, 2, 3, 3)
     with pytest.raises(DarknetError, match=r"fp16 .* tensor was passed to an op that runs in fp32 only .*PRECISION\.md"):
         ops.pool_backward("global_avg", x, trand(1, 2, 1, 1), 1, 1, 1, 0)
+
+
+def test_a_weight_gradient_rounded_to_half_fails_the_kernels_tolerance(ref, backward_cases):
+    """The pocl tolerance tells the kernels' fp32 weight gradient from one formed in half first: dw0 +
+    round_fp16(x * dy) fails it in most cases (so the pocl test checks that no half rounding happens)."""
+    cases = [c for c in backward_cases("fp16", False) if c.op == "conv2d_backward_weights"]
+    caught = 0
+    for c in cases:
+        x, dy, dw0, *geom = c.args
+        want = ref.conv2d_backward_weights(*c.args)
+        half_first = dw0 + round_to(ref.conv2d_backward_weights(x, dy, np.zeros_like(dw0), *geom), "fp16")
+        caught += not compare(half_first, want, c.scale(ref)[0], 0.0).ok
+    assert caught > 0.8 * len(cases), f"{caught} of {len(cases)}"
 
 
 def test_storage_is_refused_where_it_does_not_run():

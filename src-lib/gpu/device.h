@@ -128,15 +128,19 @@ public:
                       DeviceMemory* C, size_t c_offset, int ldc) {
         return false;
     }
-    // The same on fp16 / bf16 matrices (dtype) with fp32 accumulation and fp32 alpha, beta (cuBLAS GemmEx).
-    virtual bool gemm_half(DType dtype, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+    // The same on fp16 / bf16 A and B (dtype) with fp32 accumulation and fp32 alpha, beta (cuBLAS
+    // GemmEx); C in dtype too, or in fp32 (c_dtype: half training's fp32 weight gradient and columns).
+    virtual bool gemm_half(DType dtype, DType c_dtype, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                            const DeviceMemory* A, size_t a_offset, int lda, const DeviceMemory* B, size_t b_offset,
                            int ldb, float beta, DeviceMemory* C, size_t c_offset, int ldc) {
         return false;
     }
     // Convolution, pooling and training batchnorm (cuDNN, MPS). Each has the meaning of the Backend
     // op of the same name (backend.h), backward passes ACCUMULATING (+=) into their gradients;
-    // GpuBackend calls them before its own kernels, which run when they return false.
+    // GpuBackend calls them before its own kernels, which run when they return false. In half
+    // (p.dtype fp16 / bf16) every tensor argument is in p.dtype, and conv2d_backward_weights
+    // OVERWRITES dw (a half scratch: GpuBackend adds it into the fp32 gradient, which accumulating
+    // in half would round at every step).
     virtual bool conv2d(const ConvParams& p, const DeviceMemory* x, const DeviceMemory* w, DeviceMemory* y) {
         return false;
     }

@@ -1,10 +1,10 @@
 // GpuBackend's matrix products and convolutions. A convolution is, per image and group, im2col
 // into a column matrix and one GEMM (as Darknet's GPU path without cuDNN); 1x1 stride-1 unpadded
 // convolutions skip im2col (the image is its own column matrix). The backward passes are the
-// transposed GEMMs, and col2im as a gather (kernels/gemm.h). The device's vendor GEMM runs where it
-// offers one, the tiled gemm_<type> kernel otherwise. Forward convolutions take every storage type
-// (src-lib/gpu/PRECISION.md: im2col, the axis swap and the GEMM are storage kernels, the device's half
-// GEMM runs where it has one); the backward passes take fp32.
+// transposed GEMMs, and col2im as a gather. The device's vendor GEMM runs where it offers one, the
+// tiled gemm_<type> kernel otherwise. Every pass takes every storage type for its activations and
+// their gradients (src-lib/gpu/PRECISION.md: im2col, col2im, the axis swap and the GEMM are storage
+// kernels); weights and weight gradients stay fp32.
 #include <algorithm>
 
 #include "../errors.h"
@@ -81,25 +81,27 @@ ConvParams conv_params(const Tensor& x, const Tensor& y, const ConvGeom& g) {
     return ConvParams{nchw(x), nchw(y), g.kh, g.kw, g.stride_y, g.stride_x, g.pad, g.dilation, g.groups, x.dtype()};
 }
 
-// The ops below that have no half path yet (the backward passes) take fp32 only.
-void require_f32(const char* op, std::initializer_list<const Tensor*> tensors) {
-    if (GpuBackend::same_storage(op, tensors) != DType::f32)
-        throw DarknetError(std::string(op) + " runs in fp32 only on GPU devices so far, not in " +
-                           dtype_name((*tensors.begin())->dtype()) + " (src-lib/gpu/PRECISION.md)");
+// The fp32 parameter tensor a half backward pass writes: the weight gradient.
+void require_f32_param(const char* op, const char* what, const Tensor& t) {
+    if (t.dtype() != DType::f32)
+        throw DarknetError(std::string(op) + ": " + what + " is a parameter gradient, fp32 in every precision, not " +
+                           dtype_name(t.dtype()) + " (src-lib/gpu/PRECISION.md)");
 }
 
 }  // namespace
 
-// C = alpha op(A) op(B) + beta C on sub-matrices at element offsets, in any one storage type (fp32
-// accumulation): the device's GEMM or ours.
+// C = alpha op(A) op(B) + beta C on sub-matrices at element offsets, A and B in one storage type, C
+// in that type or in fp32 (fp32 accumulation either way): the device's GEMM or ours.
 static void gemm_at(GpuBackend& be, bool ta, bool tb, int M, int N, int K, float alpha, const Tensor& A, size_t a_off,
                     int lda, const Tensor& B, size_t b_off, int ldb, float beta, Tensor& C, size_t c_off, int ldc) {
     if (M == 0 || N == 0) return;
-    DType t = GpuBackend::same_storage("gemm", {&A, &B, &C});
+    DType t = GpuBackend::same_storage("gemm", {&A, &B});
+    const bool c_f32 = C.dtype() == DType::f32;
+    if (!c_f32) GpuBackend::same_storage("gemm", {&A, &C});  // C: A's type or fp32
     bool vendor = t == DType::f32 ? be.dev().gemm(ta, tb, M, N, K, alpha, A.memory(), a_off, lda, B.memory(), b_off, ldb,
                                                   beta, C.memory(), c_off, ldc)
-                                  : be.dev().gemm_half(t, ta, tb, M, N, K, alpha, A.memory(), a_off, lda, B.memory(),
-                                                       b_off, ldb, beta, C.memory(), c_off, ldc);
+                                  : be.dev().gemm_half(t, C.dtype(), ta, tb, M, N, K, alpha, A.memory(), a_off, lda,
+                                                       B.memory(), b_off, ldb, beta, C.memory(), c_off, ldc);
     if (vendor) return;
     const std::string kernel = GpuBackend::storage_kernel("gemm", t);
     if (!be.allows_group_size(kernel.c_str(), 256))  // a device with smaller groups: the CPU's GEMM on (fp32) copies
@@ -110,8 +112,10 @@ static void gemm_at(GpuBackend& be, bool ta, bool tb, int M, int N, int K, float
         });
     int tiles_n = (N + 15) / 16;
     GemmArgs a{M, N, K, lda, ldb, ldc, ta ? 1 : 0, tb ? 1 : 0, (int32_t)a_off, (int32_t)b_off, (int32_t)c_off,
-               tiles_n, alpha, beta};
-    be.launch_tiles(kernel.c_str(), (size_t)((M + 15) / 16) * tiles_n, {be.any_buf(A), be.any_buf(B), be.any_buf(C)}, a);
+               tiles_n, alpha, beta, c_f32 ? 1 : 0};
+    // an fp32 C is bound to both C slots (the kernel writes C32 only, see storage_kernels.h)
+    be.launch_tiles(kernel.c_str(), (size_t)((M + 15) / 16) * tiles_n,
+                    {be.any_buf(A), be.any_buf(B), be.any_buf(C), be.any_buf(C)}, a);
 }
 
 void GpuBackend::gemm(bool ta, bool tb, int M, int N, int K, float alpha, const Tensor& A, int lda, const Tensor& B,
@@ -156,9 +160,24 @@ void GpuBackend::conv2d_affine_act(const Tensor& x, const Tensor& w, const ConvG
 }
 
 void GpuBackend::conv2d_backward_weights(const Tensor& x, const Tensor& dy, const ConvGeom& g, Tensor& dw) {
-    require_f32("conv2d_backward_weights", {&x, &dy, &dw});
-    if (dev().conv2d_backward_weights(conv_params(x, dy, g), x.memory(), dy.memory(), dw.memory())) return;
-    // dW_g[cout_g, K] += dY_g[cout_g, run * P] * col^T[run * P, K], summed over the runs of images
+    // x, dy in storage S; dw fp32 in every precision (src-lib/gpu/PRECISION.md)
+    const DType t = same_storage("conv2d_backward_weights", {&x, &dy});
+    require_f32_param("conv2d_backward_weights", "dw", dw);
+    if (t == DType::f32) {
+        if (dev().conv2d_backward_weights(conv_params(x, dy, g), x.memory(), dy.memory(), dw.memory())) return;
+    } else {
+        // cuDNN forms a half dw (its filter descriptor takes x's type): into a half scratch, then
+        // added to the fp32 dw, one rounding of this step's gradient. (Darknet's CUDNN_HALF converts
+        // the whole accumulator to half and back, rounding the running sum too.)
+        Tensor& part = scratch(3, dw.size(), t);
+        if (dev().conv2d_backward_weights(conv_params(x, dy, g), x.memory(), dy.memory(), part.memory())) {
+            launch(storage_kernel("add_into_f32", t).c_str(), dw.size(), {buf(dw), any_buf(part)},
+                   CountArgs{(int32_t)dw.size()});
+            return;
+        }
+    }
+    // dW_g[cout_g, K] += dY_g[cout_g, run * P] * col^T[run * P, K], summed over the runs of images:
+    // half operands, the GEMM's fp32 sums added straight into the fp32 dw (no half result at all)
     const Shape &xs = x.shape(), &ys = dy.shape();
     ConvSlice s = conv_slice(xs, ys, g);
     const int P = s.out_plane, most = run_length(s, g.groups, xs.n);
@@ -172,7 +191,7 @@ void GpuBackend::conv2d_backward_weights(const Tensor& x, const Tensor& dy, cons
                         s.w_offset(gi), s.K);
                 continue;
             }
-            Tensor& dy_run = scratch(1, (size_t)s.cout_g * run * P);  // [run][cout][P] -> [cout][run][P]
+            Tensor& dy_run = scratch(1, (size_t)s.cout_g * run * P, t);  // [run][cout][P] -> [cout][run][P]
             swap_axes(*this, dy, s.y_offset(ys, n0, 0), run, s.cout_g, P, dy_run, 0, false);
             gemm_at(*this, false, true, s.cout_g, s.K, run * P, 1.0f, dy_run, 0, run * P, b, bo, run * P, 1.0f, dw,
                     s.w_offset(gi), s.K);
@@ -180,10 +199,13 @@ void GpuBackend::conv2d_backward_weights(const Tensor& x, const Tensor& dy, cons
     }
 }
 
-void GpuBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, const ConvGeom& g, Tensor& dx) {
-    require_f32("conv2d_backward_data", {&dy, &w, &dx});
+void GpuBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w_param, const ConvGeom& g, Tensor& dx) {
+    // dy, dx in storage S; half gradients take the half copy of the fp32 weights that conv2d takes
+    const DType t = same_storage("conv2d_backward_data", {&dy, &dx});
+    const Tensor& w = param_in(w_param, t);
     if (dev().conv2d_backward_data(conv_params(dx, dy, g), dy.memory(), w.memory(), dx.memory())) return;
-    // col[K, run * P] = W_g^T[K, cout_g] * dY_g[cout_g, run * P]; dx += col2im(col)
+    // col[K, run * P] = W_g^T[K, cout_g] * dY_g[cout_g, run * P]; dx += col2im(col). The column
+    // matrix is fp32 in every storage type, so a half dx is rounded once (in col2im), not also in col.
     const Shape &xs = dx.shape(), &ys = dy.shape();
     ConvSlice s = conv_slice(xs, ys, g);
     const int P = s.out_plane, most = run_length(s, g.groups, xs.n);
@@ -195,12 +217,12 @@ void GpuBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, const C
             const Tensor* dy_g = &dy;
             size_t dy_off = s.y_offset(ys, n0, gi);
             if (run > 1) {  // [run][cout][P] -> [cout][run][P]
-                Tensor& dy_run = scratch(1, (size_t)s.cout_g * run * P);
+                Tensor& dy_run = scratch(1, (size_t)s.cout_g * run * P, t);
                 swap_axes(*this, dy, s.y_offset(ys, n0, 0), run, s.cout_g, P, dy_run, 0, false);
                 dy_g = &dy_run;
                 dy_off = 0;
             }
-            if (s.direct && run == 1) {
+            if (s.direct && run == 1) {  // dx += W^T dY in place: one rounding in half too
                 gemm_at(*this, true, false, s.K, P, s.cout_g, 1.0f, w, s.w_offset(gi), s.K, *dy_g, dy_off, P, 1.0f, dx,
                         xo, P);
                 continue;
@@ -208,13 +230,13 @@ void GpuBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, const C
             Tensor& col = scratch(2, (size_t)s.K * run * P);
             gemm_at(*this, true, false, s.K, run * P, s.cout_g, 1.0f, w, s.w_offset(gi), s.K, *dy_g, dy_off, run * P,
                     0.0f, col, 0, run * P);
-            if (s.direct) {  // [C][run][P] -> dx's [run][C][P], added
+            if (s.direct && t == DType::f32) {  // [C][run][P] -> dx's [run][C][P], added (col2im does it in half)
                 swap_axes(*this, col, 0, s.K, run, P, dx, xo, true);
                 continue;
             }
             Col2imArgs a{(int32_t)((size_t)run * s.cin_g * xs.plane()), (int32_t)xo, 0, s.cin_g, xs.h, xs.w, g.kh, g.kw,
                          g.pad, g.stride_y, g.stride_x, g.dilation, ys.h, ys.w, run, image_stride};
-            launch("col2im_f32", (size_t)a.n, {buf(col), buf(dx)}, a);
+            launch(storage_kernel("col2im", t).c_str(), (size_t)a.n, {buf(col), any_buf(dx)}, a);
         }
     }
 }

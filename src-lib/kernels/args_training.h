@@ -1,4 +1,4 @@
-// Argument structs of the training kernels (gemm.h, reduce.h, backward*.h), shared by host and kernels.
+// Argument structs of the training kernels (gemm and col2im of storage_kernels.h, reduce.h, backward*.h), shared by host and kernels.
 #pragma once
 #include "compat_cpu.h"
 KNAMESPACE_BEGIN
@@ -10,13 +10,14 @@ KNAMESPACE_BEGIN
 // (args_forward.h), with n = the elements of dx (one thread per gradient element, a gather).
 
 // Row-major C[M,N] = alpha * op(A) * op(B) + beta * C; op(X) = X^T when trans_x. One group of 256
-// threads per 16x16 tile of C: tiles_n = ceil(N / 16), groups = ceil(M / 16) * tiles_n.
+// threads per 16x16 tile of C: tiles_n = ceil(N / 16), groups = ceil(M / 16) * tiles_n. c_f32: C is
+// fp32 whatever the storage type of A and B (storage_kernels.h).
 typedef struct {
     int32_t M; int32_t N; int32_t K; int32_t lda; int32_t ldb; int32_t ldc;
     int32_t trans_a; int32_t trans_b; int32_t a_offset; int32_t b_offset; int32_t c_offset;
-    int32_t tiles_n; float alpha; float beta;
+    int32_t tiles_n; float alpha; float beta; int32_t c_f32;
 } GemmArgs;
-KSTATIC_ASSERT(sizeof(GemmArgs) == 56, "GemmArgs layout");
+KSTATIC_ASSERT(sizeof(GemmArgs) == 60, "GemmArgs layout");
 
 // col2im of a run of `images` images (or one channel group of each), the adjoint of im2col with
 // Im2colImageArgs: n = images * channels * height * width (one thread per image element); the first

@@ -1,5 +1,5 @@
 // Kernel text written once for every storage type (src-lib/gpu/PRECISION.md): the kernels that
-// detection runs on activations, convolution's im2col and GEMM included. Each is compiled three times, for fp32, fp16 and bf16 storage
+// detection runs on activations, convolution's im2col, col2im and GEMM included. Each is compiled three times, for fp32, fp16 and bf16 storage
 // (storage_f32.h etc. define the macros; the kernel names end in _f32, _f16, _bf16):
 //   S_T            the element type of activation buffers (float, half, bf16 bits)
 //   S_LD(p, i)     element i of p as a float
@@ -175,7 +175,10 @@ KERNEL(S_NAME(swap_axes))(KBUF(S_T, y, 0), KCBUF(S_T, x, 1), KARGS(SwapAxesArgs,
 // ceil(M/16) * tiles_n groups), one thread per C element; 16x16 slices of op(A) and op(B) are staged
 // in threadgroup memory. Every thread loads and reaches every barrier, also outside C (it loads
 // zeros there), and only the write is guarded. The tiles and the sum are fp32 in every storage type.
-KERNEL(S_NAME(gemm))(KCBUF(S_T, A, 0), KCBUF(S_T, B, 1), KBUF(S_T, C, 2), KARGS(GemmArgs, a, 3) KTHREAD_IDS) {
+// C is in storage S, or fp32 when a.c_f32 (then C32 is C and `C` is any buffer; half training's
+// weight gradient and column matrix: fp32 results of half operands, never rounded to half).
+KERNEL(S_NAME(gemm))(KCBUF(S_T, A, 0), KCBUF(S_T, B, 1), KBUF(S_T, C, 2), KBUF(float, C32, 3),
+                     KARGS(GemmArgs, a, 4) KTHREAD_IDS) {
     // Rows padded to 17 floats: the transposed loads store a column per thread row, and 16 would
     // put all 16 of them in one bank.
     KSHARED float as[16 * 17];  // as[r * 17 + k] = op(A)[row0 + r, k0 + k]
@@ -208,6 +211,54 @@ KERNEL(S_NAME(gemm))(KCBUF(S_T, A, 0), KCBUF(S_T, B, 1), KBUF(S_T, C, 2), KARGS(
     if (r < a.M && c < a.N) {
         int i = a.c_offset + r * a.ldc + c;
         // beta == 0 must not read C: it may hold garbage (NaN * 0 is NaN).
-        S_ST(C, i, (a.beta == 0.0f ? 0.0f : a.beta * S_LD(C, i)) + a.alpha * sum);
+        if (a.c_f32)
+            C32[i] = (a.beta == 0.0f ? 0.0f : a.beta * C32[i]) + a.alpha * sum;
+        else
+            S_ST(C, i, (a.beta == 0.0f ? 0.0f : a.beta * S_LD(C, i)) + a.alpha * sum);
     }
+}
+
+// dx += col2im(col) for a run of images: the adjoint of im2col as a gather. One thread per image
+// element (image, c, iy, ix) sums every column-matrix entry that im2col copied from it: the (ky, kx)
+// taps with oy * stride_y - pad + ky * dilation == iy (and likewise for x) at an output position
+// inside the output. Each dx element has one writer, so no atomics. The column matrix is fp32 in
+// every storage type (the GEMM that makes it writes fp32: see gemm), so dx in half is rounded once,
+// at its store. n = images * channels * height * width threads.
+KERNEL(S_NAME(col2im))(KCBUF(float, col, 0), KBUF(S_T, dx, 1), KARGS(Col2imArgs, a, 2) KTHREAD_IDS) {
+    uint t = KGID;
+    if (t >= (uint)a.n) return;
+    uint per_image = (uint)(a.channels * a.height * a.width);
+    int image = (int)(t / per_image);
+    uint i = t % per_image;
+    int ix = (int)(i % (uint)a.width), iy = (int)((i / (uint)a.width) % (uint)a.height);
+    int c = (int)(i / (uint)(a.width * a.height));
+    int out_plane = a.out_h * a.out_w;
+    int span = out_plane * a.images;  // one row of the column matrix
+    float sum = 0.0f;
+    for (int ky = 0; ky < a.kh; ++ky) {
+        // ty = oy * stride_y for the output row that reads iy (stride 1, the common case, needs no
+        // division: integer divisions dominated this kernel on the H100)
+        int ty = iy + a.pad - ky * a.dilation;
+        if (ty < 0) continue;
+        int oy = a.stride_y == 1 ? ty : ty / a.stride_y;
+        if (oy * a.stride_y != ty || oy >= a.out_h) continue;
+        for (int kx = 0; kx < a.kw; ++kx) {
+            int tx = ix + a.pad - kx * a.dilation;
+            if (tx < 0) continue;
+            int ox = a.stride_x == 1 ? tx : tx / a.stride_x;
+            if (ox * a.stride_x != tx || ox >= a.out_w) continue;
+            int row = (c * a.kh + ky) * a.kw + kx;
+            sum += col[a.col_offset + row * span + image * out_plane + oy * a.out_w + ox];
+        }
+    }
+    int o = a.im_offset + image * a.image_stride + (int)i;
+    S_ST(dx, o, S_LD(dx, o) + sum);
+}
+
+// y[i] += x[i] with x in storage S and y fp32: a half result added into an fp32 accumulator (cuDNN's
+// half weight gradient into the fp32 gradient, src-lib/gpu/PRECISION.md).
+KERNEL(S_NAME(add_into_f32))(KBUF(float, y, 0), KCBUF(S_T, x, 1), KARGS(CountArgs, a, 2) KTHREAD_IDS) {
+    int i = (int)KGID;
+    if (i >= a.n) return;
+    y[i] += S_LD(x, i);
 }

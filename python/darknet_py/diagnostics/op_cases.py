@@ -740,3 +740,54 @@ def half_train_cases(precision: str, ref) -> List[Case]:
 
         out.append(Case(f"{precision}-{base.id}", base.op, args, atol=1.0, rtol=0.0, scale=tol))
     return out
+
+
+# Half training (src-lib/gpu/PRECISION.md, phase 2): the convolutions' backward passes with the
+# activations and their gradients in fp16 / bf16 (x, dy, dx), weights and the weight gradient fp32.
+# The inputs are rounded to the format first, as above; with u the unit roundoff (2^-11, 2^-8) and
+# the fp32 case's own tolerance (DOT_TOL * sqrt(K) times the magnitude, K = the reduction length:
+# N * out_h * out_w terms per weight gradient, cout/groups * kh * kw per input gradient), what
+# remains is, per op:
+#   conv2d_backward_weights  our kernels: nothing (the GEMM's fp32 sums go straight into the fp32
+#                            dw); cuDNN (dw_in_half): its half result, one rounding: u sum |x dy|
+#   conv2d_backward_data     the weights' half copy (param_in): u sum |w dy|; the store into the
+#                            half dx: u |dx|; cuDNN may round W^T dy to half before adding it to dx:
+#                            another u sum |w dy|
+# plus fp16's absolute step below its smallest normal (2^-25) for each rounding. Cases whose results
+# leave the format's range are left out.
+HALF_CONV_BACKWARD_OPS = ("conv2d_backward_weights", "conv2d_backward_data")
+
+
+def half_conv_backward_cases(precision: str, ref, dw_in_half: bool) -> List[Case]:
+    """The conv backward cases of TRAIN_CASES (every geometry of the forward parity) for an Ops whose
+    storage is `precision`, tolerances as above; dw_in_half: the device may form the weight
+    gradient in half first (cuDNN on CUDA) rather than only in fp32 (our kernels)."""
+    u, floor = HALF_UNIT[precision], HALF_FLOOR[precision]
+    out = []
+    for base in TRAIN_CASES:
+        if base.op == "conv2d_backward_weights":
+            x, dy, dw0, *geom = base.args
+            args = (round_to(x, precision), round_to(dy, precision), dw0, *geom)
+            fresh = ref.conv2d_backward_weights(args[0], args[1], np.zeros_like(dw0), *geom)  # the half part
+
+            def tol(r, base=base, args=args, geom=geom):
+                extra = 0.0
+                if dw_in_half:
+                    x, dy, dw0 = args[:3]
+                    extra = u * r.conv2d_backward_weights(np.abs(x), np.abs(dy), np.zeros_like(dw0), *geom) + floor
+                return [base.scale(r)[0] + extra]
+        elif base.op == "conv2d_backward_data":
+            dy, w, dx0, *geom = base.args
+            args = (round_to(dy, precision), w, round_to(dx0, precision), *geom)
+            fresh = ref.conv2d_backward_data(*args)
+
+            def tol(r, base=base, args=args, geom=geom):
+                dy, w, dx0 = args[:3]
+                products = r.conv2d_backward_data(np.abs(dy), np.abs(w), np.zeros_like(dx0), *geom)
+                return [base.scale(r)[0] + 2 * u * products + u * np.abs(r.conv2d_backward_data(*args)) + 3 * floor]
+        else:
+            continue
+        if np.abs(fresh).max() > HALF_MAX[precision]:
+            continue
+        out.append(Case(f"{precision}-{base.id}", base.op, args, atol=1.0, rtol=0, scale=tol))
+    return out
