@@ -6,7 +6,8 @@ batches, through every layer type a YOLO cfg trains in half (conv + batchnorm + 
 route, upsample, shortcut, two [yolo] heads). Tolerances follow from the formats: an activation
 stored in fp16 carries a relative error up to 2^-11, in bf16 2^-8; after a forward and backward
 through the net's 12 layers and a few SGD steps the loss agrees with fp32 within 1 % (fp16) and
-4 % (bf16), several times what one rounding per layer gives.
+2 % (bf16) for the first 4 steps (measured on pocl: 0.4 % and 1 %), several times what one rounding
+per layer gives; later steps drift as any rounding difference does in training.
 
 Runs on pocl (CPU OpenCL, in CI) and on CUDA where there is one.
 """
@@ -100,7 +101,10 @@ anchors=4,4, 6,6, 8,8, 10,10, 14,14, 20,20
 classes={CLASSES}
 num=6
 """
-LOSS_TOL = {"fp16": 0.01, "bf16": 0.04}
+LOSS_TOL = {"fp16": 0.01, "bf16": 0.02}
+WEIGHTED = (0, 3, 6, 10)  # the first, the mish and the two head convolutions
+HEADS = (6, 10)
+WEIGHT_TOL = {"fp16": 0.003, "bf16": 0.01}
 
 
 def _device(label: str) -> str:
@@ -141,17 +145,28 @@ def _train(net, steps: int, lr: float = 0.002):
 def test_half_training_follows_fp32(tmp_path, label, precision):
     device = _device(label)
     full, half = _net(tmp_path, device, "fp32"), _net(tmp_path, device, precision)
-    want, got = _train(full, 8), _train(half, 8)
-    assert all(applied for _, applied in want + got), got  # fp16 starts at 2^16: no overflow on this net
-    want_l, got_l = np.array([w for w, _ in want]), np.array([g for g, _ in got])
-    assert np.all(np.abs(got_l - want_l) <= LOSS_TOL[precision] * want_l), f"fp32 {want_l}\n{precision} {got_l}"
-    assert got_l[-1] < got_l[0]  # it learns
-    for layer in (0, 3, 6, 10):  # first, mish, head convolutions: the fp32 master weights moved alike
+    if precision == "fp16":  # a scale these gradients fit from the start: every step applies, as in fp32
+        half.loss_scale = 1024.0
+    start = {layer: full.params(layer)["weights"].copy() for layer in WEIGHTED}
+    want, got = _train(full, 4), _train(half, 4)
+    # the master weights moved alike: the head convolutions within a few roundings (measured on pocl:
+    # 3e-4 fp16, 7e-4 bf16 of their movement, in norm); below the maxpools a window whose two largest
+    # inputs are closer than the format's step can pick another one than fp32 (5 of 2048 windows here),
+    # which sends that window's gradient elsewhere: measured 0.03-0.14 of their movement
+    for layer in WEIGHTED:
         w_full, w_half = full.params(layer)["weights"], half.params(layer)["weights"]
-        moved = rel_err(w_full, _net(tmp_path, device, "fp32").params(layer)["weights"])
-        assert rel_err(w_half, w_full) < 0.1 * moved + 1e-6, (layer, rel_err(w_half, w_full), moved)
+        off = np.linalg.norm(w_half - w_full) / np.linalg.norm(w_full - start[layer])
+        assert off < (WEIGHT_TOL[precision] if layer in HEADS else 0.3), (layer, off)
+    want, got = want + _train(full, 4), got + _train(half, 4)
+    assert all(applied for _, applied in want + got), got
+    want_l, got_l = np.array([w for w, _ in want]), np.array([g for g, _ in got])
+    # the first steps closely; later ones drift as any rounding difference does in training (this
+    # small net's loss falls 50x in 4 steps, then jumps step to step)
+    assert np.all(np.abs(got_l - want_l)[:4] <= LOSS_TOL[precision] * want_l[:4]), f"fp32 {want_l}\n{precision} {got_l}"
+    assert np.all(np.abs(got_l - want_l) <= 0.1 * want_l), f"fp32 {want_l}\n{precision} {got_l}"
+    assert got_l[-1] < 0.05 * got_l[0]  # it learns as fp32 does
     assert not any(half.fallback_ops()), half.fallback_ops()
-    # the deltas below the heads are half tensors read back as fp32; the heads' own are fp32
+    # the deltas below the heads are half tensors read back as fp32
     assert half.delta(2).dtype == np.float32 and np.isfinite(half.delta(2)).all()
 
 
@@ -159,24 +174,29 @@ def test_half_training_follows_fp32(tmp_path, label, precision):
 def test_fp16_overflow_skips_the_step_halves_the_scale_and_recovers(tmp_path, label):
     net = _net(tmp_path, _device(label), "fp16")
     net.loss_scale = 2.0 ** 24  # far above what the gradients fit in fp16 at: forced overflow
-    before = {k: v.copy() for k, v in net.params(0).items()}
-    scales, applied = [], []
+    trained = ("weights", "biases", "scales")  # (the rolling statistics move in every forward_train)
+    first = net.params(0)["weights"].copy()
+    scales, applied, losses = [], [], []
     for x, truths in _batches(16):
+        before = {k: net.params(0)[k].copy() for k in trained}
         net.forward_train(x, [])
-        net.yolo_loss(truths)
+        losses.append(sum(h["loss"] for h in net.yolo_loss(truths)))
         net.backward()
         scales.append(net.loss_scale)
         applied.append(net.update(0.002, BATCH))
         if not applied[-1]:
-            assert all(np.array_equal(v, before[k]) for k, v in net.params(0).items())  # nothing moved
+            assert all(np.array_equal(net.params(0)[k], before[k]) for k in trained)  # nothing moved
             assert all(not g.any() for g in net.gradients(0).values())  # the overflowed gradients are dropped
-    skipped = applied.index(True)
-    assert skipped >= 1 and not any(applied[:skipped]) and all(applied[skipped:]), applied
-    assert scales[:skipped + 1] == [2.0 ** (24 - k) for k in range(skipped + 1)]  # halved per skipped step
-    assert net.skipped_steps == skipped
-    # recovered: the steps after apply and keep the scale that fits
-    assert net.loss_scale == scales[skipped] and np.isfinite(net.params(0)["weights"]).all()
-    assert not np.array_equal(net.params(0)["weights"], before["weights"])
+    k = applied.index(True)
+    assert k >= 1 and scales[:k + 1] == [2.0 ** (24 - i) for i in range(k + 1)], (scales, applied)
+    # every skip halves the scale, an applied step keeps it (it doubles after 2000 clean steps); a
+    # skip may come again later as the gradients change (on pocl: at step 14 of these 16)
+    for i in range(len(applied) - 1):
+        assert scales[i + 1] == (scales[i] if applied[i] else scales[i] / 2), (i, scales, applied)
+    assert net.skipped_steps == applied.count(False)
+    # recovered: it trains at the scale that fits
+    assert losses[-1] < 0.1 * losses[0] and np.isfinite(net.params(0)["weights"]).all(), losses
+    assert not np.array_equal(net.params(0)["weights"], first)
 
 
 def test_loss_scale_belongs_to_fp16(tmp_path):
@@ -193,6 +213,7 @@ def test_loss_scale_belongs_to_fp16(tmp_path):
 # ---- train() and the command line ------------------------------------------------------------------
 def test_train_in_fp16_logs_the_loss_scale_and_saves_fp32_weights(tmp_path, capsys):
     import io
+    import re
 
     from darknet_py import train
     from darknet_py.data.synth import generate
@@ -206,8 +227,13 @@ def test_train_in_fp16_logs_the_loss_scale_and_saves_fp32_weights(tmp_path, caps
     r = train(data, str(cfg), out_dir=str(tmp_path / "out"), device=_device("pocl"), precision="fp16", seed=3,
               workers=1, chart=False, stream=log, progress=False)
     text = log.getvalue()
-    assert r.iteration == 3 and r.skipped_steps == 0, text
-    assert "loss scale 65536" in text and "fp16 loss scaling: 0 step(s) skipped for overflow" in text, text
+    # this net's summed (Darknet) loss gradients overflow fp16 at the first scales: those steps are skipped
+    skips = re.findall(r"^(\d+): fp16 gradients overflowed at loss scale (\d+): step skipped, loss scale now (\d+)$",
+                       text, re.M)
+    assert r.iteration == 3 and r.skipped_steps == len(skips), text
+    assert [int(a) for _, a, _ in skips] == [65536 // 2 ** k for k in range(len(skips))], skips
+    assert f"fp16 loss scaling: {len(skips)} step(s) skipped for overflow, loss scale " in text, text
+    assert re.search(r"^3: [\d.]+, [\d.]+ avg loss, .* loss scale \d+$", text, re.M), text
     assert np.isfinite(weights_floats(r.final)).all()  # .weights stay fp32 (Darknet reads them)
     from darknet_py.commands.cli import main
 
