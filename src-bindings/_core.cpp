@@ -80,8 +80,8 @@ py::list layer_outputs(const Network& n, const LayerOutputs& outs, const std::ve
 }
 
 // yolo_loss's truths: per image a (k, 5) array of x, y, w, h (relative, centre form) and class.
-std::vector<std::vector<TruthBox>> truth_boxes(const Network& n, const std::vector<FloatArray>& truths) {
-    const char* call = "yolo_loss";
+std::vector<std::vector<TruthBox>> truth_boxes(const Network& n, const std::vector<FloatArray>& truths,
+                                               const char* call) {
     if ((int)truths.size() != n.train_batch())
         bad_arg(call, "truths", "one array per image of the forward_train batch (" + std::to_string(n.train_batch()) + ")",
                 std::to_string(truths.size()) + " arrays");
@@ -161,7 +161,7 @@ struct QueuedLoss {
 // Queues the yolo loss of the network's last forward_train on every head (deltas filled).
 QueuedLoss queue_heads_loss(Network& n, const std::vector<FloatArray>& truths, const char* call) {
     n.require_training_state(std::string(call) + "()");
-    std::vector<std::vector<TruthBox>> boxes = truth_boxes(n, truths);
+    std::vector<std::vector<TruthBox>> boxes = truth_boxes(n, truths, call);
     QueuedLoss q;
     q.layers = n.yolo_layers();
     py::gil_scoped_release nogil;
