@@ -85,6 +85,7 @@ public:
         info_ = describe(index, p);
         check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
         check(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+        check(cudaStreamCreateWithFlags(&read_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
         check(cudaEventCreateWithFlags(&upload_point_, cudaEventDisableTiming), "cudaEventCreate");
         check(cudaEventCreateWithFlags(&ahead_done_, cudaEventDisableTiming), "cudaEventCreate");
         check(cudaLibraryLoadData(&library_, cuda_kernels_fatbin(), nullptr, nullptr, 0, nullptr, nullptr, 0),
@@ -111,7 +112,7 @@ public:
         cudaEventDestroy(upload_point_);
         cudaEventDestroy(ahead_done_);
         cudaStreamDestroy(copy_stream_);
-        if (read_stream_) cudaStreamDestroy(read_stream_);
+        cudaStreamDestroy(read_stream_);
         cudaStreamDestroy(stream_);
     }
 
@@ -208,7 +209,6 @@ public:
         if (!m) return download(src, offset, dst, bytes);
         check(cudaEventSynchronize(m->event), "download");  // the marked work only
         std::lock_guard<std::mutex> lock(mutex_);
-        if (!read_stream_) check(cudaStreamCreateWithFlags(&read_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
         check(cudaMemcpyAsync(dst, to_ptr(src) + offset, bytes, cudaMemcpyDeviceToHost, read_stream_), "download");
         check(cudaStreamSynchronize(read_stream_), "download");
         bytes_downloaded += bytes;
@@ -508,7 +508,7 @@ private:
     cudaStream_t copy_stream_ = nullptr;  // upload_ahead's
     cudaEvent_t upload_point_ = nullptr;  // stream_'s work queued before the last upload
     cudaEvent_t ahead_done_ = nullptr;    // the last upload_ahead's copy
-    cudaStream_t read_stream_ = nullptr;  // download_marked's, made on first use
+    cudaStream_t read_stream_ = nullptr;  // download_marked's
     cudaLibrary_t library_ = nullptr;
     std::map<std::string, cudaKernel_t, std::less<>> kernels_;  // transparent: no string per launch
     MemoryPool pool_;
