@@ -80,8 +80,8 @@ py::list layer_outputs(const Network& n, const LayerOutputs& outs, const std::ve
 }
 
 // yolo_loss's truths: per image a (k, 5) array of x, y, w, h (relative, centre form) and class.
-std::vector<std::vector<TruthBox>> truth_boxes(const Network& n, const std::vector<FloatArray>& truths) {
-    const char* call = "yolo_loss";
+std::vector<std::vector<TruthBox>> truth_boxes(const Network& n, const std::vector<FloatArray>& truths,
+                                               const char* call) {
     if ((int)truths.size() != n.train_batch())
         bad_arg(call, "truths", "one array per image of the forward_train batch (" + std::to_string(n.train_batch()) + ")",
                 std::to_string(truths.size()) + " arrays");
@@ -124,6 +124,53 @@ void check_output_size(const char* call, int w, int h, int channels = 3) {
         throw DarknetError(std::string(call) + ": a " + std::to_string(w) + "x" + std::to_string(h) + "x" +
                            std::to_string(channels) + " output is over the engine's limit of " +
                            std::to_string((long long)kMaxTensorFloats) + " floats (1 GiB) per tensor");
+}
+
+// yolo_loss's statistics of one head as the dict Python reads.
+py::dict head_stats_dict(int layer, const YoloLossStats& s) {
+    py::dict d;
+    d["layer"] = layer;
+    d["loss"] = s.loss;
+    d["avg_iou"] = s.avg_iou;
+    d["class"] = s.avg_class;
+    d["obj"] = s.avg_obj;
+    d["no_obj"] = s.avg_noobj;
+    d["recall50"] = s.recall50;
+    d["recall75"] = s.recall75;
+    d["count"] = s.count;
+    return d;
+}
+
+// queue_yolo_loss's result: every head's queued loss, read on demand (once; later reads repeat it).
+struct QueuedLoss {
+    std::vector<int> layers;
+    std::vector<QueuedYoloLoss> heads;
+    std::vector<YoloLossStats> stats;  // filled by the first read
+    py::list read() {
+        if (stats.empty() && !heads.empty()) {
+            py::gil_scoped_release nogil;
+            for (const QueuedYoloLoss& q : heads) stats.push_back(read_yolo_loss(q));
+            heads.clear();  // the device buffers go back to the pool
+        }
+        py::list out;
+        for (size_t k = 0; k < stats.size(); ++k) out.append(head_stats_dict(layers[k], stats[k]));
+        return out;
+    }
+};
+
+// Queues the yolo loss of the network's last forward_train on every head (deltas filled).
+QueuedLoss queue_heads_loss(Network& n, const std::vector<FloatArray>& truths, const char* call) {
+    n.require_training_state(std::string(call) + "()");
+    std::vector<std::vector<TruthBox>> boxes = truth_boxes(n, truths, call);
+    QueuedLoss q;
+    q.layers = n.yolo_layers();
+    py::gil_scoped_release nogil;
+    // the truths go to the device once for all heads
+    Tensor packed = n.backend().adopt(yolo_truths(boxes, (int)boxes.size()));
+    for (int li : q.layers)
+        q.heads.push_back(queue_yolo_loss(n.backend(), n.yolo(li), n.outputs()[li], n.deltas()[li], packed,
+                                          n.options.width, n.options.height));
+    return q;
 }
 
 PyObject* darknet_error_type = nullptr;  // the Python DarknetError class, owned by the module
@@ -333,6 +380,10 @@ PYBIND11_MODULE(_core, m) {
         im.data.assign(chw.data(), chw.data() + chw.size());
         return planar_to_numpy(resize_darknet(im, w, h));
     }, py::arg("image"), py::arg("width"), py::arg("height"), "Darknet's resize_image on a CxHxW float array.");
+
+    py::class_<QueuedLoss>(m, "QueuedLoss")
+        .def("read", &QueuedLoss::read,
+             "The per-head statistics (yolo_loss's dicts), read from the device on the first call.");
 
     py::class_<Network>(m, "Net")
         .def(py::init([](const std::string& cfg, const std::string& device) {
@@ -564,35 +615,13 @@ PYBIND11_MODULE(_core, m) {
             copy_from_host(d.data(), t);
         }, "Sets dL/d(output) of layer i (after forward_train, before backward).")
         .def("yolo_loss", [](Network& n, const std::vector<FloatArray>& truths) { auto lk = lock_net(n);
-            n.require_training_state("yolo_loss()");
-            std::vector<std::vector<TruthBox>> boxes = truth_boxes(n, truths);
-            py::list result;
-            std::vector<YoloLossStats> all;
-            {
-                py::gil_scoped_release nogil;
-                // the truths go to the device once for all heads
-                Tensor packed = n.backend().adopt(yolo_truths(boxes, (int)boxes.size()));
-                for (int li : n.yolo_layers())
-                    all.push_back(yolo_loss(n.backend(), n.yolo(li), n.outputs()[li], n.deltas()[li], packed,
-                                            n.options.width, n.options.height));
-            }
-            auto heads = n.yolo_layers();
-            for (size_t k = 0; k < all.size(); ++k) {
-                const YoloLossStats& s = all[k];
-                py::dict d;
-                d["layer"] = heads[k];
-                d["loss"] = s.loss;
-                d["avg_iou"] = s.avg_iou;
-                d["class"] = s.avg_class;
-                d["obj"] = s.avg_obj;
-                d["no_obj"] = s.avg_noobj;
-                d["recall50"] = s.recall50;
-                d["recall75"] = s.recall75;
-                d["count"] = s.count;
-                result.append(d);
-            }
-            return result;
+            return queue_heads_loss(n, truths, "yolo_loss").read();
         }, "Darknet's yolo loss for the last forward_train: fills the heads' deltas, returns per-head statistics.")
+        .def("queue_yolo_loss", [](Network& n, const std::vector<FloatArray>& truths) { auto lk = lock_net(n);
+            return queue_heads_loss(n, truths, "queue_yolo_loss");
+        }, "yolo_loss without waiting: fills the heads' deltas (backward may follow at once) and returns a "
+           "QueuedLoss whose read() gives yolo_loss's statistics, waiting only for the loss kernels "
+           "(not for the work queued since) on devices that can (CUDA, OpenCL).")
         .def("delta", [](Network& n, int i) { auto lk = lock_net(n);
             n.require_training_state("delta()");
             return to_numpy(n.deltas()[layer_arg(n, i, "delta")]);

@@ -85,6 +85,7 @@ public:
         info_ = describe(index, p);
         check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
         check(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+        check(cudaStreamCreateWithFlags(&read_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
         check(cudaEventCreateWithFlags(&upload_point_, cudaEventDisableTiming), "cudaEventCreate");
         check(cudaEventCreateWithFlags(&ahead_done_, cudaEventDisableTiming), "cudaEventCreate");
         check(cudaLibraryLoadData(&library_, cuda_kernels_fatbin(), nullptr, nullptr, 0, nullptr, nullptr, 0),
@@ -111,6 +112,7 @@ public:
         cudaEventDestroy(upload_point_);
         cudaEventDestroy(ahead_done_);
         cudaStreamDestroy(copy_stream_);
+        cudaStreamDestroy(read_stream_);
         cudaStreamDestroy(stream_);
     }
 
@@ -181,6 +183,34 @@ public:
         if (capturing_) return capture_fails("a download to the host");
         check(cudaMemcpyAsync(dst, to_ptr(src) + offset, bytes, cudaMemcpyDeviceToHost, stream_), "download");
         check(cudaStreamSynchronize(stream_), "download");
+        bytes_downloaded += bytes;
+    }
+
+    // A mark is an event on stream_; the marked download waits for it alone (outside the lock, so that
+    // the loader's uploads go on meanwhile), then copies on read_stream_, which nothing else uses: the
+    // kernels queued on stream_ since the mark run on while the bytes come down.
+    struct Mark final : QueueMark {
+        cudaEvent_t event = nullptr;
+        ~Mark() override {
+            if (event) cudaEventDestroy(event);
+        }
+    };
+    std::shared_ptr<QueueMark> mark_queue() override {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (capturing_) return nullptr;  // a recording has no point to wait for: download() then
+        auto m = std::make_shared<Mark>();
+        check(cudaEventCreateWithFlags(&m->event, cudaEventDisableTiming), "cudaEventCreate");
+        check(cudaEventRecord(m->event, stream_), "cudaEventRecord");
+        return m;
+    }
+    void download_marked(const QueueMark* mark, const DeviceMemory* src, size_t offset, void* dst,
+                         size_t bytes) override {
+        auto* m = dynamic_cast<const Mark*>(mark);
+        if (!m) return download(src, offset, dst, bytes);
+        check(cudaEventSynchronize(m->event), "download");  // the marked work only
+        std::lock_guard<std::mutex> lock(mutex_);
+        check(cudaMemcpyAsync(dst, to_ptr(src) + offset, bytes, cudaMemcpyDeviceToHost, read_stream_), "download");
+        check(cudaStreamSynchronize(read_stream_), "download");
         bytes_downloaded += bytes;
     }
 
@@ -481,6 +511,7 @@ private:
     cudaStream_t copy_stream_ = nullptr;  // upload_ahead's
     cudaEvent_t upload_point_ = nullptr;  // stream_'s work queued before the last upload
     cudaEvent_t ahead_done_ = nullptr;    // the last upload_ahead's copy
+    cudaStream_t read_stream_ = nullptr;  // download_marked's
     cudaLibrary_t library_ = nullptr;
     std::map<std::string, cudaKernel_t, std::less<>> kernels_;  // transparent: no string per launch
     MemoryPool pool_;

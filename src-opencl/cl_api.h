@@ -103,6 +103,9 @@ struct ClApi {
     cl_int(DN_CL_CALL* clEnqueueCopyBuffer)(cl_command_queue, cl_mem, cl_mem, size_t, size_t, size_t, cl_uint,
                                             const cl_event*, cl_event*);
     cl_int(DN_CL_CALL* clFinish)(cl_command_queue);
+    cl_int(DN_CL_CALL* clFlush)(cl_command_queue);
+    cl_int(DN_CL_CALL* clEnqueueMarkerWithWaitList)(cl_command_queue, cl_uint, const cl_event*, cl_event*);
+    cl_int(DN_CL_CALL* clReleaseEvent)(cl_event);
 };
 
 // The loaded API, or nullptr with `why` set (which libraries were tried, or which symbol is missing).

@@ -113,6 +113,7 @@ public:
         if (queue_) cl_.clFinish(queue_);
         for (auto& k : kernels_) cl_.clReleaseKernel(k.second);
         if (program_) cl_.clReleaseProgram(program_);
+        if (read_queue_) cl_.clReleaseCommandQueue(read_queue_);
         if (queue_) cl_.clReleaseCommandQueue(queue_);
         if (context_) cl_.clReleaseContext(context_);
     }
@@ -174,6 +175,36 @@ public:
         if (bytes == 0) return;
         // Blocking read on an in-order queue: every kernel queued before it has finished.
         check(cl_.clEnqueueReadBuffer(queue_, to_cl(src), CL_TRUE, offset, bytes, dst, 0, nullptr, nullptr),
+              "clEnqueueReadBuffer");
+        bytes_downloaded += bytes;
+    }
+
+    // A mark is a marker event on queue_; the marked download is a blocking read on read_queue_ that
+    // waits for that event alone, so the kernels queued on queue_ since the mark run on meanwhile.
+    struct Mark final : QueueMark {
+        const ClApi* cl = nullptr;
+        cl_event event = nullptr;
+        ~Mark() override {
+            if (event) cl->clReleaseEvent(event);
+        }
+    };
+    std::shared_ptr<QueueMark> mark_queue() override {
+        auto m = std::make_shared<Mark>();
+        m->cl = &cl_;
+        check(cl_.clEnqueueMarkerWithWaitList(queue_, 0, nullptr, &m->event), "clEnqueueMarkerWithWaitList");
+        return m;
+    }
+    void download_marked(const QueueMark* mark, const DeviceMemory* src, size_t offset, void* dst,
+                         size_t bytes) override {
+        auto* m = dynamic_cast<const Mark*>(mark);
+        if (!m) return download(src, offset, dst, bytes);
+        if (bytes == 0) return;
+        check(cl_.clFlush(queue_), "clFlush");  // the marked work must be submitted before another queue waits on it
+        std::lock_guard<std::mutex> lock(mutex_);
+        cl_int err = CL_SUCCESS;
+        if (!read_queue_) read_queue_ = cl_.clCreateCommandQueue(context_, device_, 0, &err);
+        check(err, "clCreateCommandQueue");
+        check(cl_.clEnqueueReadBuffer(read_queue_, to_cl(src), CL_TRUE, offset, bytes, dst, 1, &m->event, nullptr),
               "clEnqueueReadBuffer");
         bytes_downloaded += bytes;
     }
@@ -263,6 +294,7 @@ private:
     DeviceInfo info_;
     cl_context context_ = nullptr;
     cl_command_queue queue_ = nullptr;  // in-order, no profiling
+    cl_command_queue read_queue_ = nullptr;  // download_marked's, made on first use
     std::mutex mutex_;                  // launches and the kernel cache
     cl_program program_ = nullptr;
     size_t device_max_group_ = 0;

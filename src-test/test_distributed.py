@@ -259,6 +259,30 @@ def test_ranks_started_as_torchrun_starts_them(job, one_process):
     assert np.abs(one_process - b).max() / np.abs(one_process).max() < 1e-4
 
 
+def test_a_nan_loss_stops_every_rank_at_the_same_step(job):
+    """The loss, read one step late (training/queued_step.py), is summed over the ranks: when it turns
+    infinite every rank stops at the same iteration with the same line, none waits for a peer until
+    --dist-timeout, and no weights are written."""
+    cfg = job["root"] / "hot.cfg"
+    cfg.write_text(open(job["cfg"]).read().replace("learning_rate=0.002", "learning_rate=1e12"))
+    out, port = job["root"] / "hot", _free_port()
+    procs = []
+    started = time.monotonic()
+    for rank in range(2):
+        env = dict(ENV, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(port))
+        cmd = [sys.executable, "-m", "darknet_py", "train", job["data"], str(cfg), "--out", str(out), "--seed", "3",
+               "--workers", "0", "--threads", "1", "--max-batches", "50", "--device", "cpu", "--dist-timeout", "60"]
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    errs = [p.communicate(timeout=120)[1] for p in procs]
+    assert [p.returncode for p in procs] == [1, 1], errs
+    assert time.monotonic() - started < 60, "a rank waited for its peer's timeout"
+    stops = [[line for line in e.splitlines() if "training stopped at iteration" in line] for e in errs]
+    assert len(stops[0]) == 1 and stops[0] == stops[1], errs  # the same iteration and loss on both
+    assert "(training diverged)" in stops[0][0]
+    assert not list(out.glob("*.weights"))
+
+
 def test_per_gpu_mode_is_darknets_batch_on_every_rank(job, one_process):
     """`--batch-mode per-gpu` (Darknet's -gpus): 2 ranks of a batch-4 cfg make steps of 8 images,
     the steps one process makes with batch 8 in 2 passes of 4: the same parameters."""

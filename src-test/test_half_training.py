@@ -19,7 +19,6 @@ import pytest
 import gpu_devices
 from darknet_py import DarknetError, _core
 from darknet_py.training.init_weights import darknet_init
-from test_gpu_backend import rel_err
 
 DEVICES = ["pocl", "cuda"]
 SIZE, BATCH, CLASSES = 32, 2, 2

@@ -87,6 +87,12 @@ public:
     virtual void replay() = 0;
 };
 
+// A point in a device's queue (Device::mark_queue): the work queued before it. Opaque.
+class QueueMark {
+public:
+    virtual ~QueueMark() = default;
+};
+
 class Device {
 public:
     virtual ~Device() = default;
@@ -112,6 +118,20 @@ public:
     }
     virtual void copy(const DeviceMemory* src, size_t src_offset, DeviceMemory* dst, size_t dst_offset,
                       size_t bytes) = 0;
+
+    // Optional: reading results later without waiting for work queued since (a training step reads
+    // its loss statistics after the next step is queued). mark_queue() marks the work queued so far;
+    // download_marked() then copies bytes that work wrote, waiting only for it (CUDA: an event and a
+    // stream of its own), not for the work queued after the mark. The caller promises that no work
+    // queued after the mark writes those bytes and that the buffer lives until the copy returns.
+    // Where not offered, mark_queue() returns null and download_marked() is download(): correct,
+    // but it waits for everything queued.
+    virtual std::shared_ptr<QueueMark> mark_queue() { return nullptr; }
+    virtual void download_marked(const QueueMark* mark, const DeviceMemory* src, size_t offset, void* dst,
+                                 size_t bytes) {
+        (void)mark;
+        download(src, offset, dst, bytes);
+    }
 
     // ---- kernels ----
     // Runs kernel `name` of the embedded kernel text (compiled when the device was opened).

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "../errors.h"
+#include "../gpu/device.h"
 #include "../kernels/yolo_loss.h"
 
 namespace dn {
@@ -79,8 +80,8 @@ Tensor yolo_truths(const std::vector<std::vector<TruthBox>>& truths, int batch) 
     return r;
 }
 
-YoloLossStats yolo_loss(Backend& be, const YoloLayer& layer, const Tensor& output, Tensor& grad, const Tensor& truths,
-                        int netw, int neth) {
+QueuedYoloLoss queue_yolo_loss(Backend& be, const YoloLayer& layer, const Tensor& output, Tensor& grad,
+                               const Tensor& truths, int netw, int neth) {
     const Shape& sh = output.shape();
     if (truths.shape().n != sh.n || truths.shape().w != 5)
         throw DarknetError("yolo_loss: truths are " + truths.shape().str() + ", expected " + std::to_string(sh.n) +
@@ -89,14 +90,22 @@ YoloLossStats yolo_loss(Backend& be, const YoloLayer& layer, const Tensor& outpu
     Tensor out = be.adopt(output), tr = be.adopt(truths);  // no copies when they are in be's memory already
     bool in_place = grad.buffer() && grad.device() == be.device().get();
     Tensor delta = in_place ? grad : be.alloc(grad.shape());
-    Tensor stats = be.alloc(Shape{sh.n, 1, 1, YOLO_LOSS_STATS});
-    be.yolo_loss(out, tr, yolo_anchors_on(be, layer), a, delta, stats);
+    QueuedYoloLoss q;
+    q.stats = be.alloc(Shape{sh.n, 1, 1, YOLO_LOSS_STATS});  // a buffer per call: later ops never write it
+    be.yolo_loss(out, tr, yolo_anchors_on(be, layer), a, delta, q.stats);
     if (!in_place) copy_tensor(delta, grad);
+    if (Device* dev = q.stats.device()) q.mark = dev->mark_queue();
+    q.predictions = (double)a.plane * a.anchors_used * sh.n;
+    return q;
+}
 
-    Tensor host = to_host(stats);  // the only download: YOLO_LOSS_STATS floats per image
+YoloLossStats read_yolo_loss(const QueuedYoloLoss& q) {
+    // the only download: YOLO_LOSS_STATS floats per image
+    std::vector<float> host(q.stats.size());
+    if (q.stats.on_host() || q.stats.dtype() != DType::f32) copy_to_host(q.stats, host.data());
+    else q.stats.device()->download_marked(q.mark.get(), q.stats.memory(), 0, host.data(), host.size() * sizeof(float));
     double sum[YOLO_LOSS_STATS] = {};
-    for (int b = 0; b < sh.n; ++b)
-        for (int k = 0; k < YOLO_LOSS_STATS; ++k) sum[k] += host.data()[b * YOLO_LOSS_STATS + k];
+    for (size_t i = 0; i < host.size(); ++i) sum[i % YOLO_LOSS_STATS] += host[i];
     YoloLossStats st;
     st.count = (int)sum[YOLO_STAT_COUNT];
     double count = st.count ? st.count : 1;
@@ -104,10 +113,15 @@ YoloLossStats yolo_loss(Backend& be, const YoloLayer& layer, const Tensor& outpu
     st.avg_iou = sum[YOLO_STAT_IOU] / count;
     st.avg_class = sum[YOLO_STAT_CLASS] / count;
     st.avg_obj = sum[YOLO_STAT_OBJ] / count;
-    st.avg_noobj = sum[YOLO_STAT_ANYOBJ] / ((double)a.plane * a.anchors_used * sh.n);
+    st.avg_noobj = sum[YOLO_STAT_ANYOBJ] / q.predictions;
     st.recall50 = sum[YOLO_STAT_RECALL50] / count;
     st.recall75 = sum[YOLO_STAT_RECALL75] / count;
     return st;
+}
+
+YoloLossStats yolo_loss(Backend& be, const YoloLayer& layer, const Tensor& output, Tensor& grad, const Tensor& truths,
+                        int netw, int neth) {
+    return read_yolo_loss(queue_yolo_loss(be, layer, output, grad, truths, netw, neth));
 }
 
 YoloLossStats yolo_loss(Backend& be, const YoloLayer& layer, const Tensor& output, Tensor& grad,

@@ -3,6 +3,7 @@
 // The loss logic itself is kernel text (kernels/yolo_loss.h), run by the backend's yolo_loss op:
 // on a device the head never leaves it; only truths go up and a few per-image sums come down.
 #pragma once
+#include <memory>
 #include <vector>
 
 #include "../backend.h"
@@ -10,6 +11,8 @@
 #include "box.h"
 
 namespace dn {
+
+class QueueMark;  // gpu/device.h
 
 // A ground-truth box relative to the network input (0..1, centre form) and its class.
 struct TruthBox {
@@ -37,6 +40,20 @@ Tensor yolo_truths(const std::vector<std::vector<TruthBox>>& truths, int batch);
 // pixels. Runs on `be` (the network's backend): its kernels on a device, host loops on the CPU.
 YoloLossStats yolo_loss(Backend& be, const YoloLayer& layer, const Tensor& output, Tensor& grad, const Tensor& truths,
                         int netw, int neth);
+
+// yolo_loss in two halves, for a training step that queues its backward and update before the
+// statistics come down (the device never waits for the host in the middle of a step): queue_yolo_loss
+// queues the op and leaves its per-image sums where the op wrote them; read_yolo_loss reduces them
+// later, waiting only for the op (Device::download_marked), not for the work queued since.
+struct QueuedYoloLoss {
+    Tensor stats;                     // [batch, 1, 1, YOLO_LOSS_STATS] per-image sums, in the backend's memory
+    std::shared_ptr<QueueMark> mark;  // the device's queue just after the op (null on the CPU, or unmarked)
+    double predictions = 0;           // anchors x cells x images: no-obj's denominator
+};
+QueuedYoloLoss queue_yolo_loss(Backend& be, const YoloLayer& layer, const Tensor& output, Tensor& grad,
+                               const Tensor& truths, int netw, int neth);
+YoloLossStats read_yolo_loss(const QueuedYoloLoss& queued);
+
 // The same with truths[b] = boxes of image b (packed and moved for this one head).
 YoloLossStats yolo_loss(Backend& be, const YoloLayer& layer, const Tensor& output, Tensor& grad,
                         const std::vector<std::vector<TruthBox>>& truths, int netw, int neth);

@@ -8,6 +8,8 @@ DARKNET_PY_TEST_PHASES set, every phase point of training is announced on stderr
 and the kinds named in the variable pause there for the given seconds, e.g.
 DARKNET_PY_TEST_PHASES="save=0.05,map=0.02" (a bare "1" announces without pausing). Kinds:
   iteration  the start of an iteration and its update step ("begin N", "update N")
+  stats      the host reads iteration N's loss statistics from the device ("read N"): once after its
+             update is queued, or per pass before it with DARKNET_PY_SYNC_STATS=1 (queued_step.py)
   save       inside an atomic write of a .weights file or chart.png: before the temporary file is
              written, before it is synced, before the rename ("write|sync|rename NAME")
   map        before and after the mAP pass ("begin N", "end N")
@@ -24,7 +26,7 @@ from typing import Dict, Optional
 
 ENV = "DARKNET_PY_TEST_PHASES"
 PREFIX = "darknet_py-phase:"
-KINDS = ("iteration", "save", "map", "chart")
+KINDS = ("iteration", "stats", "save", "map", "chart")
 
 
 def _parse(text: str) -> Optional[Dict[str, float]]:

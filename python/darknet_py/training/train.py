@@ -52,6 +52,7 @@ from ..distributed.plan import BATCH_MODES, check_cfg_splits, plan_ranks, split_
 from .checkpoint import remove_stale_temporaries, save_weights_atomic
 from .lr_policy import LrSchedule
 from .phase_hook import phase
+from .queued_step import QueuedStep, read_at_once
 from .weights_transfer import load_start_weights, weights_layers_in_file  # noqa: F401 (public here too)
 from .train_rate import ThroughputMeter, default_train_workers, use_processes
 
@@ -411,57 +412,79 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
     last_map: Optional[float] = None
     ema_seconds: Optional[float] = None
     count = 0  # iterations in this run (Darknet's `count`, for the multi-scale cadence)
-    try:
-        while iteration < total:
-            # random=1: a new size every 10 iterations; the largest at the start and for the last 100
-            if multiscale and count % MULTISCALE_EVERY == 0:
-                largest = count == 0 or iteration > total - 100
-                rng = np.random.default_rng([seed, iteration, 0x51E])
-                w, h = random_network_size(init_w, init_h, rng, random_coef, int(aug.get("resize_step", 32)),
-                                           largest=largest)
-                if (w, h) != (raw.width, raw.height):
-                    raw.resize_input(w, h)
-                loader.set_size(w, h)
-                if verbose:
-                    say(f"Resizing to {w} x {h}")
-            count += 1
-            phase("iteration", f"begin {iteration + 1}")
+    # The device never waits for the host mid-step: a step is queued whole (forward, loss, backward
+    # and update of every pass) and its loss is read, checked and reported at the top of the next
+    # iteration, before that one queues anything (queued_step.py). So the NaN/Inf stop now comes
+    # after the diverged step's update was queued (no longer before it); it still comes before any
+    # save, all of which happen in this report or after it, and the report of the last step is read
+    # before the loop ends. Callbacks still see the weights of their iteration, before the next step.
+    at_once = read_at_once()
 
-            t0 = time.perf_counter()
-            load_seconds = 0.0
-            loss_sum = 0.0
-            passes = []
-            for p in range(plan.passes):
-                images, truths = loader.next_batch()
-                load_seconds += loader.last_wait
-                raw.forward_train(images, [])
-                stats = raw.yolo_loss([darknet_truth(t) for t in truths])
-                # the last pass's gradients are summed over the ranks while its backward runs
-                raw.backward(all_reduce=group is not None and p == plan.passes - 1)
-                loss_sum += sum(s["loss"] for s in stats) / len(stats)  # get_network_cost: mean over heads
-                passes.append(stats)
+    def queue_step() -> Optional[QueuedStep]:
+        """Queues iteration + 1 whole, or returns None at max_batches."""
+        nonlocal iteration, count
+        if iteration >= total:
+            return None
+        # random=1: a new size every 10 iterations; the largest at the start and for the last 100
+        if multiscale and count % MULTISCALE_EVERY == 0:
+            largest = count == 0 or iteration > total - 100
+            rng = np.random.default_rng([seed, iteration, 0x51E])
+            w, h = random_network_size(init_w, init_h, rng, random_coef, int(aug.get("resize_step", 32)),
+                                       largest=largest)
+            if (w, h) != (raw.width, raw.height):
+                raw.resize_input(w, h)
+            loader.set_size(w, h)
+            if verbose:
+                say(f"Resizing to {w} x {h}")
+        count += 1
+        phase("iteration", f"begin {iteration + 1}")
+
+        t0 = time.perf_counter()
+        step = QueuedStep(iteration + 1, at_once)
+        for p in range(plan.passes):
+            images, truths = loader.next_batch()
+            step.load_seconds += loader.last_wait
+            raw.forward_train(images, [])
+            step.add_pass(raw.queue_yolo_loss([darknet_truth(t) for t in truths]))
+            # the last pass's gradients are summed over the ranks while its backward runs
+            raw.backward(all_reduce=group is not None and p == plan.passes - 1)
+        iteration += 1
+        phase("iteration", f"update {iteration}")
+        step.rate = schedule.rate(iteration, lr_rng)
+        step.loss_scale = raw.loss_scale
+        # Adam's step is the iteration, as Darknet, so resuming continues it. fp16: False when the
+        # gradients overflowed and the step was skipped (its check reads 4 bytes back: a wait per step)
+        step.skipped = not raw.update(step.rate, plan.update_batch, iteration)
+        step.next_loss_scale = raw.loss_scale
+        raw.seen = iteration * batch
+        step.seconds = time.perf_counter() - t0
+        return step
+
+    queued: Optional[QueuedStep] = None
+    try:
+        queued = queue_step()
+        while queued is not None:  # the report of the step queued last (`iteration` is its number)
+            step, queued = queued, None  # (a Ctrl-C from here on finds its loss checked)
+            t_read = time.perf_counter()
+            passes = step.read()
+            loss_sum = step.loss_sum(passes)
             if group is not None:  # every rank sees the step's loss (and stops together on NaN)
-                _core.finish_gradient_reduction(raw)  # the collective runs one reduction at a time, in order
                 loss_sum = float(group.all_reduce(np.array([loss_sum], np.float32))[0])
+            seconds = step.seconds + (time.perf_counter() - t_read)
             loss = loss_sum / plan.update_batch
             if not math.isfinite(loss):
                 raise TrainingDiverged(
-                    f"training stopped at iteration {iteration + 1}: the loss is {loss} (training diverged); "
+                    f"training stopped at iteration {iteration}: the loss is {loss} (training diverged); "
                     "these weights were not saved" +
                     (f"; the last good weights are {path_last} (iteration {last_saved_at})"
                      if last_saved_at is not None else "") +
                     ". Lower learning_rate or raise burn_in in the cfg, or check the labels.",
-                    iteration + 1, path_last if last_saved_at is not None else None)
-            iteration += 1
-            phase("iteration", f"update {iteration}")
-            rate = schedule.rate(iteration, lr_rng)
-            scale = raw.loss_scale
-            if not raw.update(rate, plan.update_batch, iteration):  # Adam's step is the iteration, as Darknet
+                    iteration, path_last if last_saved_at is not None else None)
+            rate, load_seconds = step.rate, step.load_seconds
+            if step.skipped:
                 result.skipped_steps += 1
-                say(f"{iteration}: fp16 gradients overflowed at loss scale {scale:g}: step skipped, "
-                    f"loss scale now {raw.loss_scale:g}")
-            raw.seen = iteration * batch
-            seconds = time.perf_counter() - t0
+                say(f"{iteration}: fp16 gradients overflowed at loss scale {step.loss_scale:g}: step skipped, "
+                    f"loss scale now {step.next_loss_scale:g}")
             rate_meter.add(batch, seconds, load_seconds)
             avg_loss = loss if avg_loss < 0 else avg_loss
             avg_loss = avg_loss * 0.9 + loss * 0.1
@@ -478,7 +501,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
                     say(_head_line(m["layer"], m))
             say(f"{iteration}: {loss:.6f}, {avg_loss:.6f} avg loss, {rate:.6f} rate, {seconds:.3f} seconds, "
                 f"{iteration * batch} images, {eta / 3600:.3f} hours left, {rate_meter.line()}" +
-                (f", loss scale {raw.loss_scale:g}" if precision == "fp16" else ""))
+                (f", loss scale {step.next_loss_scale:g}" if precision == "fp16" else ""))
 
             # mAP at Darknet's cadence: every map_every iterations (not before burn_in) and at the end
             if eval_net is not None and (iteration >= max(iter_map + map_every, schedule.burn_in)
@@ -530,9 +553,12 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
                 result.stopped = True
                 say(f"stopped by the callback at iteration {iteration}")
                 break
+            queued = queue_step()
     except KeyboardInterrupt:
         con.close()
-        if is_root and iteration > start and last_saved_at != iteration and _finite_params(raw):
+        # a step queued but not yet reported: its loss too must be finite to save its weights
+        unread_ok = queued is None or math.isfinite(queued.loss_sum(queued.read()))
+        if is_root and iteration > start and last_saved_at != iteration and unread_ok and _finite_params(raw):
             save_last(iteration)
             con.line(f"interrupted at iteration {iteration}: saved {path_last}", err=True)
         raise
