@@ -5,6 +5,7 @@ DARKNET_PY_SYNC_STATS=1 each pass's read before the update, as before). On pocl 
 present) the deferred read goes through Device::download_marked, which waits for the loss kernels
 only: equal numbers there mean the read got the statistics of its own step.
 """
+import numpy as np
 import pytest
 
 import gpu_devices
@@ -73,10 +74,12 @@ def test_deferred_read_gives_the_synchronous_numbers_one_step_later(label, tiny,
     deferred = run(tiny, tmp_path, monkeypatch, capsys, sub=2, iterations=n, device=device)
     synchronous = run(tiny, tmp_path, monkeypatch, capsys, sub=2, iterations=n, device=device, sync=True)
     assert len(deferred[0]) == n
-    assert deferred[0] == pytest.approx(synchronous[0], rel=1e-6)
+    # the same numbers; on CUDA two runs differ by cuDNN's run-to-run choices (timed algorithms, atomics)
+    rel = 2e-3 if label == "cuda" else 1e-6
+    np.testing.assert_allclose(np.array(deferred[0]), np.array(synchronous[0]), rtol=rel)
     for a, b in zip(deferred[1], synchronous[1]):  # per iteration, per head: count exactly, the rest closely
         assert [h["count"] for h in a] == [h["count"] for h in b]
-        assert [sorted(h.items()) for h in a] == [pytest.approx(sorted(h.items()), rel=1e-6) for h in b]
+        assert a == [pytest.approx(h, rel=rel, abs=1e-6) for h in b]
 
     def where(phases, line):
         return phases.index(line)

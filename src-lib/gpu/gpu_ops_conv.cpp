@@ -165,10 +165,14 @@ void GpuBackend::conv2d_backward_weights(const Tensor& x, const Tensor& dy, cons
     require_f32_param("conv2d_backward_weights", "dw", dw);
     if (t == DType::f32) {
         if (dev().conv2d_backward_weights(conv_params(x, dy, g), x.memory(), dy.memory(), dw.memory())) return;
-    } else {
+    } else if (t == DType::bf16) {
         // cuDNN forms a half dw (its filter descriptor takes x's type): into a half scratch, then
         // added to the fp32 dw, one rounding of this step's gradient. (Darknet's CUDNN_HALF converts
-        // the whole accumulator to half and back, rounding the running sum too.)
+        // the whole accumulator to half and back, rounding the running sum too.) Not in fp16: a
+        // weight gradient sums over the batch and every position, and times fp16's loss scale it
+        // leaves fp16's range where the activations' gradients fit (measured on an H100 with
+        // test_half_training's net: a head's 1x1 gradient reaches 193 unscaled, inf at the scale
+        // 1024 its deltas want; training ran only once the scale fell to 256). bf16 has fp32's range.
         Tensor& part = scratch(3, dw.size(), t);
         if (dev().conv2d_backward_weights(conv_params(x, dy, g), x.memory(), dy.memory(), part.memory())) {
             launch(storage_kernel("add_into_f32", t).c_str(), dw.size(), {buf(dw), any_buf(part)},
@@ -177,7 +181,8 @@ void GpuBackend::conv2d_backward_weights(const Tensor& x, const Tensor& dy, cons
         }
     }
     // dW_g[cout_g, K] += dY_g[cout_g, run * P] * col^T[run * P, K], summed over the runs of images:
-    // half operands, the GEMM's fp32 sums added straight into the fp32 dw (no half result at all)
+    // half operands, the GEMM's fp32 sums added straight into the fp32 dw (no half result at all;
+    // cuBLAS GemmEx with an fp32 C on CUDA)
     const Shape &xs = x.shape(), &ys = dy.shape();
     ConvSlice s = conv_slice(xs, ys, g);
     const int P = s.out_plane, most = run_length(s, g.groups, xs.n);
