@@ -17,8 +17,9 @@ subprocess (so that peak memory is each one's own and neither's caching allocato
   - batch-64 training, images/s: ours forward_train + Darknet's YOLO loss + backward + SGD; PyTorch
     forward + an equal-cost loss on the heads (squared error against a fixed target, elementwise as
     Darknet's loss, in fp32) + backward + SGD with momentum and weight decay. Timed in blocks of 4 steps
-    with one synchronization each, as a training loop runs (ours reads the loss back every step;
-    PyTorch does not), so the next batch's upload may overlap the last step's backward.
+    with one synchronization each, as a training loop runs (ours reads each step's loss statistics
+    after the next step's update is queued, as `train` does; PyTorch does not read its loss), so the
+    next batch's upload may overlap the last step's backward.
   - peak GPU memory of the training run: ours the pool's peak reservation, PyTorch
     torch.cuda.max_memory_reserved.
 PyTorch's input is what a DataLoader with pin_memory=True hands it: a pinned host tensor, copied with
@@ -280,11 +281,16 @@ def run_ours_train(name: str, size: int, args) -> dict:
     truths = truths_for(batch, raw.yolo_info(heads[-1])["classes"], rng)
     xb = rng.uniform(0, 1, (batch, 3, size, size)).astype(np.float32)
 
-    def step():
+    pending = []
+
+    def step():  # as train() runs a step: the loss's statistics read after the next update is queued
         raw.forward_train(xb, [])
-        raw.yolo_loss(truths)
+        queued = raw.queue_yolo_loss(truths)
         raw.backward()
         raw.update(1e-4, batch)
+        if pending:
+            pending.pop().read()
+        pending.append(queued)
 
     img_s = batch / timed(step, raw.synchronize, 2, 3, 3.0, steps=4)
     # fp16: a step skipped for overflow costs less than one applied; few may be, or the figure flatters

@@ -1,6 +1,7 @@
 """Where a training iteration's GPU time goes, by kernel, on CUDA (needs PyTorch for its profiler).
 
     python benchmarks/profile_gpu_training.py --model yolov7-tiny [--batch 64] [--steps 4] [--tf32]
+    python benchmarks/profile_gpu_training.py --model yolov4-tiny --precision bf16
 
 Builds the shipped cfg at 416 with compare_gpu.py's seeded weights, warms up (cuDNN times its
 algorithms in the first iteration), then records --steps training iterations (forward_train, the YOLO
@@ -30,6 +31,7 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--tf32", action="store_true", help="DARKNET_PY_TF32=1")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "bf16"], help="the activations' storage type")
     args = ap.parse_args(argv)
     if args.tf32:
         os.environ["DARKNET_PY_TF32"] = "1"
@@ -42,6 +44,7 @@ def main(argv=None) -> int:
     raw = net._net
     cg.copy_weights(cg.build_torch(path, size), net)
     os.unlink(path)
+    net.precision = args.precision
     rng = np.random.default_rng(0)
     truths = cg.truths_for(args.batch, raw.yolo_info(list(raw.yolo_layers)[-1])["classes"], rng)
     xb = rng.uniform(0, 1, (args.batch, 3, size, size)).astype(np.float32)
@@ -67,7 +70,7 @@ def main(argv=None) -> int:
             total[e.name] += e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
             count[e.name] += 1
     gpu = sum(total.values())
-    print(f"{args.model} batch {args.batch}{' TF32' if args.tf32 else ''}: {1e3 * wall:.1f} ms wall per iteration, "
+    print(f"{args.model} batch {args.batch} {args.precision}{' TF32' if args.tf32 else ''}: {1e3 * wall:.1f} ms wall per iteration, "
           f"{gpu / 1e3 / args.steps:.1f} ms of kernels and copies per iteration ({args.batch / wall:.0f} images/s)")
     print(f"{'ms/iter':>8} {'share':>6} {'calls':>6}  name")
     for name, us in sorted(total.items(), key=lambda kv: -kv[1])[:args.top]:
