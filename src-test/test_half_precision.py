@@ -159,16 +159,9 @@ SIMULATED = {"fp16": ("-g1-n2c1-13x10-", "-1x1in-n1", "-dw-n1c2-12x12-", "-direc
              "bf16": ("-g1-n2c1-13x10-", "-1x1in-n1", "-dw-n1c2-12x12-")}
 
 
-@pytest.fixture(scope="module")
-def simulator():
-    """One Oclgrind Ops for every precision: it compiles the kernel text once (seconds)."""
-    return _core.Ops(gpu_devices.device("oclgrind"))
-
-
 @pytest.mark.parametrize("precision", PRECISIONS)
-def test_half_conv_backward_has_no_races_on_the_simulator(ref, backward_cases, simulator, precision):
-    ops = simulator
-    ops.storage = precision
+def test_half_conv_backward_has_no_races_on_the_simulator(ref, backward_cases, precision):
+    ops = _half_ops("oclgrind", precision)
     picked = [c for c in backward_cases(precision, False) if any(t in c.id for t in SIMULATED[precision])]
     assert len(picked) == 2 * len(SIMULATED[precision]), [c.id for c in picked]
     for c in picked:
