@@ -16,6 +16,11 @@ struct CudnnConvolutions::Shape {
     int algo[3] = {-1, -1, -1};
     bool half = false;  // fp16 / bf16 data
     size_t workspace[3] = {0, 0, 0};
+    // Half data: the math type each pass's algorithm was found with. cuDNN tries an algorithm that
+    // has no tensor-op variant with default math and reports it so; run under the descriptor's
+    // tensor-op math it fails with CUDNN_STATUS_BAD_PARAM (seen on the H100: fp16 backward filter,
+    // whenever the timed choice picked such an algorithm), so each pass runs with its own.
+    int math[3] = {0, 0, 0};
 
     explicit Shape(const CudnnApi* a) : api(a) {}
     ~Shape() {
@@ -88,6 +93,8 @@ long long CudnnConvolutions::workspace_for(const ConvParams& p, ConvPass pass, b
     if (s.algo[k] == -1) {
         if (!may_choose) return -1;
         const CudnnApi& a = *api_;
+        // tensor-op math lets the search try both kinds (run() may have left another pass's)
+        if (s.half) check(a.cudnnSetConvolutionMathType(s.conv, CudnnApi::kTensorOpMath), "math type");
         constexpr int kMax = 16;
         CudnnApi::AlgoPerf perf[kMax];
         int n = 0;
@@ -115,6 +122,7 @@ long long CudnnConvolutions::workspace_for(const ConvParams& p, ConvPass pass, b
                 continue;
             s.algo[k] = perf[i].algo;
             s.workspace[k] = perf[i].memory;
+            s.math[k] = perf[i].math_type;
             break;
         }
     }
@@ -127,6 +135,7 @@ void CudnnConvolutions::run(const ConvParams& p, ConvPass pass, const void* in_a
     const int k = (int)pass;
     const float one = 1.0f, zero = 0.0f;
     const CudnnApi& a = *api_;
+    if (s.half) check(a.cudnnSetConvolutionMathType(s.conv, s.math[k]), "math type");
     if (pass == ConvPass::forward)
         check(a.cudnnConvolutionForward(handle_, &one, s.x, in_a, s.w, in_b, s.conv, s.algo[k], workspace,
                                         workspace_bytes, &zero, s.y, out),
