@@ -417,7 +417,8 @@ PYBIND11_MODULE(_core, m) {
                           auto lk = lock_net(n);
                           n.set_precision(parse_dtype(name));
                       },
-                      "Storage type of the activations: 'fp32', 'fp16' or 'bf16' (half on GPU devices, for detection).")
+                      "Storage type of the activations: 'fp32', 'fp16' or 'bf16' (half on GPU devices, for detection and "
+                      "training; fp16 training scales its loss: loss_scale).")
         .def_property_readonly("precisions", [](const Network& n) {
             auto lk = lock_net(n);
             std::vector<std::string> names;
@@ -612,8 +613,13 @@ PYBIND11_MODULE(_core, m) {
             std::string arg = "the delta of layer " + std::to_string(i);
             if (d.ndim() == 4) check_shape("set_delta", arg, nchw("set_delta", arg, d, 0), t.shape());
             else check_size("set_delta", arg + " (" + t.shape().str() + ")", (size_t)d.size(), t.size());
-            copy_from_host(d.data(), t);
-        }, "Sets dL/d(output) of layer i (after forward_train, before backward).")
+            float factor = n.delta_scale((size_t)i);
+            if (factor == 1.0f) return copy_from_host(d.data(), t);
+            std::vector<float> scaled(d.data(), d.data() + d.size());  // fp16: held times the loss scale
+            for (float& v : scaled) v *= factor;
+            copy_from_host(scaled.data(), t);
+        }, "Sets dL/d(output) of layer i (after forward_train, before backward); in fp16 training it is held "
+           "times the loss scale, as the backward runs (Network::delta_scale).")
         .def("yolo_loss", [](Network& n, const std::vector<FloatArray>& truths) { auto lk = lock_net(n);
             return queue_heads_loss(n, truths, "yolo_loss").read();
         }, "Darknet's yolo loss for the last forward_train: fills the heads' deltas, returns per-head statistics.")
@@ -624,8 +630,15 @@ PYBIND11_MODULE(_core, m) {
            "(not for the work queued since) on devices that can (CUDA, OpenCL).")
         .def("delta", [](Network& n, int i) { auto lk = lock_net(n);
             n.require_training_state("delta()");
-            return to_numpy(n.deltas()[layer_arg(n, i, "delta")]);
-        })
+            i = layer_arg(n, i, "delta");
+            py::array_t<float> out = to_numpy(n.deltas()[i]);
+            float factor = n.delta_scale((size_t)i);
+            if (factor != 1.0f) {  // fp16: held times the loss scale; the true dL/d(output)
+                float* p = out.mutable_data();
+                for (py::ssize_t k = 0; k < out.size(); ++k) p[k] /= factor;
+            }
+            return out;
+        }, "dL/d(output) of layer i from the last backward (in fp16, the loss scale divided out).")
         .def("backward", [](Network& n, bool all_reduce) { auto lk = lock_net(n);
             py::gil_scoped_release nogil;
             n.backward(all_reduce);

@@ -9,6 +9,7 @@
 #pragma once
 #include <algorithm>
 
+#include "errors.h"
 #include "tensor.h"
 
 namespace dn {
@@ -31,7 +32,11 @@ struct LossScaler {
         skipped_steps = 0;
     }
     // After a step's gradients were checked: whether the step applies, and the scale for the next one.
+    // Gradients that overflow even at the smallest scale are not finite at all: training diverged.
     bool after_check(bool overflowed) {
+        if (overflowed && scale <= kMin)
+            throw DarknetError("fp16 training diverged: the gradients overflow even at the smallest loss scale "
+                               "(2^-16); lower learning_rate or raise burn_in in the cfg, or train in bf16");
         if (overflowed) {
             scale = std::max(scale * 0.5f, kMin);
             clean_steps = 0;

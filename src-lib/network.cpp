@@ -72,7 +72,7 @@ std::unique_ptr<Network> Network::clone() const {
     c->seen = seen;
     c->record_forwards = record_forwards;
     c->precision_ = precision_;
-    c->loss_scaler.reset(precision_);
+    c->loss_scaler = loss_scaler;
     c->param_share_ = param_share_;
     return c;
 }

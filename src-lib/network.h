@@ -58,8 +58,16 @@ public:
     // burnin_update compare with; each layer's rate is lr times its learning_rate option.
     // Returns false when fp16 training's gradients overflowed: the step was skipped (loss_scaler).
     bool update(float lr, int batch, int t = 0);
-    // fp16 training's dynamic loss scaling (loss_scale.h); reset by set_precision.
+    // fp16 training's dynamic loss scaling (loss_scale.h); reset by set_precision and set_backend,
+    // copied by clone.
     LossScaler loss_scaler;
+    // What layer i's delta is held times: the loss scale below the [yolo] heads in fp16 training
+    // (so their half values stay in range), 1 for the heads and in fp32 / bf16. Parameter gradients
+    // carry the scale too between backward() and update().
+    float delta_scale(size_t layer) const {
+        if (!loss_scaler.dynamic || dynamic_cast<const YoloLayer*>(layers.at(layer).get())) return 1.0f;
+        return loss_scaler.scale;
+    }
 
     // Indices of the [yolo] layers; empty for a classifier.
     std::vector<int> yolo_layers() const;
@@ -89,7 +97,7 @@ public:
     mutable std::mutex call_mutex;
 
     // Storage type of the activations (src-lib/gpu/PRECISION.md): fp32, or fp16 / bf16 where the
-    // backend runs them (GPU devices) for detection; parameters stay fp32, the [yolo] heads' outputs
+    // backend runs them (GPU devices), for detection and training; parameters stay fp32, the [yolo] heads' outputs
     // are fp32. Throws DarknetError in one line naming what the backend runs, or the first layer
     // whose type has no half path. Training runs in it too: fp32 master parameters, gradients and
     // optimizer state; fp16 with dynamic loss scaling (loss_scaler).

@@ -154,6 +154,7 @@ public:
         return pooling(MpsPath::pool, GraphOp::pool, p, {mtl(x), mtl(y)}, nullptr);
     }
     bool pool_backward(const PoolParams& p, const DeviceMemory* x, const DeviceMemory* dy, DeviceMemory* dx) override {
+        if (p.dtype != DType::f32) return false;  // MPSGraph's pooling here is fp32 (half: the kernels)
         return pooling(MpsPath::pool_backward, GraphOp::pool_backward, p, {mtl(x), mtl(dy), mtl(dx)}, mtl(dx));
     }
     bool batchnorm_train(const NchwShape& s, float eps, DeviceMemory* y, DeviceMemory* mean, DeviceMemory* var,

@@ -189,8 +189,9 @@ class Network:
     @property
     def precision(self) -> str:
         """Storage type of the activations: "fp32" (the default), "fp16" or "bf16". Half runs on GPU
-        devices (CUDA, Metal, OpenCL) for detection: weights stay fp32 (a half copy feeds each
-        convolution), math accumulates in fp32, the yolo heads come back in fp32. Setting a precision the
+        devices (CUDA, Metal, OpenCL), for detection and training: weights stay fp32 (a half copy feeds
+        each convolution), math accumulates in fp32, the yolo heads come back in fp32; fp16 training
+        scales its loss dynamically (README's Half precision). Setting a precision the
         device cannot run raises DarknetError naming the ones it can (`precisions`). Moving the network
         to another device sets it back to fp32."""
         return self._net.precision

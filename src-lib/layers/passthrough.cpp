@@ -16,6 +16,9 @@ public:
     }
     void forward_train(Backend& be, const Tensor& x, Tensor& y, const LayerOutputs& outputs) override {
         if (probability <= 0) return forward(be, x, y, outputs);
+        if (x.dtype() != DType::f32)  // (its mask multiply is fp32 only: src-lib/gpu/PRECISION.md)
+            throw DarknetError("layer " + std::to_string(index) + " [dropout] trains in fp32 only so far, not in " +
+                               dtype_name(x.dtype()) + " (probability=" + std::to_string(probability) + ")");
         be.resize(mask_, x.shape());
         // a new mask per call: the seed counts this layer's draws (same masks on every backend)
         be.dropout_mask(mask_, probability, ((uint64_t)index << 32) | draws_++);

@@ -102,7 +102,7 @@ QueuedYoloLoss queue_yolo_loss(Backend& be, const YoloLayer& layer, const Tensor
 YoloLossStats read_yolo_loss(const QueuedYoloLoss& q) {
     // the only download: YOLO_LOSS_STATS floats per image
     std::vector<float> host(q.stats.size());
-    if (q.stats.on_host() || q.stats.dtype() != DType::f32) copy_to_host(q.stats, host.data());
+    if (q.stats.on_host()) copy_to_host(q.stats, host.data());
     else q.stats.device()->download_marked(q.mark.get(), q.stats.memory(), 0, host.data(), host.size() * sizeof(float));
     double sum[YOLO_LOSS_STATS] = {};
     for (size_t i = 0; i < host.size(); ++i) sum[i % YOLO_LOSS_STATS] += host[i];

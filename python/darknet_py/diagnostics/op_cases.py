@@ -708,8 +708,6 @@ HALF_TRAIN_OPS = {"bias_backward": ((0,), ()), "batchnorm_train": ((0,), (0, 1))
                   "fill": ((), (0,)), "add_scaled": ((2,), (0,))}
 
 
-
-
 def half_train_cases(precision: str, ref) -> List[Case]:
     """The TRAIN_CASES (and add_scaled, fill) of the ops that train in half storage, for an Ops whose
     storage is `precision`, with the tolerances above; `ref` (the reference Ops) drops the cases whose

@@ -99,17 +99,18 @@ def _training_direction(op: str) -> str:
     return "training" if op in ("batchnorm_train", "sgd_update", "adam_update", "unscale_check") else "backward"
 
 
-def select_cases(quick: bool, precision: str = "fp32", ref=None):
-    """(case, direction) pairs: all of op_cases (in half: its half_cases and half_train_cases, `ref`
-    the reference Ops), or with `quick` the QUICK_CASES_PER_OP smallest cases (by input size) of each
-    op and direction."""
-    from .op_cases import CASES, TRAIN_CASES, half_cases, half_train_cases
+def select_cases(quick: bool, precision: str = "fp32", ref=None, dw_in_half: bool = False):
+    """(case, direction) pairs: all of op_cases (in half: its half_cases, half_train_cases and
+    half_conv_backward_cases, `ref` the reference Ops; dw_in_half: the device may form a weight
+    gradient in half, cuDNN in bf16), or with `quick` the QUICK_CASES_PER_OP smallest cases (by input
+    size) of each op and direction."""
+    from .op_cases import CASES, TRAIN_CASES, half_cases, half_conv_backward_cases, half_train_cases
 
     if precision == "fp32":
         train = TRAIN_CASES
         pairs = [(c, "forward") for c in CASES]
     else:
-        train = half_train_cases(precision, ref)
+        train = half_train_cases(precision, ref) + half_conv_backward_cases(precision, ref, dw_in_half)
         pairs = [(c, "forward") for c in half_cases(precision, ref)]
     pairs += [(c, _training_direction(c.op)) for c in train]
     if not quick:
@@ -153,7 +154,8 @@ def run_ops(device: str, quick: bool, perturb: Optional[str] = None, progress: b
     dev.storage = precision  # a device without it: DarknetError "precision fp16 does not run on cpu (...)"
     if perturb:
         dev = _perturbed(dev, perturb)
-    pairs = select_cases(quick, precision, ref)
+    # cuDNN forms bf16 weight gradients in half (src-lib/gpu/PRECISION.md); every other path sums in fp32
+    pairs = select_cases(quick, precision, ref, device.startswith("cuda") and precision == "bf16")
     results: Dict[tuple, OpResult] = {}
     bar = Progress(len(pairs), "cases", label=f"selftest {device}") if progress else None
     try:
@@ -288,8 +290,9 @@ def run_selftest(device: str, quick: bool = False, perturb: Optional[str] = None
                  precision: str = "fp32") -> dict:
     """Runs everything on `device` (a concrete name, not "auto") and returns the report (see the
     module docstring); writes nothing. In fp16 / bf16: the ops that take half storage (their cases
-    in that precision), no training run (training is fp32 only) and no fast-path verdicts (the
-    devices read those from the fp32 report)."""
+    in that precision, the training ops' included), no training run (it compares the device with the
+    CPU, which trains in fp32 only: half training differs from it by rounding) and no fast-path
+    verdicts (the devices read those from the fp32 report)."""
     from .. import __version__
     from .. import _core
 
@@ -299,7 +302,8 @@ def run_selftest(device: str, quick: bool = False, perturb: Optional[str] = None
         training, fast_paths = run_training(device, iterations=2 if quick else 5), fast_path_results(device, ops)
     else:
         training = {"iterations": 0, "compared_with": "-", "max_rel_diff": None, "passed": True, "failure": "",
-                    "skipped": f"training runs in fp32 only: not run in {precision}"}
+                    "skipped": f"the training run compares with the CPU's fp32: not run in {precision} "
+                               "(the half training ops are checked above)"}
         fast_paths = {}
     name = next((d["name"] for d in _core.devices() if d.get("id") == device), device)
     return {

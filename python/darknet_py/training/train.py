@@ -31,11 +31,14 @@ anything non-finite is written: the previous `_last.weights` stays as it was.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
 import math
 import os
 import random
+import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, TextIO, Tuple
@@ -117,6 +120,24 @@ def _finite_params(raw) -> bool:
 def _copy_params(src, dst) -> None:
     for i in range(len(src.layers())):
         dst.set_params(i, src.params(i))
+
+
+@contextlib.contextmanager
+def _ctrl_c_deferred():
+    """Holds a Ctrl-C (SIGINT) arriving inside the block until its end, so that a step's update and
+    the iteration number it belongs to change together. Only the main thread receives signals; in
+    another the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    hit = []
+    old = signal.signal(signal.SIGINT, lambda *_: hit.append(True))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+    if hit:
+        raise KeyboardInterrupt
 
 
 def _broadcast_int(group, value: int) -> int:
@@ -419,6 +440,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
     # save, all of which happen in this report or after it, and the report of the last step is read
     # before the loop ends. Callbacks still see the weights of their iteration, before the next step.
     at_once = read_at_once()
+    unchecked: List[QueuedStep] = []  # the step whose update ran but whose loss is not checked yet
 
     def queue_step() -> Optional[QueuedStep]:
         """Queues iteration + 1 whole, or returns None at max_batches."""
@@ -448,15 +470,17 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
             step.add_pass(raw.queue_yolo_loss([darknet_truth(t) for t in truths]))
             # the last pass's gradients are summed over the ranks while its backward runs
             raw.backward(all_reduce=group is not None and p == plan.passes - 1)
-        iteration += 1
-        phase("iteration", f"update {iteration}")
-        step.rate = schedule.rate(iteration, lr_rng)
-        step.loss_scale = raw.loss_scale
-        # Adam's step is the iteration, as Darknet, so resuming continues it. fp16: False when the
-        # gradients overflowed and the step was skipped (its check reads 4 bytes back: a wait per step)
-        step.skipped = not raw.update(step.rate, plan.update_batch, iteration)
-        step.next_loss_scale = raw.loss_scale
-        raw.seen = iteration * batch
+        with _ctrl_c_deferred():  # a Ctrl-C finds the weights, `iteration` and `unchecked` in agreement
+            iteration += 1
+            phase("iteration", f"update {iteration}")
+            step.rate = schedule.rate(iteration, lr_rng)
+            step.loss_scale = raw.loss_scale
+            # Adam's step is the iteration, as Darknet, so resuming continues it. fp16: False when the
+            # gradients overflowed and the step was skipped (its check reads 4 bytes back: a wait per step)
+            step.skipped = not raw.update(step.rate, plan.update_batch, iteration)
+            step.next_loss_scale = raw.loss_scale
+            raw.seen = iteration * batch
+            unchecked[:] = [step]
         step.seconds = time.perf_counter() - t0
         return step
 
@@ -464,7 +488,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
     try:
         queued = queue_step()
         while queued is not None:  # the report of the step queued last (`iteration` is its number)
-            step, queued = queued, None  # (a Ctrl-C from here on finds its loss checked)
+            step, queued = queued, None
             t_read = time.perf_counter()
             passes = step.read()
             loss_sum = step.loss_sum(passes)
@@ -480,6 +504,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
                      if last_saved_at is not None else "") +
                     ". Lower learning_rate or raise burn_in in the cfg, or check the labels.",
                     iteration, path_last if last_saved_at is not None else None)
+            unchecked.clear()  # (a Ctrl-C from here on saves weights whose loss was checked)
             rate, load_seconds = step.rate, step.load_seconds
             if step.skipped:
                 result.skipped_steps += 1
@@ -556,8 +581,8 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
             queued = queue_step()
     except KeyboardInterrupt:
         con.close()
-        # a step queued but not yet reported: its loss too must be finite to save its weights
-        unread_ok = queued is None or math.isfinite(queued.loss_sum(queued.read()))
+        # a step whose update ran but whose loss is unchecked: it too must be finite to save its weights
+        unread_ok = not unchecked or math.isfinite(unchecked[0].loss_sum(unchecked[0].read()))
         if is_root and iteration > start and last_saved_at != iteration and unread_ok and _finite_params(raw):
             save_last(iteration)
             con.line(f"interrupted at iteration {iteration}: saved {path_last}", err=True)
