@@ -265,6 +265,23 @@ def run_ours(name: str, size: int, args) -> dict:
     return out
 
 
+def training_step(raw, xb, truths, update_batch: int, all_reduce: bool = False):
+    """Ours' training step as `train` runs it (training/queued_step.py): forward_train, the YOLO loss,
+    backward and SGD queued whole, each step's loss statistics read after the next update is queued."""
+    pending = []
+
+    def step():
+        raw.forward_train(xb, [])
+        queued = raw.queue_yolo_loss(truths)
+        raw.backward(all_reduce=all_reduce)
+        raw.update(1e-4, update_batch)
+        if pending:
+            pending.pop().read()
+        pending.append(queued)
+
+    return step
+
+
 def run_ours_train(name: str, size: int, args) -> dict:
     """In a process of its own, so that the pool's peak is the training run's."""
     import darknet_py
@@ -281,17 +298,7 @@ def run_ours_train(name: str, size: int, args) -> dict:
     truths = truths_for(batch, raw.yolo_info(heads[-1])["classes"], rng)
     xb = rng.uniform(0, 1, (batch, 3, size, size)).astype(np.float32)
 
-    pending = []
-
-    def step():  # as train() runs a step: the loss's statistics read after the next update is queued
-        raw.forward_train(xb, [])
-        queued = raw.queue_yolo_loss(truths)
-        raw.backward()
-        raw.update(1e-4, batch)
-        if pending:
-            pending.pop().read()
-        pending.append(queued)
-
+    step = training_step(raw, xb, truths, batch)
     img_s = batch / timed(step, raw.synchronize, 2, 3, 3.0, steps=4)
     # fp16: a step skipped for overflow costs less than one applied; few may be, or the figure flatters
     return {"train_img_s": img_s, "peak_train_bytes": raw.memory_stats()["peak_reserved"],

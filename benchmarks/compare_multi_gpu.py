@@ -62,17 +62,7 @@ def worker_ours(args) -> dict:
     truths = cg.truths_for(args.batch, raw.yolo_info(heads[-1])["classes"], rng)
     xb = rng.uniform(0, 1, (args.batch, 3, args.size, args.size)).astype(np.float32)
 
-    pending = []
-
-    def step():  # as train() runs a step: the loss's statistics read after the next update is queued
-        raw.forward_train(xb, [])
-        queued = raw.queue_yolo_loss(truths)
-        raw.backward(all_reduce=world > 1)
-        raw.update(1e-4, args.batch * world)
-        if pending:
-            pending.pop().read()
-        pending.append(queued)
-
+    step = cg.training_step(raw, xb, truths, args.batch * world, all_reduce=world > 1)
     seconds = cg.timed(step, raw.synchronize, 2, 5, args.seconds, steps=4)
     out = {"img_s": world * args.batch / seconds, "step_ms": 1e3 * seconds, "collective": group.collective.name}
     if world > 1:

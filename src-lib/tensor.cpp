@@ -80,9 +80,14 @@ void copy_to_host(const Tensor& src, size_t offset, size_t count, float* dst) {
     half_to_f32(half.data(), dst, count, src.dtype() == DType::bf16);
 }
 
+void require_same_size(const char* what, const Tensor& a, const Tensor& b) {
+    if (a.size() != b.size())
+        throw DarknetError(std::string(what) + " between tensors of different sizes: " + a.shape().str() + " -> " +
+                           b.shape().str());
+}
+
 void copy_tensor(const Tensor& src, Tensor& dst) {
-    if (src.size() != dst.size())
-        throw DarknetError("copy between tensors of different sizes: " + src.shape().str() + " -> " + dst.shape().str());
+    require_same_size("copy", src, dst);
     if (src.on_host()) return copy_from_host(src.data(), dst);
     if (dst.on_host()) return copy_to_host(src, dst.data());
     if (src.device() == dst.device() && src.dtype() == dst.dtype())

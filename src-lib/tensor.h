@@ -104,6 +104,9 @@ void copy_from_host(const float* src, Tensor& dst);   // dst.size() floats
 void copy_to_host(const Tensor& src, float* dst);     // src.size() floats
 void copy_to_host(const Tensor& src, size_t offset, size_t count, float* dst);  // floats [offset, offset + count)
 void copy_tensor(const Tensor& src, Tensor& dst);     // same size, any memory spaces and storage types
+// Throws DarknetError "<what> between tensors of different sizes: <a> -> <b>" unless a and b hold as many
+// elements (the elementwise operations between two tensors of any shapes: copy, convert, add_scaled).
+void require_same_size(const char* what, const Tensor& a, const Tensor& b);
 Tensor to_host(const Tensor& t);                      // t itself when it is already on the host
 
 }  // namespace dn

@@ -23,7 +23,8 @@ import pytest
 
 import gpu_devices
 from darknet_py import DarknetError, Network, _core
-from darknet_py.diagnostics.op_cases import (HALF_CONV_BACKWARD_OPS, HALF_TRAIN_OPS, check_case, compare, half_cases,
+from darknet_py.diagnostics.op_cases import (HALF_CONV_BACKWARD_OPS, HALF_TRAIN_OPS, check_case, compare,
+                                             forms_dw_in_half, half_cases,
                                              half_conv_backward_cases, half_train_cases, round_to, trand)
 from test_train import small_cfg
 
@@ -132,10 +133,6 @@ def train_cases(ref):
 
 
 # ---- the convolutions' backward passes in half (training) ------------------------------------------
-# On CUDA in bf16 cuDNN may form the weight gradient in half first; our kernels (pocl, Oclgrind, and
-# CUDA in fp16: gpu_ops_conv.cpp says why) never do.
-def _dw_in_half(label: str, precision: str) -> bool:
-    return label == "cuda" and precision == "bf16"
 
 
 @pytest.fixture(scope="module")
@@ -190,7 +187,7 @@ def test_half_training_kernels_have_no_races_on_the_simulator(ref, train_cases, 
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_half_conv_backward_matches_the_reference(ref, backward_cases, label, precision):
     ops = _half_ops(label, precision)
-    cases = backward_cases(precision, _dw_in_half(label, precision))
+    cases = backward_cases(precision, forms_dw_in_half(label, precision))
     assert {c.op for c in cases} == set(HALF_CONV_BACKWARD_OPS) and len(cases) > 90
     failed = [f"{c.id}: {r.message}" for c in cases for r in [check_case(ref, ops, c)] if not r.ok]
     assert not failed, f"{len(failed)} of {len(cases)} cases:\n" + "\n".join(failed[:10])

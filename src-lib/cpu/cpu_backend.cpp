@@ -377,9 +377,7 @@ public:
         cpu::softmax_backward(y, dy, groups, temperature, dx);
     }
     void add_scaled(const Tensor& x, float alpha, Tensor& y) override {
-        if (x.size() != y.size())
-            throw DarknetError("add_scaled between tensors of different sizes: " + x.shape().str() + " and " +
-                               y.shape().str());
+        require_same_size("add_scaled", x, y);
         const float* xp = x.data();
         float* yp = y.data();
         for (size_t i = 0; i < y.size(); ++i) yp[i] += alpha * xp[i];

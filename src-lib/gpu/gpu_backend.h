@@ -65,6 +65,9 @@ public:
     // copy kept per parameter buffer and converted again on every call (one elementwise pass over the
     // parameter), so that changed values (training, load_weights, NumPy views) are always seen.
     const Tensor& param_in(const Tensor& p, DType t);
+    // x in fp32: x itself, or a copy widened into scratch slot 5 (the widenings' own slot), valid
+    // until the next widening.
+    Tensor widened(const Tensor& x);
 
     // Caps every kernel's group size (tests run each kernel at group sizes 1 .. 256: a kernel must
     // not depend on the group size the device happens to allow).

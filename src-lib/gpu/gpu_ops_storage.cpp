@@ -20,8 +20,7 @@ DType GpuBackend::same_storage(const char* op, std::initializer_list<const Tenso
 }
 
 void GpuBackend::convert(const Tensor& x, Tensor& y) {
-    if (x.size() != y.size())
-        throw DarknetError("convert between tensors of different sizes: " + x.shape().str() + " -> " + y.shape().str());
+    require_same_size("convert", x, y);
     CountArgs a{(int32_t)x.size()};
     if (x.dtype() == y.dtype()) {
         if (x.buffer() != y.buffer()) copy_tensor(x, y);
@@ -30,10 +29,15 @@ void GpuBackend::convert(const Tensor& x, Tensor& y) {
     } else if (y.dtype() == DType::f32) {
         launch(storage_kernel("unpack", x.dtype()).c_str(), x.size(), {buf(y), any_buf(x)}, a);
     } else {  // fp16 <-> bf16: through fp32
-        Tensor wide(x.shape(), scratch(5, x.size()).buffer());
-        convert(x, wide);
-        convert(wide, y);
+        convert(widened(x), y);
     }
+}
+
+Tensor GpuBackend::widened(const Tensor& x) {
+    if (x.dtype() == DType::f32) return x;
+    Tensor wide(x.shape(), scratch(5, x.size()).buffer());
+    convert(x, wide);
+    return wide;
 }
 
 const Tensor& GpuBackend::param_in(const Tensor& p, DType t) {

@@ -181,19 +181,10 @@ void GpuBackend::softmax_backward(const Tensor& y, const Tensor& dy, int groups,
 }
 
 void GpuBackend::add_scaled(const Tensor& x, float alpha, Tensor& y) {
-    if (x.size() != y.size())
-        throw DarknetError("add_scaled between tensors of different sizes: " + x.shape().str() + " and " +
-                           y.shape().str());
+    require_same_size("add_scaled", x, y);
     // the kernel reads x in fp32: a half x is widened first (the [yolo] delta, the common case, is fp32)
-    // (slot 5 is convert's own only between two half types, which this is not)
-    const Tensor* wide = &x;
-    Tensor widened;
-    if (x.dtype() != DType::f32) {
-        widened = Tensor(x.shape(), scratch(5, x.size()).buffer());
-        convert(x, widened);
-        wide = &widened;
-    }
-    launch(storage_kernel("add_scaled", y.dtype()).c_str(), y.size(), {any_buf(y), buf(*wide)},
+    Tensor wide = widened(x);
+    launch(storage_kernel("add_scaled", y.dtype()).c_str(), y.size(), {any_buf(y), buf(wide)},
            ScaledArgs{i32(y.size()), alpha});
 }
 

@@ -644,9 +644,7 @@ public:
     }
 
     void add_scaled(const Tensor& x, float alpha, Tensor& y) override {
-        if (x.size() != y.size())
-            throw DarknetError("add_scaled between tensors of different sizes: " + x.shape().str() + " and " +
-                               y.shape().str());
+        require_same_size("add_scaled", x, y);
         for (size_t i = 0; i < y.size(); ++i) y[i] += alpha * x[i];
     }
 

@@ -147,16 +147,14 @@ def _perturbed(ops, op: str):
 def run_ops(device: str, quick: bool, perturb: Optional[str] = None, progress: bool = True,
             precision: str = "fp32") -> List[OpResult]:
     from .. import _core
-    from .op_cases import check_case
+    from .op_cases import check_case, forms_dw_in_half
     from ..commands.progress import Progress
 
     ref, dev = _core.Ops("reference"), _core.Ops(device)
     dev.storage = precision  # a device without it: DarknetError "precision fp16 does not run on cpu (...)"
     if perturb:
         dev = _perturbed(dev, perturb)
-    # cuDNN forms bf16 weight gradients in half (src-lib/gpu/PRECISION.md); every other path sums in fp32
-    on_cuda = isinstance(device, str) and device.startswith("cuda")  # (tests pass fake Device objects)
-    pairs = select_cases(quick, precision, ref, on_cuda and precision == "bf16")
+    pairs = select_cases(quick, precision, ref, forms_dw_in_half(device, precision))
     results: Dict[tuple, OpResult] = {}
     bar = Progress(len(pairs), "cases", label=f"selftest {device}") if progress else None
     try:
