@@ -8,7 +8,7 @@ from darknet_py.training import quickstart
 from darknet_py.model_files.cfgfiles import resolve_cfg
 from darknet_py.commands.cli import main
 from darknet_py.data.synth import generate
-from darknet_py.training.train import order_inputs
+from darknet_py.training.train_command import order_inputs
 
 
 @pytest.fixture(scope="module")

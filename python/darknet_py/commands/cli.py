@@ -149,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_synth_parser(sub, _Formatter)
 
-    from ..training.train import add_parser as add_train_parser
+    from ..training.train_command import add_parser as add_train_parser
 
     add_train_parser(sub, _Formatter)
 
