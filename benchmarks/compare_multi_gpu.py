@@ -11,7 +11,9 @@ Also for ours at the largest N: the all-reduce bus bandwidth of our collective f
 busbw = bytes / seconds x 2 (N - 1) / N), the time one all-reduce of the model's gradients takes
 alone, and the step time on 1 and on N GPUs: what the step gains on N (the all-reduce not hidden under
 the backward, the loss all-reduce, the ranks' synchronization) is the difference of the last two.
-Each (column, N) runs in fresh processes, one per GPU; rank 0 writes its figures as JSON.
+Last, every rank times the same step without the all-reduce, all at once: a data-parallel step goes at
+its slowest rank's pace, so the spread between ranks is loss that no communication change recovers.
+Each (column, N) runs in fresh processes, one per GPU; each rank writes its figures as JSON.
 """
 from __future__ import annotations
 
@@ -71,6 +73,10 @@ def worker_ours(args) -> dict:
         out["reduce_alone_ms"] = 1e3 * _core.all_reduce_bench(group.collective, device, out["grad_mib"], 20)
         t = _core.all_reduce_bench(group.collective, device, args.busbw_mib, 10)
         out["busbw_gb_s_1gib"] = args.busbw_mib * 2 ** 20 / t * 2 * (world - 1) / world / 1e9
+        # The same step without the all-reduce, every rank at once: a data-parallel step runs at its
+        # slowest rank's pace, so the spread of these says how much of the loss is not communication.
+        alone = cg.training_step(raw, xb, truths, args.batch * world)
+        out["alone_ms"] = 1e3 * cg.timed(alone, raw.synchronize, 2, 5, args.seconds, steps=4)
     return out
 
 
@@ -153,7 +159,11 @@ def run_column(group: str, mode: str, n: int, args) -> dict:
         if any(codes):
             return {"error": f"exit codes {codes}"}
         with open(result) as f:
-            return json.load(f)
+            out = json.load(f)
+        if "alone_ms" in out:  # every rank's step without the all-reduce
+            ranks = [out] + [json.load(open(f"{result}.{r}")) for r in range(1, n)]
+            out["alone_ms"] = [r["alone_ms"] for r in ranks]
+        return out
 
 
 def main(argv=None) -> int:
@@ -175,9 +185,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.worker:
         out = (worker_ours if args.worker == "ours" else worker_torch)(args)
-        if int(os.environ["RANK"]) == 0:
-            with open(args.result, "w") as f:
-                json.dump(out, f)
+        rank = int(os.environ["RANK"])
+        with open(args.result if rank == 0 else f"{args.result}.{rank}", "w") as f:
+            json.dump(out, f)
         return 0
     import darknet_py
 
@@ -192,7 +202,8 @@ def main(argv=None) -> int:
             print(g, m, n, json.dumps(r), flush=True)
     lines = [f"### {args.model} {args.size}, {args.batch} images per GPU per step ({gpus[0]['name'] if gpus else '?'})",
              "", "| engine | " + " | ".join(f"{n} GPU{'s' if n > 1 else ''} img/s (eff.)" for n in counts) +
-             f" | all-reduce busbw {args.busbw_mib:g} MiB | gradients' all-reduce alone; step on 1 / on N |", "|---" * (len(counts) + 3) + "|"]
+             f" | all-reduce busbw {args.busbw_mib:g} MiB | gradients' all-reduce alone; step on 1 / on N |"
+             " each rank's step without the all-reduce, fastest / slowest |", "|---" * (len(counts) + 4) + "|"]
     for g, m in cols:
         one = rows[(g, m, counts[0])].get("img_s") if counts and counts[0] == 1 else None
         cells = []
@@ -209,7 +220,8 @@ def main(argv=None) -> int:
         if "reduce_alone_ms" in big and one:
             hide = (f"{big['reduce_alone_ms']:.2f} ms ({big.get('grad_mib', 0):.0f} MiB); "
                     f"{rows[(g, m, 1)]['step_ms']:.1f} / {big['step_ms']:.1f} ms")
-        lines.append(f"| {LABELS[(g, m)]} | " + " | ".join(cells) + f" | {bw} | {hide} |")
+        spread = f"{min(big['alone_ms']):.1f} / {max(big['alone_ms']):.1f} ms" if "alone_ms" in big else "-"
+        lines.append(f"| {LABELS[(g, m)]} | " + " | ".join(cells) + f" | {bw} | {hide} | {spread} |")
     versions = next((r["versions"] for r in rows.values() if "versions" in r), "")
     lines += ["", f"{versions}; ours: {darknet_py._core.nccl_status()[1]}", ""]
     text = "\n".join(lines)

@@ -225,6 +225,14 @@ public:
               "device copy");
     }
 
+    bool zero(DeviceMemory* dst, size_t bytes) override {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (bytes == 0 || failed_capture()) return true;
+        note_buffer(dst);
+        check(cudaMemsetAsync(to_ptr(dst), 0, bytes, stream_), "zero");
+        return true;
+    }
+
     void launch(const char* name, LaunchDims dims, const std::vector<KernelArg>& args) override {
         std::lock_guard<std::mutex> lock(mutex_);
         if (dims.groups == 0 || failed_capture()) return;

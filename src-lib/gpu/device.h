@@ -118,6 +118,14 @@ public:
     }
     virtual void copy(const DeviceMemory* src, size_t src_offset, DeviceMemory* dst, size_t dst_offset,
                       size_t bytes) = 0;
+    // Optional: bytes set to 0 by the device's own fill (CUDA: cudaMemsetAsync, which writes at close to
+    // the memory's bandwidth; a kernel storing 2-byte halves one per thread reached about a third of it
+    // zeroing the training deltas). Returns false where not offered: the caller launches its fill kernel.
+    virtual bool zero(DeviceMemory* dst, size_t bytes) {
+        (void)dst;
+        (void)bytes;
+        return false;
+    }
 
     // Optional: reading results later without waiting for work queued since (a training step reads
     // its loss statistics after the next step is queued). mark_queue() marks the work queued so far;

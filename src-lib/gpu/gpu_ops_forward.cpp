@@ -1,5 +1,7 @@
 // GpuBackend's forward, elementwise and optimizer ops: one launch each of the kernels in
 // kernels/forward_elementwise.h and kernels/forward_layout.h (launch geometry documented there).
+#include <cmath>
+
 #include "../kernels/args_forward.h"
 #include "gpu_backend.h"
 
@@ -10,6 +12,10 @@ int32_t i32(size_t v) { return (int32_t)v; }
 }  // namespace
 
 void GpuBackend::fill(Tensor& y, float value) {
+    // 0.0f is all zero bits in fp32, fp16 and bf16 alike
+    if (value == 0.0f && !std::signbit(value) &&
+        device_->zero(any_buf(y).buffer, y.size() * dtype_size(y.dtype())))
+        return;
     launch(storage_kernel("fill", y.dtype()).c_str(), y.size(), {any_buf(y)}, FillArgs{i32(y.size()), value});
 }
 
