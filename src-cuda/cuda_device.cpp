@@ -225,6 +225,18 @@ public:
               "device copy");
     }
 
+    bool copy_rows(const DeviceMemory* src, size_t src_offset, size_t src_pitch, DeviceMemory* dst,
+                   size_t dst_offset, size_t dst_pitch, size_t row_bytes, size_t rows) override {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (row_bytes == 0 || rows == 0 || failed_capture()) return true;
+        note_buffer(src);
+        note_buffer(dst);
+        check(cudaMemcpy2DAsync(to_ptr(dst) + dst_offset, dst_pitch, to_ptr(src) + src_offset, src_pitch, row_bytes,
+                                rows, cudaMemcpyDeviceToDevice, stream_),
+              "device copy of rows");
+        return true;
+    }
+
     bool zero(DeviceMemory* dst, size_t bytes) override {
         std::lock_guard<std::mutex> lock(mutex_);
         if (bytes == 0 || failed_capture()) return true;

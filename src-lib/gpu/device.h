@@ -118,6 +118,16 @@ public:
     }
     virtual void copy(const DeviceMemory* src, size_t src_offset, DeviceMemory* dst, size_t dst_offset,
                       size_t bytes) = 0;
+    // Optional: `rows` rows of `row_bytes` each, from src (rows src_pitch bytes apart) to dst (dst_pitch
+    // apart), by the device's copy engine (CUDA: cudaMemcpy2DAsync): a route's channel slices, which the
+    // copy_channels kernel moved at well under the memory's bandwidth (three integer divisions an element).
+    // Returns false where not offered: the caller launches its kernel.
+    virtual bool copy_rows(const DeviceMemory* src, size_t src_offset, size_t src_pitch, DeviceMemory* dst,
+                           size_t dst_offset, size_t dst_pitch, size_t row_bytes, size_t rows) {
+        (void)src, (void)src_offset, (void)src_pitch, (void)dst, (void)dst_offset, (void)dst_pitch;
+        (void)row_bytes, (void)rows;
+        return false;
+    }
     // Optional: bytes set to 0 by the device's own fill (CUDA: cudaMemsetAsync, which writes at close to
     // the memory's bandwidth; a kernel storing 2-byte halves one per thread reached about a third of it
     // zeroing the training deltas). Returns false where not offered: the caller launches its fill kernel.

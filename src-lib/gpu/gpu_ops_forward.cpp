@@ -84,6 +84,11 @@ static CopyChannelsArgs copy_args(const Tensor& x, int src_c0, const Tensor& y, 
 void GpuBackend::copy_channels(const Tensor& x, int src_c0, Tensor& y, int dst_c0, int count) {
     CopyChannelsArgs a = copy_args(x, src_c0, y, dst_c0, count, false);
     DType t = same_storage("copy_channels", {&x, &y});
+    // per image, channels [src_c0, src_c0 + count) are one contiguous run in x and in y
+    size_t plane = dtype_size(t) * x.shape().plane();
+    if (device_->copy_rows(any_buf(x).buffer, plane * src_c0, plane * x.shape().c, any_buf(y).buffer, plane * dst_c0,
+                           plane * y.shape().c, plane * count, x.shape().n))
+        return;
     launch(storage_kernel("copy_channels", t).c_str(), (size_t)a.n, {any_buf(y), any_buf(x)}, a);
 }
 
