@@ -207,6 +207,10 @@ public:
                          size_t bytes) override {
         auto* m = dynamic_cast<const Mark*>(mark);
         if (!m) return download(src, offset, dst, bytes);
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            if (capturing_) return capture_fails("a download to the host");  // as download(): no host reads in a recording
+        }
         check(cudaEventSynchronize(m->event), "download");  // the marked work only
         std::lock_guard<std::mutex> lock(mutex_);
         check(cudaMemcpyAsync(dst, to_ptr(src) + offset, bytes, cudaMemcpyDeviceToHost, read_stream_), "download");

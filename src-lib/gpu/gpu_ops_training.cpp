@@ -91,6 +91,11 @@ void GpuBackend::maxpool_backward(const Tensor& x, const Tensor& dy, const PoolG
     DType t = same_storage("maxpool_backward", {&x, &dy, &dx});
     if (dev().pool_backward(pool_params(x, dy, g, true), x.memory(), dy.memory(), dx.memory())) return;
     PoolArgs a = pool_backward_args(x, dy, g);
+    if (g.stride_x >= g.size && g.stride_y >= g.size) {  // windows that do not overlap: one pass
+        launch(storage_kernel("maxpool_backward_disjoint", t).c_str(), dy.size(),
+               {any_buf(x), any_buf(dy), any_buf(dx)}, a);
+        return;
+    }
     Tensor& winner = scratch(4, dy.size());  // int32 per window: kernels/backward.h
     launch(storage_kernel("maxpool_argmax", t).c_str(), dy.size(), {any_buf(x), buf(winner)}, a);
     launch(storage_kernel("maxpool_backward", t).c_str(), dx.size(), {buf(winner), any_buf(dy), any_buf(dx)}, a);

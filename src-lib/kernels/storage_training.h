@@ -179,6 +179,28 @@ KERNEL(S_NAME(maxpool_argmax))(KCBUF(S_T, x, 0), KBUF(int, winner, 1), KARGS(Poo
     winner[i] = best_at;
 }
 
+// Windows that do not overlap (stride >= size in both axes, as yolov4-tiny's 2x2/2 pools): both passes in
+// one, one thread per window, which adds its dy onto the dx of its argmax; no other window touches that
+// element, so the scatter has no race and gives the gather's bits. Threads = elements of dy.
+KERNEL(S_NAME(maxpool_backward_disjoint))(KCBUF(S_T, x, 0), KCBUF(S_T, dy, 1), KBUF(S_T, dx, 2),
+                                          KARGS(PoolArgs, a, 3) KTHREAD_IDS) {
+    uint i = KGID;
+    if (i >= (uint)(a.out_h * a.out_w) * (uint)(a.n / (a.in_h * a.in_w))) return;
+    int ox = (int)(i % (uint)a.out_w), oy = (int)((i / (uint)a.out_w) % (uint)a.out_h);
+    int nc = (int)(i / (uint)(a.out_w * a.out_h));
+    int plane0 = nc * a.in_h * a.in_w;
+    int off = -a.padding / 2, best_at = -1;
+    float best = -FLT_MAX_K;
+    for (int ky = 0; ky < a.size; ++ky)
+        for (int kx = 0; kx < a.size; ++kx) {
+            int y = oy * a.stride_y + off + ky, xx = ox * a.stride_x + off + kx;
+            if (y < 0 || y >= a.in_h || xx < 0 || xx >= a.in_w) continue;
+            float v = S_LD(x, plane0 + y * a.in_w + xx);
+            if (v > best) best = v, best_at = y * a.in_w + xx;
+        }
+    if (best_at >= 0) S_ST(dx, plane0 + best_at, S_LD(dx, plane0 + best_at) + S_LD(dy, i));
+}
+
 // Pass 2, one thread per dx element (n = elements of dx): the dy of every covering window this
 // element won, added in the reference's (oy, ox) order onto dx.
 KERNEL(S_NAME(maxpool_backward))(KCBUF(int, winner, 0), KCBUF(S_T, dy, 1), KBUF(S_T, dx, 2),
