@@ -52,9 +52,10 @@ KERNEL(S_NAME(affine_act))(KBUF(S_T, y, 0), KCBUF(float, scale, 1), KCBUF(float,
 KERNEL(S_NAME(copy_channels))(KBUF(S_T, y, 0), KCBUF(S_T, x, 1), KARGS(CopyChannelsArgs, a, 2) KTHREAD_IDS) {
     int i = (int)KGID;
     if (i >= a.n) return;
-    int p = i % a.plane, c = (i / a.plane) % a.count, b = i / (a.plane * a.count);
-    float v = S_LD(x, (b * a.src_channels + a.src_c0 + c) * a.plane + p);
-    int o = (b * a.dst_channels + a.dst_c0 + c) * a.plane + p;
+    // per image b, the channels copied are one run of count * plane elements in x and in y
+    int run = a.count * a.plane, b = i / run, j = i - b * run;
+    float v = S_LD(x, (b * a.src_channels + a.src_c0) * a.plane + j);
+    int o = (b * a.dst_channels + a.dst_c0) * a.plane + j;
     if (a.accumulate) v += S_LD(y, o);
     S_ST(y, o, v);
 }
