@@ -414,7 +414,9 @@ void Network::learn_update_checks(const UpdateCheck* upto) {
         if (p.found.on_host()) copy_to_host(p.found, &found);
         else p.found.device()->download_marked(p.mark.get(), p.found.memory(), 0, &found, sizeof found);
         p.check->applied = loss_scaler.after_check(found != 0.0f, p.check->scale);
-        if (!p.check->applied && p.counted) --updates_;  // a skipped step is no update (Adam's count)
+        // a skipped step is no update (Adam's count, as update() had it); a step queued before this was
+        // learnt counted it still (most likely skipped as well)
+        if (!p.check->applied && p.counted) --updates_;
         p.check->next_scale = loss_scaler.scale;
         p.check->learnt = true;
         if (p.check.get() == upto) return;
