@@ -267,17 +267,22 @@ def run_ours(name: str, size: int, args) -> dict:
 
 def training_step(raw, xb, truths, update_batch: int, all_reduce: bool = False):
     """Ours' training step as `train` runs it (training/queued_step.py): forward_train, the YOLO loss,
-    backward and SGD queued whole, each step's loss statistics read after the next update is queued."""
-    pending = []
+    backward and SGD queued whole (fp16: the overflow check and skip on the device), each step's loss
+    statistics read after the next update is queued, and its update's check after the next step's
+    statistics."""
+    pending, updates = [], []
 
     def step():
         raw.forward_train(xb, [])
         queued = raw.queue_yolo_loss(truths)
         raw.backward(all_reduce=all_reduce)
-        raw.update(1e-4, update_batch)
+        update = raw.queue_update(1e-4, update_batch)
         if pending:
             pending.pop().read()
+        if updates:
+            updates.pop().read()
         pending.append(queued)
+        updates.append(update)
 
     return step
 

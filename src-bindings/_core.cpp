@@ -173,6 +173,24 @@ QueuedLoss queue_heads_loss(Network& n, const std::vector<FloatArray>& truths, c
     return q;
 }
 
+// queue_update's result: the step's overflow check, learnt on demand (in the order the steps were queued).
+struct QueuedUpdate {
+    Network* net;  // kept alive by the binding (py::keep_alive)
+    std::shared_ptr<const UpdateCheck> check;
+    py::dict read() {
+        if (!check->learnt) {
+            auto lk = lock_net(*net);
+            py::gil_scoped_release nogil;
+            net->learn_update_checks(check.get());
+        }
+        py::dict d;
+        d["applied"] = check->applied;
+        d["loss_scale"] = check->scale;
+        d["next_loss_scale"] = check->next_scale;
+        return d;
+    }
+};
+
 PyObject* darknet_error_type = nullptr;  // the Python DarknetError class, owned by the module
 
 py::str lenient_str(const std::string& s) {
@@ -385,6 +403,15 @@ PYBIND11_MODULE(_core, m) {
         .def("read", &QueuedLoss::read,
              "The per-head statistics (yolo_loss's dicts), read from the device on the first call.");
 
+    py::class_<QueuedUpdate>(m, "QueuedUpdate")
+        .def("read", &QueuedUpdate::read,
+             "{'applied', 'loss_scale', 'next_loss_scale'}: whether the step applied (False: fp16 gradients "
+             "overflowed and the device skipped it), the loss scale its backward ran at, and the network's "
+             "scale once this check was learnt. The first call reads the step's overflow flag (and those of "
+             "the steps queued before it), waiting only for its check on CUDA and OpenCL.")
+        .def_property_readonly("learnt", [](const QueuedUpdate& q) { return q.check->learnt; },
+                               "Whether the step's check was read (read() then waits for nothing).");
+
     py::class_<Network>(m, "Net")
         .def(py::init([](const std::string& cfg, const std::string& device) {
             py::gil_scoped_release nogil;
@@ -430,8 +457,10 @@ PYBIND11_MODULE(_core, m) {
             py::dict d;
             d["up"] = dev ? dev->bytes_uploaded.load() : 0;
             d["down"] = dev ? dev->bytes_downloaded.load() : 0;
+            d["blocking_downloads"] = dev ? dev->blocking_downloads.load() : 0;
             return d;
-        }, "Host->device ('up') and device->host ('down') bytes since the device was opened (0 on the CPU).")
+        }, "Host->device ('up') and device->host ('down') bytes since the device was opened (0 on the CPU), and "
+           "'blocking_downloads': the downloads that waited for all the work queued before them.")
         .def("memory_stats", [](const Network& n) { auto lk = lock_net(n);
             auto dev = n.backend().device();
             DeviceMemoryStats s = dev ? dev->memory_stats() : DeviceMemoryStats{};
@@ -652,19 +681,37 @@ PYBIND11_MODULE(_core, m) {
             return n.update(lr, batch, t);
         }, py::arg("lr"), py::arg("batch"), py::arg("t") = 0,
            "SGD/Adam step; t = Adam's step (the iteration), 0 = count this network's updates. Returns False "
-           "when fp16 gradients overflowed and the step was skipped (loss_scale halved).")
+           "when fp16 gradients overflowed and the step was skipped (loss_scale halved). In fp16 it waits for "
+           "the step's overflow check; queue_update does not.")
+        .def("queue_update", [](Network& n, float lr, int batch, int t) { auto lk = lock_net(n);
+            check_min("queue_update", "batch", batch, 1), check_min("queue_update", "t", t, 0);
+            if (!std::isfinite(lr)) bad_arg("queue_update", "lr", "a finite number", std::to_string(lr));
+            py::gil_scoped_release nogil;
+            return QueuedUpdate{&n, n.queue_update(lr, batch, t)};
+        }, py::arg("lr"), py::arg("batch"), py::arg("t") = 0, py::keep_alive<0, 1>(),
+           "update() without waiting: the step is queued whole; in fp16 the device checks the gradients for "
+           "overflow and skips the step itself. Returns a QueuedUpdate whose read() tells whether it applied; "
+           "loss_scale learns of an overflow only then, so a step queued meanwhile runs at the old scale.")
+        .def_property_readonly("pending_update_checks", [](const Network& n) { auto lk = lock_net(n);
+            return n.pending_update_checks();
+        }, "Queued updates whose overflow check (fp16) was not read yet.")
         .def_property("loss_scale", [](const Network& n) { auto lk = lock_net(n); return n.loss_scaler.scale; },
                       [](Network& n, float v) { auto lk = lock_net(n);
+                          n.learn_update_checks();  // the checks of queued steps first, then this scale
                           if (!n.loss_scaler.dynamic)
                               throw DarknetError(std::string("loss_scale: only fp16 training scales its loss (this "
                                                              "network is in ") + dtype_name(n.precision()) + ")");
                           if (!(v >= LossScaler::kMin && v <= LossScaler::kMax))
                               bad_arg("loss_scale", "loss_scale", "a number in [2^-16, 2^24]", std::to_string(v));
                           n.loss_scaler.scale = v;
-                      }, "fp16 training's dynamic loss scale (1 in fp32 and bf16); settable, e.g. to start elsewhere.")
-        .def_property_readonly("skipped_steps", [](const Network& n) { auto lk = lock_net(n);
+                      }, "fp16 training's dynamic loss scale (1 in fp32 and bf16), as far as the host has learnt the queued "
+                         "updates' checks (queue_update); settable, e.g. to start elsewhere.")
+        .def_property_readonly("skipped_steps", [](Network& n) { auto lk = lock_net(n);
+            py::gil_scoped_release nogil;
+            n.learn_update_checks();  // the queued updates' too (waits for their checks)
             return n.loss_scaler.skipped_steps;
-        }, "Steps update() skipped because fp16 gradients overflowed, since the precision was set.")
+        }, "Steps update() or queue_update() skipped because fp16 gradients overflowed, since the precision was "
+           "set (the queued updates' checks are read first).")
         .def("gradients", [](py::object self, int i) {
             Network& n = self.cast<Network&>();
             auto lk = lock_net(n);

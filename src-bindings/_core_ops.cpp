@@ -28,6 +28,11 @@ struct Ops {
         be->fill(t, 0.0f);
         return t;
     }
+    Tensor skip_flag(bool skip) {  // the optimizers' 1-element overflow flag (backend.h sgd_update)
+        Tensor t = out(Shape{1, 1, 1, 1});
+        if (skip) be->fill(t, 1.0f);
+        return t;
+    }
     // Activations (not parameters) in `storage`: the ops of storage_kernels.h take fp16 / bf16 there
     // (src-lib/gpu/PRECISION.md); the host copies round to nearest even on the way up.
     DType storage = DType::f32;
@@ -378,25 +383,29 @@ void bind_ops(py::module_& m) {
         }, py::arg("grad"), py::arg("factor"), py::arg("found") = 0.0f,
            "returns (grad * factor, [found]): found starts at the given value and becomes 1 if a result is not finite")
         .def("sgd_update", [](Ops& o, const FloatArray& w, const FloatArray& grad, const FloatArray& m, float lr,
-                              float momentum, float decay, int batch) {
+                              float momentum, float decay, int batch, bool skip) {
             check_min("Ops.sgd_update", "batch", batch, 1);
             check_size("Ops.sgd_update", "grad", grad.size(), w.size());
             check_size("Ops.sgd_update", "m", m.size(), w.size());
-            Tensor tw = o.in(w), tg = o.in(grad), tm = o.in(m);
-            o.be->sgd_update(tw, tg, tm, lr, momentum, decay, batch);
+            Tensor tw = o.in(w), tg = o.in(grad), tm = o.in(m), flag = o.skip_flag(skip);
+            o.be->sgd_update(tw, tg, tm, lr, momentum, decay, batch, &flag);
             return py::make_tuple(to_numpy(tw), to_numpy(tg), to_numpy(tm));
-        }, "returns (w, grad, m) after one step")
+        }, py::arg("w"), py::arg("grad"), py::arg("m"), py::arg("lr"), py::arg("momentum"), py::arg("decay"),
+           py::arg("batch"), py::arg("skip") = false,
+           "returns (w, grad, m) after one step; skip: the step's overflow flag is set (only grad is zeroed)")
         .def("adam_update", [](Ops& o, const FloatArray& w, const FloatArray& grad, const FloatArray& m, const FloatArray& v,
-                               float lr, float b1, float b2, float eps, float decay, int batch, int t) {
+                               float lr, float b1, float b2, float eps, float decay, int batch, int t, bool skip) {
             check_min("Ops.adam_update", "batch", batch, 1);
             check_min("Ops.adam_update", "t", t, 1);
             check_size("Ops.adam_update", "grad", grad.size(), w.size());
             check_size("Ops.adam_update", "m", m.size(), w.size());
             check_size("Ops.adam_update", "v", v.size(), w.size());
-            Tensor tw = o.in(w), tg = o.in(grad), tm = o.in(m), tv = o.in(v);
-            o.be->adam_update(tw, tg, tm, tv, lr, b1, b2, eps, decay, batch, t);
+            Tensor tw = o.in(w), tg = o.in(grad), tm = o.in(m), tv = o.in(v), flag = o.skip_flag(skip);
+            o.be->adam_update(tw, tg, tm, tv, lr, b1, b2, eps, decay, batch, t, &flag);
             return py::make_tuple(to_numpy(tw), to_numpy(tg), to_numpy(tm), to_numpy(tv));
-        }, "returns (w, grad, m, v) after one step")
+        }, py::arg("w"), py::arg("grad"), py::arg("m"), py::arg("v"), py::arg("lr"), py::arg("b1"), py::arg("b2"),
+           py::arg("eps"), py::arg("decay"), py::arg("batch"), py::arg("t"), py::arg("skip") = false,
+           "returns (w, grad, m, v) after one step; skip as sgd_update's")
         .def("fill", [](Ops& o, std::vector<int> shape, float value) {
             Tensor y = o.act_out(shape_arg("Ops.fill", "shape", shape));
             o.be->fill(y, value);

@@ -184,6 +184,7 @@ public:
         check(cudaMemcpyAsync(dst, to_ptr(src) + offset, bytes, cudaMemcpyDeviceToHost, stream_), "download");
         check(cudaStreamSynchronize(stream_), "download");
         bytes_downloaded += bytes;
+        ++blocking_downloads;
     }
 
     // A mark is an event on stream_; the marked download waits for it alone (outside the lock, so that

@@ -201,11 +201,14 @@ public:
 
     // Darknet's SGD step: m = m - grad - decay*batch*w; w += lr/batch * m; m *= momentum; grad = 0.
     // (m is Darknet's `*_updates` buffer; pass decay = 0 for biases and batchnorm scales.)
-    virtual void sgd_update(Tensor& w, Tensor& grad, Tensor& m, float lr, float momentum, float decay,
-                            int batch) = 0;
-    // Darknet's Adam step (t = update count from 1): see kernels/optimizer.h.
+    // skip: null, or a 1-element fp32 flag in this backend's memory (unscale_check's found): where it
+    // holds a nonzero value when the op runs, the step is skipped (grad = 0, w and m untouched). The
+    // flag is read where the op runs, so a GPU queues the step without waiting for it.
+    virtual void sgd_update(Tensor& w, Tensor& grad, Tensor& m, float lr, float momentum, float decay, int batch,
+                            const Tensor* skip) = 0;
+    // Darknet's Adam step (t = update count from 1): see kernels/optimizer.h; skip as sgd_update's.
     virtual void adam_update(Tensor& w, Tensor& grad, Tensor& m, Tensor& v, float lr, float b1, float b2,
-                             float eps, float decay, int batch, int t) = 0;
+                             float eps, float decay, int batch, int t, const Tensor* skip) = 0;
 };
 
 std::unique_ptr<Backend> make_reference_backend();

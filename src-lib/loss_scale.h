@@ -32,13 +32,18 @@ struct LossScaler {
         skipped_steps = 0;
     }
     // After a step's gradients were checked: whether the step applies, and the scale for the next one.
+    // `ran_at` is the scale the step's backward ran at. The host learns a step's check one step late
+    // (Network::queue_update), so the step after an overflowing one was queued at the same, old
+    // scale: it most likely overflows too and is skipped as well. Its overflow says nothing of the
+    // halved scale, so an overflow sets the scale to at most half the one it ran at (halving again
+    // would leave the scale a level lower than the synchronous check finds; in order, the two agree).
     // Gradients that overflow even at the smallest scale are not finite at all: training diverged.
-    bool after_check(bool overflowed) {
-        if (overflowed && scale <= kMin)
+    bool after_check(bool overflowed, float ran_at) {
+        if (overflowed && ran_at <= kMin)
             throw DarknetError("fp16 training diverged: the gradients overflow even at the smallest loss scale "
                                "(2^-16); lower learning_rate or raise burn_in in the cfg, or train in bf16");
         if (overflowed) {
-            scale = std::max(scale * 0.5f, kMin);
+            scale = std::min(scale, std::max(ran_at * 0.5f, kMin));
             clean_steps = 0;
             ++skipped_steps;
             return false;
@@ -49,6 +54,14 @@ struct LossScaler {
         }
         return true;
     }
+};
+
+// What the host learns of one queued update (Network::queue_update) once its check is read.
+struct UpdateCheck {
+    bool learnt = false;      // the check was read (Network::learn_update_checks); the rest is final then
+    bool applied = true;      // false: fp16 gradients overflowed and the device skipped the step
+    float scale = 1.0f;       // the loss scale the step's backward ran at
+    float next_scale = 1.0f;  // the host's loss scale once this check was learnt
 };
 
 }  // namespace dn

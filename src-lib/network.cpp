@@ -114,6 +114,7 @@ void Network::set_precision(DType t) {
                 throw DarknetError(std::string("precision ") + dtype_name(t) + ": layer " + std::to_string(l->index) +
                                    " [" + l->type() + "] has no half path yet (half runs conv, max, local_avg, route, "
                                    "upsample, shortcut, yolo, dropout); use fp32");
+    learn_update_checks();  // the old policy hears of every queued step before it is reset
     precision_ = t;
     loss_scaler.reset(t);
     outputs_.clear();
@@ -130,6 +131,7 @@ DType Network::output_type(size_t layer) const {
 
 void Network::set_backend(std::unique_ptr<Backend> backend) {
     // Parameters and optimizer state move to the new backend's memory; activations are rebuilt.
+    learn_update_checks();  // (their flags live on the old device)
     backend_ = std::move(backend);
     precision_ = DType::f32;
     loss_scaler.reset(precision_);
@@ -386,28 +388,56 @@ static bool is_batchnorm_param(const Layer& l, const Param& p) {
 }
 
 // Loss scaling's half of the step: every gradient divided by the scale, and whether one of them holds
-// an inf or NaN (one 4-byte download per step; every rank sees the same summed gradients, so all
-// decide alike). An overflowed step's gradients are dropped.
-bool Network::unscale_gradients() {
-    backend_->resize(overflow_flag_, Shape{1, 1, 1, 1});
-    backend_->fill(overflow_flag_, 0.0f);
+// an inf or NaN, into a flag of the step's own (a later step's check never writes it before it is
+// read). The optimizer kernels read the flag where they run; every rank sees the same summed
+// gradients, so every rank's device skips alike, and every host learns the same flag.
+Tensor Network::queue_overflow_check() {
+    Tensor found = backend_->alloc(Shape{1, 1, 1, 1});
+    backend_->fill(found, 0.0f);
     for (auto& l : layers)
         for (Param& p : l->params)
-            if (p.has_grad) backend_->unscale_check(p.grad, 1.0f / loss_scaler.scale, overflow_flag_);
-    float found = 0.0f;
-    copy_to_host(overflow_flag_, &found);
-    if (loss_scaler.after_check(found != 0.0f)) return true;
-    for (auto& l : layers)
-        for (Param& p : l->params)
-            if (p.has_grad) backend_->fill(p.grad, 0.0f);
-    return false;
+            if (p.has_grad) backend_->unscale_check(p.grad, 1.0f / loss_scaler.scale, found);
+    return found;
 }
 
 bool Network::update(float lr, int batch, int t) {
+    std::shared_ptr<const UpdateCheck> check = queue_update(lr, batch, t);
+    learn_update_checks(check.get());
+    return check->applied;
+}
+
+void Network::learn_update_checks(const UpdateCheck* upto) {
+    while (!pending_checks_.empty()) {
+        PendingCheck p = std::move(pending_checks_.front());
+        pending_checks_.pop_front();
+        float found = 0.0f;
+        if (p.found.on_host()) copy_to_host(p.found, &found);
+        else p.found.device()->download_marked(p.mark.get(), p.found.memory(), 0, &found, sizeof found);
+        p.check->applied = loss_scaler.after_check(found != 0.0f, p.check->scale);
+        // a skipped step is no update (Adam's count, as update() had it); a step queued before this was
+        // learnt counted it still (most likely skipped as well)
+        if (!p.check->applied && p.counted) --updates_;
+        p.check->next_scale = loss_scaler.scale;
+        p.check->learnt = true;
+        if (p.check.get() == upto) return;
+    }
+}
+
+std::shared_ptr<const UpdateCheck> Network::queue_update(float lr, int batch, int t) {
     if (gradient_hook) gradient_hook->finish();  // every rank's gradients summed before the step
     own_params();
     allocate_grads();
-    if (loss_scaler.dynamic && !unscale_gradients()) return false;
+    auto check = std::make_shared<UpdateCheck>();
+    check->scale = check->next_scale = loss_scaler.scale;
+    Tensor found;  // fp16: the overflow flag the optimizer kernels skip on
+    if (loss_scaler.dynamic) {
+        found = queue_overflow_check();
+        Device* dev = found.device();
+        pending_checks_.push_back(PendingCheck{check, found, dev ? dev->mark_queue() : nullptr, t <= 0});
+    } else {
+        check->learnt = true;
+    }
+    const Tensor* skip = loss_scaler.dynamic ? &found : nullptr;
     int step = t > 0 ? t : ++updates_;
     int iteration = step;  // the iteration being completed, 1-based (Darknet's iteration_num)
     momentum_.resize(layers.size());
@@ -441,13 +471,13 @@ bool Network::update(float lr, int batch, int t) {
                 Tensor& v = adam_v_[i][k];
                 state(v, p.shape);
                 backend_->adam_update(p.value, p.grad, m, v, layer_lr, options.B1, options.B2, options.eps, decay, batch,
-                                      step);
+                                      step, skip);
             } else {
-                backend_->sgd_update(p.value, p.grad, m, layer_lr, options.momentum, decay, batch);
+                backend_->sgd_update(p.value, p.grad, m, layer_lr, options.momentum, decay, batch, skip);
             }
         }
     }
-    return true;
+    return check;
 }
 
 std::vector<int> Network::yolo_layers() const {

@@ -1,6 +1,7 @@
 // A network built from a .cfg: its layers, their outputs, and a forward pass on one backend.
 #pragma once
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -57,7 +58,22 @@ public:
     // counts this network's updates instead. It is also the iteration that dont_update and
     // burnin_update compare with; each layer's rate is lr times its learning_rate option.
     // Returns false when fp16 training's gradients overflowed: the step was skipped (loss_scaler).
+    // It waits for the step's overflow check (a 4-byte read after the backward): queue_update does not.
     bool update(float lr, int batch, int t = 0);
+    // update() without waiting, for a loop that queues its next step while the device runs this one.
+    // In fp16 training the device unscales and checks the gradients and its optimizer kernels skip
+    // the step on an overflow by themselves; the host's loss_scaler learns the step's flag only when
+    // learn_update_checks reads it (waiting only for the step's check, not for the work queued
+    // since: Device::download_marked). Until then the scale stays what it was, so a step queued
+    // before the host learnt of an overflow runs at the old scale: it most likely overflows too and
+    // is skipped as well (LossScaler::after_check does not halve twice for it). The returned check
+    // is filled when learnt; outside fp16 it is learnt at once.
+    std::shared_ptr<const UpdateCheck> queue_update(float lr, int batch, int t = 0);
+    // Reads the queued updates' overflow checks in the order they were queued, through `upto` (every
+    // one when null), into loss_scaler. Throws DarknetError when fp16 training diverged.
+    void learn_update_checks(const UpdateCheck* upto = nullptr);
+    // Checks queued and not yet learnt.
+    size_t pending_update_checks() const { return pending_checks_.size(); }
     // fp16 training's dynamic loss scaling (loss_scale.h); reset by set_precision and set_backend,
     // copied by clone.
     LossScaler loss_scaler;
@@ -166,8 +182,15 @@ private:
     Tensor train_input_;       // forward_train()'s (backward of layer 0 reads it)
     Tensor train_input_half_;  // train_input_ converted to precision_ (then layer 0 reads this one)
     const Tensor& train_input() const { return precision_ == DType::f32 ? train_input_ : train_input_half_; }
-    bool unscale_gradients();  // loss scaling's check: false when the step must be skipped
-    Tensor overflow_flag_;     // unscale_check's found flag
+    // fp16: every gradient unscaled and checked into a fresh 1-element flag, which is returned
+    Tensor queue_overflow_check();
+    struct PendingCheck {
+        std::shared_ptr<UpdateCheck> check;
+        Tensor found;                     // the step's overflow flag (unscale_check's found)
+        std::shared_ptr<QueueMark> mark;  // the device's queue just after the check (null on the CPU)
+        bool counted = false;             // the step advanced updates_ (update's t <= 0)
+    };
+    std::deque<PendingCheck> pending_checks_;  // queued updates whose flag the host has not read
     Tensor spare_train_input_; // the one before, while the next batch may go up ahead (load_input)
     bool last_load_uploaded_ = false;  // the last load_input came from the host
     std::unique_ptr<Recording> recording_;  // the recorded forward of recording_shape_, if any

@@ -92,6 +92,7 @@ public:
         std::lock_guard<std::mutex> lock(mutex_);
         wait();
         bytes_downloaded += bytes;
+        ++blocking_downloads;
         std::memcpy(dst, (const char*)api_->contents(mtl(src)) + offset, bytes);
     }
     void copy(const DeviceMemory* src, size_t src_offset, DeviceMemory* dst, size_t dst_offset, size_t bytes) override {

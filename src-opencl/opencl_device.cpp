@@ -177,6 +177,7 @@ public:
         check(cl_.clEnqueueReadBuffer(queue_, to_cl(src), CL_TRUE, offset, bytes, dst, 0, nullptr, nullptr),
               "clEnqueueReadBuffer");
         bytes_downloaded += bytes;
+        ++blocking_downloads;
     }
 
     // A mark is a marker event on queue_; the marked download is a blocking read on read_queue_ that

@@ -5,7 +5,8 @@ process: what CI can check of `darknet_py train --device cuda:0,1` without GPUs.
   every rank; a rank that dies or goes silent raises CollectiveError naming it, within the timeout;
 - the rendezvous stores (file, TCP) and the batch plans;
 - training: 2 ranks x half the batch give the weights one process gives (same cfg, same seed);
-  rank 0 alone writes; resume from `_last.weights` with another rank count;
+  rank 0 alone writes; resume from `_last.weights` with another rank count; fp16 ranks on pocl skip
+  the same overflowed steps on their devices;
 - failure: a rank killed (SIGKILL) or stopped (SIGSTOP) ends every rank with one line naming it;
   Ctrl-C stops all; no process outlives the launcher; the saved weights stay loadable.
 """
@@ -124,6 +125,54 @@ def test_bucketed_reduction_gives_the_full_batch_step(job, bucket_mb):
                 continue  # batchnorm statistics stay per rank
             for n in nets[1:]:
                 np.testing.assert_allclose(n.params(i)[k], want, rtol=1e-5, atol=1e-6, err_msg=f"layer {i} {k}")
+
+
+def test_fp16_ranks_skip_the_same_steps_on_their_devices(tmp_path):
+    """Two fp16 ranks on pocl (threads, half the batch each, gradients reduced during the backward),
+    updates queued (Net.queue_update) from a loss scale their summed gradients overflow at: each rank's
+    device checks the summed gradients, so every rank skips the same steps and learns the same flags
+    one step late, and the weights stay the same on both (bit for bit: the same sums, the same steps)."""
+    import gpu_devices
+
+    device = gpu_devices.device("pocl")
+    cfg = tmp_path / "tiny.cfg"
+    cfg.write_text(small_cfg(classes=2, size=32, batch=4, lr=0.002, burn_in=0, max_batches=10, filters=(8, 16),
+                             head=16, anchors="4,4, 7,7, 11,11"))
+    rng = np.random.default_rng(1)
+    x = rng.uniform(0, 1, (4, 3, 32, 32)).astype(np.float32)
+    truths = [np.array([[0.5, 0.5, 0.2, 0.3, i % 2]], np.float32) for i in range(4)]
+    nets = [_core.Net(str(cfg), device) for _ in range(2)]
+    for n in nets:
+        for i in range(len(n.layers())):
+            n.set_params(i, nets[0].params(i))
+        n.precision = "fp16"
+        n.loss_scale = 2.0 ** 17  # on pocl these gradients overflow at 2^17, not at 2^16
+    comms = ring(2)
+    for n, c in zip(nets, comms):
+        _core.set_collective(n, c, 25.0)
+
+    def train(net, half):
+        checks, before = [], None
+        for t in range(1, 5):
+            net.forward_train(x[2 * half:2 * half + 2], [])
+            net.queue_yolo_loss(truths[2 * half:2 * half + 2])
+            net.backward(all_reduce=True)
+            update = net.queue_update(0.002, 4, t)
+            if before is not None:
+                checks.append(before.read())
+            before = update
+        return checks + [before.read()]
+
+    checks, errors = on_threads([lambda: train(nets[0], 0), lambda: train(nets[1], 1)])
+    assert errors == [None, None]
+    assert checks[0] == checks[1], checks
+    # the second step was queued before the first one's overflow was learnt: at the old scale, skipped too
+    assert [(c["applied"], c["loss_scale"]) for c in checks[0]] == \
+        [(False, 2.0 ** 17), (False, 2.0 ** 17), (True, 2.0 ** 16), (True, 2.0 ** 16)], checks[0]
+    for i in range(len(nets[0].layers())):
+        for k, want in nets[0].params(i).items():
+            if not k.startswith("rolling"):
+                assert np.array_equal(nets[1].params(i)[k], want), (i, k)
 
 
 # ---- rendezvous and plans -------------------------------------------------------------------

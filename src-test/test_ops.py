@@ -680,6 +680,21 @@ def test_optimizer_steps_match_darknet(any_backend, decay, batch):
             assert_close(got.reshape(shape), want, ATOL, RTOL, f"adam step {t}: {what}")
 
 
+def test_optimizer_step_with_the_overflow_flag_set_only_drops_the_gradient(any_backend):
+    # fp16 training's device-side skip (backend.h sgd_update's skip): w and the optimizer state stay
+    # bit for bit, the gradient is zeroed as after an applied step; 5000 values cross the cpu blocks
+    rng_ = np.random.default_rng(8)
+    w, g, m, v = (rng_.uniform(-1, 1, 5000).astype(np.float32) for _ in range(4))
+    got = any_backend.sgd_update(w, g, m, 0.01, 0.9, 5e-4, 4, skip=True)
+    for have, want in zip(got, (w, np.zeros_like(g), m)):
+        assert np.array_equal(have.ravel(), want)
+    got = any_backend.adam_update(w, g, m, np.abs(v), 0.001, 0.9, 0.999, 1e-7, 5e-4, 4, 3, skip=True)
+    for have, want in zip(got, (w, np.zeros_like(g), m, np.abs(v))):
+        assert np.array_equal(have.ravel(), want)
+    applied = any_backend.sgd_update(w, g, m, 0.01, 0.9, 5e-4, 4, skip=False)[0]
+    assert not np.array_equal(applied.ravel(), w)  # the flag clear: the step applies
+
+
 # ---------------------------------------------------------------------------------------------
 # Training ops: fast backends against the reference (TRAIN_CASES, op_cases.py)
 

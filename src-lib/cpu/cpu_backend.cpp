@@ -408,12 +408,15 @@ public:
         for (size_t i = 0; i < mask.size(); ++i)
             m[i] = dropout_scale((uint32_t)seed, (uint32_t)(seed >> 32), (uint32_t)i, probability);
     }
-    void sgd_update(Tensor& w, Tensor& grad, Tensor& m, float lr, float momentum, float decay, int batch) override {
-        cpu::sgd_update(w.data(), grad.data(), m.data(), w.size(), lr, momentum, decay, batch);
+    void sgd_update(Tensor& w, Tensor& grad, Tensor& m, float lr, float momentum, float decay, int batch,
+                    const Tensor* skip) override {
+        cpu::sgd_update(w.data(), grad.data(), m.data(), w.size(), lr, momentum, decay, batch,
+                        skip ? skip->data() : nullptr);
     }
     void adam_update(Tensor& w, Tensor& grad, Tensor& m, Tensor& v, float lr, float b1, float b2, float eps,
-                     float decay, int batch, int t) override {
-        cpu::adam_update(w.data(), grad.data(), m.data(), v.data(), w.size(), lr, b1, b2, eps, decay, batch, t);
+                     float decay, int batch, int t, const Tensor* skip) override {
+        cpu::adam_update(w.data(), grad.data(), m.data(), v.data(), w.size(), lr, b1, b2, eps, decay, batch, t,
+                         skip ? skip->data() : nullptr);
     }
 
 private:

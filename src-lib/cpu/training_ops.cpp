@@ -635,7 +635,9 @@ void softmax_backward(const Tensor& y, const Tensor& dy, int groups, float tempe
     });
 }
 
-void sgd_update(float* w, float* grad, float* m, size_t n, float lr, float momentum, float decay, int batch) {
+void sgd_update(float* w, float* grad, float* m, size_t n, float lr, float momentum, float decay, int batch,
+                const float* skip) {
+    if (skip && *skip != 0.0f) return std::fill(grad, grad + n, 0.0f);
     size_t block = 4096;
     parallel_for_each((n + block - 1) / block, [&](size_t blk) {
         size_t e = std::min(n, (blk + 1) * block);
@@ -644,7 +646,8 @@ void sgd_update(float* w, float* grad, float* m, size_t n, float lr, float momen
 }
 
 void adam_update(float* w, float* grad, float* m, float* v, size_t n, float lr, float b1, float b2, float eps,
-                 float decay, int batch, int t) {
+                 float decay, int batch, int t, const float* skip) {
+    if (skip && *skip != 0.0f) return std::fill(grad, grad + n, 0.0f);
     size_t block = 4096;
     parallel_for_each((n + block - 1) / block, [&](size_t blk) {
         size_t e = std::min(n, (blk + 1) * block);

@@ -31,9 +31,11 @@ void scale_channels_backward(const Tensor& s, const Tensor& from, bool scale_wh,
                              Tensor& dfrom);
 void mul_backward(const Tensor& a, const Tensor& b, const Tensor& dy, Tensor& da, Tensor& db);
 void softmax_backward(const Tensor& y, const Tensor& dy, int groups, float temperature, Tensor& dx);
-void sgd_update(float* w, float* grad, float* m, size_t n, float lr, float momentum, float decay, int batch);
+// skip: null, or the optimizers' skip flag (backend.h): set, the step only zeroes grad.
+void sgd_update(float* w, float* grad, float* m, size_t n, float lr, float momentum, float decay, int batch,
+                const float* skip);
 void adam_update(float* w, float* grad, float* m, float* v, size_t n, float lr, float b1, float b2, float eps,
-                 float decay, int batch, int t);
+                 float decay, int batch, int t, const float* skip);
 
 }  // namespace cpu
 }  // namespace DARKNET_ISA

@@ -220,6 +220,9 @@ public:
 
     // Host <-> device traffic since the device was opened (tests assert it per iteration).
     std::atomic<uint64_t> bytes_uploaded{0}, bytes_downloaded{0};
+    // download() calls: each waited for all the work queued before it (download_marked waits for its
+    // mark only). Tests count them where a loop must not wait for the device (a queued training step).
+    std::atomic<uint64_t> blocking_downloads{0};
 };
 
 }  // namespace dn

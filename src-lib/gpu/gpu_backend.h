@@ -102,9 +102,10 @@ public:
     void yolo_activate(const Tensor& x, const YoloGeom& g, Tensor& y) override;
     void rolling_update(Tensor& rolling, const Tensor& batch_value, float keep) override;
     void dropout_mask(Tensor& mask, float probability, uint64_t seed) override;
-    void sgd_update(Tensor& w, Tensor& grad, Tensor& m, float lr, float momentum, float decay, int batch) override;
+    void sgd_update(Tensor& w, Tensor& grad, Tensor& m, float lr, float momentum, float decay, int batch,
+                    const Tensor* skip) override;
     void adam_update(Tensor& w, Tensor& grad, Tensor& m, Tensor& v, float lr, float b1, float b2, float eps,
-                     float decay, int batch, int t) override;
+                     float decay, int batch, int t, const Tensor* skip) override;
 
     // ---- matrix products and convolution (gpu_ops_conv.cpp) ----
     void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const Tensor& A, int lda, const Tensor& B,
@@ -196,6 +197,9 @@ private:
         Tensor copy;
     };
     std::map<std::pair<const Buffer*, DType>, ParamCopy> param_copies_;
+    // The optimizer kernels always read a skip flag: this zero one where the caller passes none.
+    const Tensor& never_skip();
+    Tensor never_skip_;
 };
 
 }  // namespace dn

@@ -168,14 +168,24 @@ void GpuBackend::dropout_mask(Tensor& mask, float probability, uint64_t seed) {
            DropoutArgs{i32(mask.size()), (uint32_t)seed, (uint32_t)(seed >> 32), probability});
 }
 
-void GpuBackend::sgd_update(Tensor& w, Tensor& grad, Tensor& m, float lr, float momentum, float decay, int batch) {
-    launch("sgd_update_f32", w.size(), {buf(w), buf(grad), buf(m)}, SgdArgs{i32(w.size()), batch, lr, momentum, decay});
+void GpuBackend::sgd_update(Tensor& w, Tensor& grad, Tensor& m, float lr, float momentum, float decay, int batch,
+                            const Tensor* skip) {
+    launch("sgd_update_f32", w.size(), {buf(w), buf(grad), buf(m), buf(skip ? *skip : never_skip())},
+           SgdArgs{i32(w.size()), batch, lr, momentum, decay});
 }
 
 void GpuBackend::adam_update(Tensor& w, Tensor& grad, Tensor& m, Tensor& v, float lr, float b1, float b2, float eps,
-                             float decay, int batch, int t) {
-    launch("adam_update_f32", w.size(), {buf(w), buf(grad), buf(m), buf(v)},
+                             float decay, int batch, int t, const Tensor* skip) {
+    launch("adam_update_f32", w.size(), {buf(w), buf(grad), buf(m), buf(v), buf(skip ? *skip : never_skip())},
            AdamArgs{i32(w.size()), batch, t, lr, b1, b2, eps, decay});
+}
+
+const Tensor& GpuBackend::never_skip() {
+    if (never_skip_.size() != 1) {
+        never_skip_ = alloc(Shape{1, 1, 1, 1});
+        fill(never_skip_, 0.0f);
+    }
+    return never_skip_;
 }
 
 }  // namespace dn

@@ -79,21 +79,31 @@ KERNEL(dropout_mask_f32)(KBUF(float, mask, 0), KARGS(DropoutArgs, a, 1) KTHREAD_
 }
 
 // Darknet's SGD step (kernels/optimizer.h sgd_step): m = m - grad - decay*batch*w; w += lr/batch * m;
-// m *= momentum; grad = 0.
-KERNEL(sgd_update_f32)(KBUF(float, w, 0), KBUF(float, grad, 1), KBUF(float, m, 2), KARGS(SgdArgs, a, 3) KTHREAD_IDS) {
+// m *= momentum; grad = 0. skip[0] != 0 (fp16 training's overflow flag, unscale_check's found): the
+// step only drops the gradient, w and m stay (the device decides: the host never waits for the flag).
+KERNEL(sgd_update_f32)(KBUF(float, w, 0), KBUF(float, grad, 1), KBUF(float, m, 2), KCBUF(float, skip, 3),
+                       KARGS(SgdArgs, a, 4) KTHREAD_IDS) {
     int i = (int)KGID;
     if (i >= a.n) return;
+    if (skip[0] != 0.0f) {
+        grad[i] = 0.0f;
+        return;
+    }
     float upd = m[i] - grad[i] - a.decay * (float)a.batch * w[i];
     w[i] += a.lr / (float)a.batch * upd;
     m[i] = a.momentum * upd;
     grad[i] = 0.0f;
 }
 
-// Darknet's Adam step (kernels/optimizer.h adam_step), t = update count from 1.
+// Darknet's Adam step (kernels/optimizer.h adam_step), t = update count from 1; skip as sgd_update's.
 KERNEL(adam_update_f32)(KBUF(float, w, 0), KBUF(float, grad, 1), KBUF(float, m, 2), KBUF(float, v, 3),
-                        KARGS(AdamArgs, a, 4) KTHREAD_IDS) {
+                        KCBUF(float, skip, 4), KARGS(AdamArgs, a, 5) KTHREAD_IDS) {
     int i = (int)KGID;
     if (i >= a.n) return;
+    if (skip[0] != 0.0f) {
+        grad[i] = 0.0f;
+        return;
+    }
     float d = -grad[i] - a.decay * (float)a.batch * w[i];
     m[i] = a.b1 * m[i] + (1.0f - a.b1) * d;
     v[i] = a.b2 * v[i] + (1.0f - a.b2) * d * d;

@@ -670,7 +670,9 @@ public:
             mask[i] = dropout_scale((uint32_t)seed, (uint32_t)(seed >> 32), (uint32_t)i, probability);
     }
 
-    void sgd_update(Tensor& w, Tensor& grad, Tensor& m, float lr, float momentum, float decay, int batch) override {
+    void sgd_update(Tensor& w, Tensor& grad, Tensor& m, float lr, float momentum, float decay, int batch,
+                    const Tensor* skip) override {
+        if (skipped(skip, grad)) return;
         for (size_t i = 0; i < w.size(); ++i) {
             double upd = (double)m[i] - grad[i] - (double)decay * batch * w[i];
             w[i] = (float)(w[i] + (double)lr / batch * upd);
@@ -680,7 +682,8 @@ public:
     }
 
     void adam_update(Tensor& w, Tensor& grad, Tensor& m, Tensor& v, float lr, float b1, float b2, float eps,
-                     float decay, int batch, int t) override {
+                     float decay, int batch, int t, const Tensor* skip) override {
+        if (skipped(skip, grad)) return;
         for (size_t i = 0; i < w.size(); ++i) {
             double d = -(double)grad[i] - (double)decay * batch * w[i];
             m[i] = (float)(b1 * m[i] + (1 - b1) * d);
@@ -689,6 +692,12 @@ public:
             w[i] = (float)(w[i] + lr * mhat / (std::sqrt(std::fabs(vhat)) + eps));
             grad[i] = 0;
         }
+    }
+    // The optimizers' skip flag (backend.h): set, the step only drops the gradient.
+    static bool skipped(const Tensor* skip, Tensor& grad) {
+        if (!skip || (*skip)[0] == 0.0f) return false;
+        for (size_t i = 0; i < grad.size(); ++i) grad[i] = 0;
+        return true;
     }
 };
 

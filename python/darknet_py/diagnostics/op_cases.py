@@ -562,6 +562,11 @@ def training_cases() -> List[Case]:
         w, g, m, v = trand(n), trand(n), trand(n, lo=-0.1, hi=0.1), trand(n, lo=0, hi=0.01)
         out.append(Case(f"sgd_update-{n}", "sgd_update", (w, g, m, 0.01, 0.9, 5e-4, 4)))
         out.append(Case(f"adam_update-{n}", "adam_update", (w, g, m, v, 0.001, 0.9, 0.999, 1e-7, 5e-4, 4, 3)))
+    # fp16 training's overflow flag set: the step only drops the gradient (w and the moments stay, exactly)
+    w, g, m, v = trand(37), trand(37), trand(37, lo=-0.1, hi=0.1), trand(37, lo=0, hi=0.01)
+    out.append(Case("sgd_update-skip", "sgd_update", (w, g, m, 0.01, 0.9, 5e-4, 4, True), atol=0, rtol=0))
+    out.append(Case("adam_update-skip", "adam_update", (w, g, m, v, 0.001, 0.9, 0.999, 1e-7, 5e-4, 4, 3, True),
+                    atol=0, rtol=0))
     return out
 
 

@@ -467,17 +467,23 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
             iteration += 1
             phase("iteration", f"update {iteration}")
             step.rate = schedule.rate(iteration, lr_rng)
-            step.loss_scale = raw.loss_scale
-            # Adam's step is the iteration, as Darknet, so resuming continues it. fp16: False when the
-            # gradients overflowed and the step was skipped (its check reads 4 bytes back: a wait per step)
-            step.skipped = not raw.update(step.rate, plan.update_batch, iteration)
-            step.next_loss_scale = raw.loss_scale
+            # Adam's step is the iteration, as Darknet, so resuming continues it. fp16: the device checks
+            # the gradients for overflow and skips the step itself; the report of the next step learns it
+            step.add_update(raw.queue_update(step.rate, plan.update_batch, iteration))
             raw.seen = iteration * batch
             unchecked[:] = [step]
         step.seconds = time.perf_counter() - t0
         return step
 
+    def learn_update(step: QueuedStep) -> None:
+        """Whether the step's update applied (fp16 loss scaling), with its log line if it was skipped."""
+        if step.learn_update():
+            result.skipped_steps += 1
+            say(f"{step.iteration}: fp16 gradients overflowed at loss scale {step.loss_scale:g}: step skipped, "
+                f"loss scale now {step.next_loss_scale:g}")
+
     queued: Optional[QueuedStep] = None
+    before: Optional[QueuedStep] = None  # the step reported last: its update's check is read one step late
     try:
         queued = queue_step()
         while queued is not None:  # the report of the step queued last (`iteration` is its number)
@@ -499,10 +505,9 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
                     iteration, path_last if last_saved_at is not None else None)
             unchecked.clear()  # (a Ctrl-C from here on saves weights whose loss was checked)
             rate, load_seconds = step.rate, step.load_seconds
-            if step.skipped:
-                result.skipped_steps += 1
-                say(f"{iteration}: fp16 gradients overflowed at loss scale {step.loss_scale:g}: step skipped, "
-                    f"loss scale now {step.next_loss_scale:g}")
+            if before is not None:  # its update ran before this step's loss kernels: no wait
+                learn_update(before)
+            before = step
             rate_meter.add(batch, seconds, load_seconds)
             avg_loss = loss if avg_loss < 0 else avg_loss
             avg_loss = avg_loss * 0.9 + loss * 0.1
@@ -519,7 +524,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
                     say(_head_line(m["layer"], m))
             say(f"{iteration}: {loss:.6f}, {avg_loss:.6f} avg loss, {rate:.6f} rate, {seconds:.3f} seconds, "
                 f"{iteration * batch} images, {eta / 3600:.3f} hours left, {rate_meter.line()}" +
-                (f", loss scale {step.next_loss_scale:g}" if precision == "fp16" else ""))
+                (f", loss scale {raw.loss_scale:g}" if precision == "fp16" else ""))
 
             # mAP at Darknet's cadence: every map_every iterations (not before burn_in) and at the end
             if eval_net is not None and (iteration >= max(iter_map + map_every, schedule.burn_in)
@@ -591,6 +596,8 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
             except OSError:
                 pass
 
+    if before is not None:  # the last step's update check (this read waits for its backward, once)
+        learn_update(before)
     if last_saved_at != iteration:
         save_last(iteration)
     if iteration >= total:
