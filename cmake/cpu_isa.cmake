@@ -29,7 +29,9 @@ function(darknet_cpu_isa_copies target)
     # the loader's colour pass reproduces OpenCV's float formulas: no fused multiply-add (-mfma, and
     # GCC's and arm64's default contraction, would change the bits); without trapping math GCC turns
     # its float selects into vector blends (no FP exception flags are read)
-    set_source_files_properties(src-lib/cpu/loader_pixels.cpp PROPERTIES COMPILE_OPTIONS "-ffp-contract=off;-fno-trapping-math")
+    set(exact_fp ${DARKNET_CPU_ISA_SOURCES})
+    list(FILTER exact_fp INCLUDE REGEX "/loader_pixels[.]cpp$")
+    set_source_files_properties(${exact_fp} PROPERTIES COMPILE_OPTIONS "-ffp-contract=off;-fno-trapping-math")
   endif()
   set(isas generic)
   set(isolate OFF)
