@@ -3,7 +3,7 @@
 // uint8 HWC image into its float32 planar RGB batch row (x / 255, as Darknet's mat_to_image).
 // One read of the image and one write of the row, instead of three OpenCV passes and a copy.
 // Built once per instruction set with the CPU kernels (loader_pixels.cpp, isa.h) and reached through
-// cpu_isa(): AVX2 runs it 2.4x faster than the x86-64 baseline, which vectorises it with SSE2 only.
+// cpu_isa(): the AVX2 copy ran it in 1.1 ms at 416x416, the x86-64 baseline (SSE2) in 2.0 ms (a 2-core AMD EPYC).
 #pragma once
 #include <cstddef>
 #include <cstdint>
