@@ -1,6 +1,7 @@
 """Where the training loader's time goes: CPU microseconds per image of each stage of one sample
 (416x416 JPEGs from `darknet_py synth`, yolov4-tiny's augmentation: jitter .3, flip, HSV 1.5/1.5/.1),
-the floor (decode, one resize, the HSV pass, the copy into the batch, each alone), the page faults of a
+the floor (decode, one resize, the HSV pass, the copy into the batch, each alone; the last two fused, as
+sample() runs them: augment.hsv_into_chw, in the copy of the CPU kernels DARKNET_PY_ISA picks), the page faults of a
 sample with glibc's default heap and with the loader's (data/heap.py), and the share of a sampling
 thread's time that holds the GIL, measured with a probe thread (its pure-Python loop rate while a
 worker thread samples, against its rate alone): a thread pool tops out near 1 / that share.
@@ -70,6 +71,7 @@ def main(argv=None) -> int:
     if args.whole:
         whole_sample(*args.whole[:2], args.images, args.whole[2])
         return 0
+    from darknet_py import _core
     from darknet_py.data import BatchLoader, augment as A
     from darknet_py.data.heap import keep_freed_memory
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -108,6 +110,9 @@ def main(argv=None) -> int:
                  lambda: [hsv_pass(i, p) for i, p in zip(sized, crops)]),
                 ("the copy into the batch (uint8 HWC -> float32 CHW / 255)",
                  lambda: [A.to_chw(i, batch[j]) for j, i in enumerate(hsv)]),
+                ("the HSV pass and the copy fused (hsv_into_chw: what sample() runs)",
+                 lambda: [A.hsv_into_chw(i, p.dhue, p.dsat, p.dexp, batch[j], bgr=True)
+                          for j, (i, p) in enumerate(zip(sized, crops))]),
             ]
             stages = [
                 ("default_rng([seed, k, j])", lambda: [np.random.default_rng([1, 2, j]) for j in range(n)]),
@@ -122,7 +127,8 @@ def main(argv=None) -> int:
                 ("HSV on BGR -> RGB (distort_hsv)",
                  lambda: [A.distort_hsv(i, p.dhue, p.dsat, p.dexp, bgr=True) for i, p in zip(sized, crops)]),
             ]
-            print(f"{os.cpu_count()} cores; OpenCV {cv2.__version__} (1 thread), NumPy {np.__version__}; CPU time")
+            print(f"{os.cpu_count()} cores; OpenCV {cv2.__version__} (1 thread), NumPy {np.__version__}, the CPU kernels' "
+                  f"{_core.cpu_isa()['active']} copy; CPU time")
             print("\n| the floor, each alone | us / image |\n|---|---|")
             for name, f in floor:
                 print(f"| {name} | {best_us(f, n):.0f} |")

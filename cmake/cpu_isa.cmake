@@ -21,9 +21,18 @@ set(DARKNET_CPU_ISA_SOURCES
   src-lib/cpu/copy_ops.cpp
   src-lib/cpu/training_ops.cpp
   src-lib/cpu/winograd.cpp
+  src-lib/cpu/loader_pixels.cpp
   src-lib/cpu/isa_entry.cpp)
 
 function(darknet_cpu_isa_copies target)
+  if(NOT MSVC)
+    # the loader's colour pass reproduces OpenCV's float formulas: no fused multiply-add (-mfma, and
+    # GCC's and arm64's default contraction, would change the bits); without trapping math GCC turns
+    # its float selects into vector blends (no FP exception flags are read)
+    set(exact_fp ${DARKNET_CPU_ISA_SOURCES})
+    list(FILTER exact_fp INCLUDE REGEX "/loader_pixels[.]cpp$")
+    set_source_files_properties(${exact_fp} PROPERTIES COMPILE_OPTIONS "-ffp-contract=off;-fno-trapping-math")
+  endif()
   set(isas generic)
   set(isolate OFF)
   if(DARKNET_PY_NATIVE AND NOT MSVC)

@@ -30,6 +30,7 @@ using namespace dn_py;
 void bind_ops(py::module_& m);  // _core_ops.cpp
 void bind_test_devices(py::module_& m);  // _core_test_devices.cpp
 void bind_distributed(py::module_& m);  // _core_distributed.cpp
+void bind_loader(py::module_& m);  // _core_loader.cpp
 
 namespace {
 
@@ -776,4 +777,5 @@ PYBIND11_MODULE(_core, m) {
     bind_test_devices(m);
     bind_ops(m);
     bind_distributed(m);
+    bind_loader(m);
 }

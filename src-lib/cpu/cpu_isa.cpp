@@ -97,4 +97,6 @@ std::vector<std::string> cpu_isa_runnable() {
 
 std::unique_ptr<Backend> make_cpu_backend() { return cpu_isa().make_backend(); }
 
+void pixels_into_batch(const PixelsIntoBatch& p) { cpu_isa().pixels_into_batch(p); }
+
 }  // namespace dn

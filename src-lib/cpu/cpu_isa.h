@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "../backend.h"
+#include "loader_pixels.h"
 
 namespace dn {
 
@@ -17,6 +18,7 @@ struct CpuIsaKernels {
     // C[M,N] = alpha * op(A) * op(B) + beta * C, row-major with leading dimensions
     void (*sgemm)(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
                   const float* B, int ldb, float beta, float* C, int ldc);
+    void (*pixels_into_batch)(const PixelsIntoBatch& p);  // the loader's colour pass (loader_pixels.h)
 };
 
 // The copy in use. Throws DarknetError when DARKNET_PY_ISA names a copy that is not built in or

@@ -312,10 +312,13 @@ def augment_pixels(img: np.ndarray, p: CropParams, net_w: int, net_h: int, bgr: 
     """Crop, resize, flip and HSV of one image (uint8 HxWxC RGB, or BGR with bgr=True) -> uint8 RGB
     at the network size. Crop, resize and flip work per channel, so a decoded BGR image goes through
     them as it is and the HSV step turns it into RGB: the same bits as converting it first."""
+    return distort_hsv(crop_resize_flip(img, p, net_w, net_h), p.dhue, p.dsat, p.dexp, bgr)
+
+
+def crop_resize_flip(img: np.ndarray, p: CropParams, net_w: int, net_h: int) -> np.ndarray:
+    """crop_resize, then the horizontal flip if p says so."""
     sized = crop_resize(img, p, net_w, net_h)
-    if p.flip:
-        sized = cv2.flip(sized, 1)
-    return distort_hsv(sized, p.dhue, p.dsat, p.dexp, bgr)
+    return cv2.flip(sized, 1) if p.flip else sized
 
 
 def to_chw(img: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:
@@ -326,6 +329,22 @@ def to_chw(img: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:
         out = np.empty((len(planes),) + img.shape[:2], np.float32)
     for plane, dst in zip(planes, out):  # contiguous planes: a vectorised divide (a strided transpose is not)
         np.divide(plane, np.float32(255), out=dst)
+    return out
+
+
+def hsv_into_chw(img: np.ndarray, dhue: float, dsat: float, dexp: float, out: Optional[np.ndarray] = None,
+                 bgr: bool = False) -> np.ndarray:
+    """to_chw(distort_hsv(img, dhue, dsat, dexp, bgr), out) in one C++ pass (_core.pixels_into_batch,
+    src-lib/cpu/loader_pixels.cpp, built per instruction set like the CPU kernels): OpenCV's 8-bit
+    formulas, within one level of the OpenCV path (its vector blocks truncate, its scalar tail rounds;
+    src-test/test_loader_pixels.py), the same bits without jitter. img and out may be views (a crop,
+    a window of a batch row) whose rows hold their pixels side by side."""
+    from .. import _core
+
+    if out is None:
+        out = np.empty((1 if img.ndim == 2 else img.shape[2],) + img.shape[:2], np.float32)
+    jitter = not (dsat == 1 and dexp == 1 and dhue == 0)
+    _core.pixels_into_batch(img, out, _hsv_lut(dhue, dsat, dexp) if jitter else None, bgr)
     return out
 
 
@@ -401,8 +420,10 @@ def augment_one(img: np.ndarray, boxes: np.ndarray, net_w: int, net_h: int, opts
     p = sample_crop(rng, ow, oh, net_w, net_h, opts)
     noise = sample_pixel_noise(rng, opts)
     truth = correct_truth(boxes, p, ow, oh, net_w, net_h, int(opts["max_boxes"]), rng)
-    pixels = blur_and_noise(augment_pixels(img, p, net_w, net_h, bgr), truth, noise, rng)
-    return to_chw(pixels, out), truth
+    if noise.blur or noise.noise:  # they work on the 8-bit image after the colour step
+        pixels = blur_and_noise(augment_pixels(img, p, net_w, net_h, bgr), truth, noise, rng)
+        return to_chw(pixels, out), truth
+    return hsv_into_chw(crop_resize_flip(img, p, net_w, net_h), p.dhue, p.dsat, p.dexp, out, bgr), truth
 
 
 # ---- mixup ----------------------------------------------------------------------------------
@@ -465,7 +486,8 @@ def mosaic(images: Sequence[Tuple[np.ndarray, np.ndarray]], net_w: int, net_h: i
     cut_x = int(rng.integers(int(w * 0.2), int(w * 0.8) + 1))  # rand_int: both ends included
     cut_y = int(rng.integers(int(h * 0.2), int(h * 0.8) + 1))
     channels = 1 if images[0][0].ndim == 2 else images[0][0].shape[2]
-    canvas = np.zeros((h, w, channels), np.uint8)
+    if out is None:
+        out = np.empty((channels, h, w), np.float32)
     truths: List[Tuple[float, ...]] = []
     max_boxes = int(opts["max_boxes"])
     for k, (img, boxes) in enumerate(images):
@@ -473,9 +495,6 @@ def mosaic(images: Sequence[Tuple[np.ndarray, np.ndarray]], net_w: int, net_h: i
         p = sample_crop(rng, ow, oh, w, h, opts, mosaic_index=k)
         noise = sample_pixel_noise(rng, opts)
         truth = correct_truth(boxes, p, ow, oh, w, h, max_boxes, rng)
-        ai = blur_and_noise(augment_pixels(img, p, w, h, bgr), truth, noise, rng)
-        if ai.ndim == 2:
-            ai = ai[:, :, None]
         pleft, pright = (p.pright, p.pleft) if p.flip else (p.pleft, p.pright)
         left_shift = min(cut_x, max(0, _cdiv(-pleft * w, ow)))
         top_shift = min(cut_y, max(0, _cdiv(-p.ptop * h, oh)))
@@ -487,9 +506,17 @@ def mosaic(images: Sequence[Tuple[np.ndarray, np.ndarray]], net_w: int, net_h: i
         qh = cut_y if k in (0, 1) else h - cut_y
         dx0 = 0 if k in (0, 2) else cut_x
         dy0 = 0 if k in (0, 1) else cut_y
-        canvas[dy0:dy0 + qh, dx0:dx0 + qw] = ai[sy0:sy0 + qh, sx0:sx0 + qw]
+        # the quadrants tile the image: each is written once, straight into its window of `out`, and
+        # only its pixels go through the colour step (it works pixel by pixel)
+        if noise.blur or noise.noise:  # they work on the 8-bit image after the colour step (and draw from rng)
+            sized, colour = blur_and_noise(augment_pixels(img, p, w, h, bgr), truth, noise, rng), (0, 1, 1, False)
+        else:
+            sized, colour = crop_resize_flip(img, p, w, h), (p.dhue, p.dsat, p.dexp, bgr)
+        if qw and qh:
+            dhue, dsat, dexp, is_bgr = colour
+            hsv_into_chw(sized[sy0:sy0 + qh, sx0:sx0 + qw], dhue, dsat, dexp, out[:, dy0:dy0 + qh, dx0:dx0 + qw], is_bgr)
         room = max_boxes - len(truths)
         if room > 0:
             shifts = (left_shift, right_shift, top_shift, bot_shift)
             truths += _mosaic_truth(truth, k, w, h, cut_x, cut_y, shifts, bool(opts["mosaic_bound"]))[:room]
-    return to_chw(canvas, out), np.array(truths, np.float32).reshape(-1, 5)
+    return out, np.array(truths, np.float32).reshape(-1, 5)

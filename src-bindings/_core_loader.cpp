@@ -1,0 +1,68 @@
+// Bindings of the training loader's C++ pass (src-lib/cpu/loader_pixels.h): data/augment.py's
+// hsv_into_chw calls it for each sample, in the loader's worker threads or processes, without the GIL.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include "arg_checks.h"
+#include "bindings.h"
+#include "cpu/loader_pixels.h"
+
+using namespace dn;
+using namespace dn_py;
+
+namespace {
+
+std::string described(const py::array& a) {
+    std::string s = std::string(py::str(a.dtype())) + " array of shape (";
+    for (py::ssize_t i = 0; i < a.ndim(); ++i) s += (i ? ", " : "") + std::to_string(a.shape(i));
+    s += a.ndim() == 1 ? ",)" : ")";
+    std::string strides;
+    for (py::ssize_t i = 0; i < a.ndim(); ++i) strides += (i ? ", " : "") + std::to_string(a.strides(i));
+    return s + " and strides (" + strides + ")";
+}
+
+}  // namespace
+
+void bind_loader(py::module_& m) {
+    m.def("pixels_into_batch", [](const py::array& img, py::array& out, const py::object& tables, bool bgr) {
+        const std::string call = "pixels_into_batch";
+        // views are welcome (a crop of the image, a window of the batch row: a mosaic quadrant) as long
+        // as each row's pixels lie side by side
+        int c = img.ndim() == 3 ? (int)img.shape(2) : 1;
+        if (img.dtype().kind() != 'u' || img.itemsize() != 1 || (img.ndim() != 2 && img.ndim() != 3) ||
+            (c != 1 && c != 3) || img.strides(1) != c || (img.ndim() == 3 && img.strides(2) != 1) ||
+            img.shape(0) < 1 || img.shape(1) < 1)
+            bad_arg(call, "image", "a uint8 HxW, HxWx1 or HxWx3 array (a view is fine) whose rows hold their "
+                    "pixels side by side", described(img));
+        int h = (int)img.shape(0), w = (int)img.shape(1);
+        if (out.dtype().kind() != 'f' || out.itemsize() != 4 || !out.writeable() || out.ndim() != 3 ||
+            out.shape(0) != c || out.shape(1) != h || out.shape(2) != w || out.strides(2) != 4 ||
+            out.strides(1) % 4 || out.strides(0) % 4)
+            bad_arg(call, "out", "a writable float32 array of shape (" + std::to_string(c) + ", " + std::to_string(h) +
+                    ", " + std::to_string(w) + ") (the image's CxHxW; a view is fine) whose rows are contiguous",
+                    described(out));
+        py::array lut;
+        if (!tables.is_none()) {
+            if (!py::isinstance<py::array>(tables) || py::array(tables).dtype().kind() != 'u' ||
+                py::array(tables).itemsize() != 1 || py::array(tables).size() != 3 * 256)
+                bad_arg(call, "tables", "None or 256 x 3 uint8 (the new hue, saturation and value of each level)",
+                        py::isinstance<py::array>(tables) ? described(py::array(tables))
+                                                          : std::string(py::str(py::type::of(tables).attr("__name__"))));
+            lut = py::array_t<uint8_t, py::array::c_style>::ensure(tables);
+        }
+        PixelsIntoBatch p;
+        p.src = (const uint8_t*)img.data();
+        p.w = w, p.h = h, p.channels = c;
+        p.src_row_stride = img.strides(0);
+        p.bgr = bgr;
+        p.tables = tables.is_none() ? nullptr : (const uint8_t*)lut.data();
+        p.dst = (float*)out.mutable_data();
+        p.dst_plane_stride = out.strides(0) / 4, p.dst_row_stride = out.strides(1) / 4;
+        py::gil_scoped_release nogil;
+        pixels_into_batch(p);
+    }, py::arg("image"), py::arg("out"), py::arg("tables") = py::none(), py::arg("bgr") = false,
+       "The training loader's last pixel pass: a uint8 HxWxC image (BGR with bgr=True) through the HSV jitter "
+       "tables (256 x 3 uint8: the new hue, saturation and value of each level; None: no jitter) into `out`, "
+       "float32 CxHxW RGB in [0, 1] (a batch row or a window of one), in one pass without the GIL, in the copy "
+       "of the CPU kernels cpu_isa() names.");
+}

@@ -1,0 +1,112 @@
+// See loader_pixels.h. Compiled once per instruction set (isa.h), with -ffp-contract=off (OpenCV's
+// HSV formulas multiply then add: a fused multiply-add in the AVX2 copy would change the bits) and
+// -fno-trapping-math (GCC then turns the float selects below into vector blends; no FP exception
+// flags are read): cmake/cpu_isa.cmake.
+//
+// The colour formulas are OpenCV's 8-bit ones (modules/imgproc/src/color_hsv.simd.hpp, RGB2HSV_b and
+// HSV2RGB_b), written as plain loops over one row that the compiler vectorises: the row is first
+// split into int planes (a stride-3 byte load does not vectorise), the two division tables OpenCV
+// looks up are computed by a float division instead (the same integers for every entry, no gather:
+// src-test/test_loader_pixels.py runs 2^21 colours against cv2.cvtColor), and only the jitter tables'
+// byte lookups stay scalar. HSV -> RGB truncates to 8 bits as OpenCV's vector blocks do (its scalar
+// tail for the last pixels of a row rounds instead, hence differences of at most one level there).
+#include "loader_pixels.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "isa.h"
+
+namespace dn {
+inline namespace DARKNET_ISA {  // isa.h: one copy per instruction set
+namespace {
+
+constexpr int kHsvShift = 12;  // OpenCV's fixed-point shift
+constexpr int kHalf = 1 << (kHsvShift - 1);
+
+// One row of 3-channel pixels -> int planes r, g, b (scalar: the one step with a stride-3 load).
+void split_row(const uint8_t* src, int n, bool bgr, int* r, int* g, int* b) {
+    int ri = bgr ? 2 : 0, bi = 2 - ri;
+    for (int i = 0; i < n; ++i) r[i] = src[3 * i + ri], g[i] = src[3 * i + 1], b[i] = src[3 * i + bi];
+}
+
+// r, g, b -> OpenCV's 8-bit H (0..180), S, V, in place (r becomes H, g S, b V).
+void rgb_to_hsv(int n, int* __restrict r_h, int* __restrict g_s, int* __restrict b_v) {
+    for (int i = 0; i < n; ++i) {
+        int r = r_h[i], g = g_s[i], b = b_v[i];
+        int v = std::max(b, std::max(g, r));
+        int diff = v - std::min(b, std::min(g, r));
+        // sdiv_table[v] = round((255 << 12) / v), hdiv_table180[diff] = round((180 << 12) / (6 diff));
+        // v = 0 or diff = 0 makes s or h 0 whatever the divisor, so 1 stands in for 0
+        int sdiv = (int)(1044480.f / (float)std::max(v, 1) + 0.5f);
+        int hdiv = (int)(122880.f / (float)std::max(diff, 1) + 0.5f);
+        int s = (diff * sdiv + kHalf) >> kHsvShift;
+        int hn = v == r ? g - b : (v == g ? b - r + 2 * diff : r - g + 4 * diff);
+        int h = (hn * hdiv + kHalf) >> kHsvShift;  // arithmetic shift, as OpenCV's on a negative h
+        r_h[i] = h + (h < 0 ? 180 : 0), g_s[i] = s, b_v[i] = v;
+    }
+}
+
+// The jitter: each plane through its column of the 256 x 3 table (a gather: left scalar).
+void apply_tables(const uint8_t* tables, int n, int* hue, int* sat, int* val) {
+    for (int i = 0; i < n; ++i) hue[i] = tables[3 * hue[i]], sat[i] = tables[3 * sat[i] + 1], val[i] = tables[3 * val[i] + 2];
+}
+
+// 8-bit H (above 179 wraps round the circle), S, V -> the R, G, B rows of the batch: OpenCV's
+// HSV2RGB_simd on h, s / 255, v / 255, times 255 truncated to a level, then / 255.
+void hsv_to_rgb_rows(const int* __restrict hue, const int* __restrict sat, const int* __restrict val, int n,
+                     float* __restrict r_out, float* __restrict g_out, float* __restrict b_out) {
+    const float hscale = 6.0f / 180;
+    for (int i = 0; i < n; ++i) {
+        float h = (float)hue[i] * hscale;
+        float s = (float)sat[i] * (1.0f / 255.0f), v = (float)val[i] * (1.0f / 255.0f);
+        int pre_sector = (int)h;
+        h -= (float)pre_sector;
+        float tab0 = v, tab1 = v * (1.0f - s), tab2 = v * (1.0f - s * h), tab3 = v * (1.0f - s * (1.0f - h));
+        // OpenCV's sector (pre_sector - trunc(pre_sector / 6) * 6, in floats: the same integer) picks
+        // the tabs; one of each sum's terms is nonzero, so the sums are exact (and they vectorise)
+        int sector = pre_sector - (int)((float)pre_sector * (1.0f / 6.0f)) * 6;
+        float b = tab1 * (sector < 2) + tab3 * (sector == 2) + tab0 * ((sector == 3) | (sector == 4)) + tab2 * (sector > 4);
+        float g = tab3 * (sector < 1) + tab0 * ((sector == 1) | (sector == 2)) + tab2 * (sector == 3) + tab1 * (sector > 3);
+        float r = tab0 * ((sector < 1) | (sector > 4)) + tab2 * (sector == 1) + tab1 * ((sector == 2) | (sector == 3)) +
+                  tab3 * (sector == 4);
+        r_out[i] = (float)(int)(r * 255.0f) / 255.0f;
+        g_out[i] = (float)(int)(g * 255.0f) / 255.0f;
+        b_out[i] = (float)(int)(b * 255.0f) / 255.0f;
+    }
+}
+
+// Levels -> [0, 1], as Darknet's mat_to_image (and augment.to_chw) divide.
+void levels_to_row(const int* __restrict levels, int n, float* __restrict out) {
+    for (int i = 0; i < n; ++i) out[i] = (float)levels[i] / 255.0f;
+}
+
+}  // namespace
+
+void cpu_pixels_into_batch(const PixelsIntoBatch& p) {
+    const int w = p.w;
+    std::vector<int> buffer(3 * (size_t)w);  // one row as three int planes
+    int *p0 = buffer.data(), *p1 = p0 + w, *p2 = p1 + w;
+    for (int y = 0; y < p.h; ++y) {
+        const uint8_t* row = p.src + y * p.src_row_stride;
+        float* r_out = p.dst + y * p.dst_row_stride;
+        float* g_out = r_out + p.dst_plane_stride;
+        float* b_out = g_out + p.dst_plane_stride;
+        if (p.channels == 1) {  // grey: only the value column applies (as cv2.LUT on the one plane)
+            for (int i = 0; i < w; ++i) p0[i] = p.tables ? p.tables[3 * row[i] + 2] : row[i];
+            levels_to_row(p0, w, r_out);
+            continue;
+        }
+        split_row(row, w, p.bgr, p0, p1, p2);
+        if (!p.tables) {
+            levels_to_row(p0, w, r_out), levels_to_row(p1, w, g_out), levels_to_row(p2, w, b_out);
+            continue;
+        }
+        rgb_to_hsv(w, p0, p1, p2);
+        apply_tables(p.tables, w, p0, p1, p2);
+        hsv_to_rgb_rows(p0, p1, p2, w, r_out, g_out, b_out);
+    }
+}
+
+}  // namespace DARKNET_ISA
+}  // namespace dn

@@ -1,0 +1,33 @@
+// The training loader's last pass over one sample's pixels, fused: Darknet's HSV jitter (OpenCV's
+// 8-bit BGR -> HSV, the per-image hue/saturation/exposure tables, HSV -> RGB) and the copy of the
+// uint8 HWC image into its float32 planar RGB batch row (x / 255, as Darknet's mat_to_image).
+// One read of the image and one write of the row, instead of three OpenCV passes and a copy.
+// Built once per instruction set with the CPU kernels (loader_pixels.cpp, isa.h) and reached through
+// cpu_isa(): the AVX2 copy ran it in 1.1 ms at 416x416, the x86-64 baseline (SSE2) in 2.0 ms (a 2-core AMD EPYC).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace dn {
+
+struct PixelsIntoBatch {
+    // h rows of w pixels, `channels` (1 or 3) interleaved uint8 each, rows `src_row_stride` bytes
+    // apart; bgr: the 3 channels are B, G, R (as OpenCV decodes) rather than R, G, B.
+    const uint8_t* src;
+    int w, h, channels;
+    ptrdiff_t src_row_stride;
+    bool bgr;
+    // nullptr (no jitter: a plain copy) or 256 x 3 uint8: row x holds the new hue, saturation and
+    // value of x (augment._hsv_lut's layout; a grey image uses the value column only)
+    const uint8_t* tables;
+    // `channels` planes of h rows of w floats, in R, G, B order for 3 channels; rows `dst_row_stride`
+    // floats apart, planes `dst_plane_stride` (a batch row, or a window of one: a mosaic quadrant)
+    float* dst;
+    ptrdiff_t dst_row_stride, dst_plane_stride;
+};
+
+// The pass, in the copy of the CPU kernels cpu_isa() chose (cpu_isa.cpp); throws DarknetError as
+// cpu_isa() does when DARKNET_PY_ISA names a copy that cannot run.
+void pixels_into_batch(const PixelsIntoBatch& p);
+
+}  // namespace dn
