@@ -100,7 +100,7 @@ def test_fused_step_in_half_is_the_composition_within_one_rounding(cfg, monkeypa
     # the later layers see those differences through their batch statistics (measured on pocl: at
     # most 1.3 u in norm); the loss 0.12 u (fp16), 0.09 u (bf16). The deltas are not compared: the
     # batchnorm backward of this 128-value batch cancels so much that bf16 alone moves them 20 % from
-    # fp32 (the composition; the fused step 5 %), see the op-level test below for the backward
+    # fp32 (the composition; the fused step 5 %); the backward is test_fused_ops_are_the_composition_exactly's
     for i in LAYERS:
         off = np.linalg.norm(fused[0][i] - composed[0][i]) / np.linalg.norm(composed[0][i])
         assert off < 5 * u, (i, off)
@@ -108,14 +108,16 @@ def test_fused_step_in_half_is_the_composition_within_one_rounding(cfg, monkeypa
 
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16"])
-def test_fused_backward_op_is_the_composition_exactly(precision):
+@pytest.mark.parametrize("shape", [(3, 5, 6, 7), (5, 260, 1, 1)])  # the second: the batch split 2 + 2 + 1
+def test_fused_ops_are_the_composition_exactly(precision, shape):
     # batchnorm_activate_backward stores g = dy * act'(y) over dy and sums the stored g, as
     # activate_backward then batchnorm_backward do: the same bits in every storage type
     ops = _core.Ops(gpu_devices.device("pocl"))
     ops.storage = precision
     rng = np.random.default_rng(11)
-    x, dy = rng.standard_normal((3, 5, 6, 7)).astype(np.float32), rng.standard_normal((3, 5, 6, 7)).astype(np.float32)
-    scale, bias = rng.uniform(0.2, 2, 5).astype(np.float32), rng.standard_normal(5).astype(np.float32)
+    x, dy = rng.standard_normal(shape).astype(np.float32), rng.standard_normal(shape).astype(np.float32)
+    c = shape[1]
+    scale, bias = rng.uniform(0.2, 2, c).astype(np.float32), rng.standard_normal(c).astype(np.float32)
     for act in ("leaky", "relu", "linear"):
         y, xn, _, var = ops.batchnorm_activate_train(x, scale, bias, 1e-5, act)
         fused = ops.batchnorm_activate_backward(dy, y, xn, scale, var, 1e-5, act)
