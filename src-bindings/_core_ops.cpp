@@ -77,9 +77,9 @@ void bind_ops(py::module_& m) {
                       },
                       "Storage type of the activation arguments and results of conv2d, conv2d_affine_act, activate, "
                       "pool, copy_channels, shortcut, upsample and yolo_activate's input, and of the activations and "
-                      "their gradients in bias_backward, batchnorm_train/backward, batchnorm_activate_train/backward, activate_backward, pool_backward, "
-                      "add_channels, shortcut_backward, upsample_backward, fill and add_scaled's y (parameters, "
-                      "their gradients and statistics stay fp32).")
+                      "their gradients in bias_backward, batchnorm_train/backward, batchnorm_activate_train/backward, "
+                      "activate_backward, pool_backward, add_channels, shortcut_backward, upsample_backward, fill and "
+                      "add_scaled's y (parameters, their gradients and statistics stay fp32).")
         .def("fallback_counts", [](Ops& o) {
             const auto* c = o.be->fallback_counts();
             return c ? *c : std::map<std::string, int>{};
@@ -110,8 +110,8 @@ void bind_ops(py::module_& m) {
         .def("conv2d_affine_act", [](Ops& o, const FloatArray& x, const FloatArray& w, int stride_y, int stride_x,
                                      int pad, int dilation, int groups, int out_h, int out_w, py::object scale,
                                      const FloatArray& shift, const std::string& act) {
-            Activation a = activation_argument("Ops.conv2d_affine_act", act);
             const char* op = "Ops.conv2d_affine_act";
+            Activation a = activation_argument(op, act);
             Shape xs = nchw(op, "x", x), ws = nchw(op, "w", w);
             ConvGeom g{ws.h, ws.w, stride_y, stride_x, pad, dilation, groups};
             Shape ys = conv_output(op, xs, ws, g, out_h, out_w);

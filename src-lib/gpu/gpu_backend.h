@@ -183,7 +183,7 @@ public:
     Tensor& scratch(int slot, size_t n, DType dtype = DType::f32);
 
 private:
-    // batchnorm_train and batchnorm_activate_train (activation a, linear for the first); op names errors
+    // batchnorm_train (a = linear) and batchnorm_activate_train; op: the name their errors give
     void batchnorm_train_act(const char* op, Tensor& y, Tensor& mean, Tensor& var, Tensor& x_norm, const Tensor& scale,
                              const Tensor& bias, float eps, Activation a);
     // What batchnorm_backward and batchnorm_activate_backward share after their partial sums: the
