@@ -48,6 +48,14 @@ struct Ops {
     }
 };
 
+// An activation named by the caller of op, or a DarknetError naming it.
+Activation activation_argument(const char* op, const std::string& name) {
+    bool ok;
+    Activation a = activation_from_name(name, &ok);
+    if (!ok) throw DarknetError(std::string(op) + ": unknown activation " + name);
+    return a;
+}
+
 }  // namespace
 
 void bind_ops(py::module_& m) {
@@ -74,9 +82,9 @@ void bind_ops(py::module_& m) {
                       },
                       "Storage type of the activation arguments and results of conv2d, conv2d_affine_act, activate, "
                       "pool, copy_channels, shortcut, upsample and yolo_activate's input, and of the activations and "
-                      "their gradients in bias_backward, batchnorm_train/backward, activate_backward, pool_backward, "
-                      "add_channels, shortcut_backward, upsample_backward, fill and add_scaled's y (parameters, "
-                      "their gradients and statistics stay fp32).")
+                      "their gradients in bias_backward, batchnorm_train/backward, batchnorm_activate_train/backward, "
+                      "activate_backward, pool_backward, add_channels, shortcut_backward, upsample_backward, fill and "
+                      "add_scaled's y (parameters, their gradients and statistics stay fp32).")
         .def("fallback_counts", [](Ops& o) {
             const auto* c = o.be->fallback_counts();
             return c ? *c : std::map<std::string, int>{};
@@ -107,10 +115,8 @@ void bind_ops(py::module_& m) {
         .def("conv2d_affine_act", [](Ops& o, const FloatArray& x, const FloatArray& w, int stride_y, int stride_x,
                                      int pad, int dilation, int groups, int out_h, int out_w, py::object scale,
                                      const FloatArray& shift, const std::string& act) {
-            bool ok;
-            Activation a = activation_from_name(act, &ok);
-            if (!ok) throw DarknetError("unknown activation " + act);
             const char* op = "Ops.conv2d_affine_act";
+            Activation a = activation_argument(op, act);
             Shape xs = nchw(op, "x", x), ws = nchw(op, "w", w);
             ConvGeom g{ws.h, ws.w, stride_y, stride_x, pad, dilation, groups};
             Shape ys = conv_output(op, xs, ws, g, out_h, out_w);
@@ -140,9 +146,7 @@ void bind_ops(py::module_& m) {
             return to_numpy(t);
         })
         .def("activate", [](Ops& o, const FloatArray& x, const std::string& name) {
-            bool ok;
-            Activation a = activation_from_name(name, &ok);
-            if (!ok) throw DarknetError("unknown activation " + name);
+            Activation a = activation_argument("Ops.activate", name);
             nchw("Ops.activate", "x", x);
             Tensor t = o.act(x);
             o.be->activate(t, a);
@@ -270,10 +274,32 @@ void bind_ops(py::module_& m) {
             o.be->batchnorm_backward(tdy, txn, o.in(scale), o.in(var), eps, dscale, dbias);
             return py::make_tuple(to_numpy(tdy), to_numpy(dscale).attr("ravel")(), to_numpy(dbias).attr("ravel")());
         }, "returns (dx, dscale, dbias)")
+        .def("batchnorm_activate_train", [](Ops& o, const FloatArray& x, const FloatArray& scale,
+                                            const FloatArray& bias, float eps, const std::string& name) {
+            const char* op = "Ops.batchnorm_activate_train";
+            Activation a = activation_argument(op, name);
+            int c = nchw(op, "x", x).c;
+            check_size(op, "scale", scale.size(), c), check_size(op, "bias", bias.size(), c);
+            Tensor y = o.act(x), xn = o.act_out(y.shape()), mean = o.out(Shape{1, c, 1, 1}),
+                   var = o.out(Shape{1, c, 1, 1});
+            o.be->batchnorm_activate_train(y, mean, var, xn, o.in(scale), o.in(bias), eps, a);
+            return py::make_tuple(to_numpy(y), to_numpy(xn), to_numpy(mean).attr("ravel")(), to_numpy(var).attr("ravel")());
+        }, "batchnorm_train then the activation (linear, leaky or relu); returns (y, x_norm, mean, var)")
+        .def("batchnorm_activate_backward", [](Ops& o, const FloatArray& dy, const FloatArray& y,
+                                               const FloatArray& x_norm, const FloatArray& scale, const FloatArray& var,
+                                               float eps, const std::string& name) {
+            const char* op = "Ops.batchnorm_activate_backward";
+            Activation a = activation_argument(op, name);
+            Shape ys = nchw(op, "dy", dy);
+            check_shape(op, "y", nchw(op, "y", y), ys), check_shape(op, "x_norm", nchw(op, "x_norm", x_norm), ys);
+            check_size(op, "scale", scale.size(), ys.c), check_size(op, "var", var.size(), ys.c);
+            Tensor tdy = o.act(dy), ty = o.act(y), txn = o.act(x_norm);
+            Tensor dscale = o.out(Shape{1, ys.c, 1, 1}), dbias = o.out(Shape{1, ys.c, 1, 1});
+            o.be->batchnorm_activate_backward(tdy, ty, txn, o.in(scale), o.in(var), eps, a, dscale, dbias);
+            return py::make_tuple(to_numpy(tdy), to_numpy(dscale).attr("ravel")(), to_numpy(dbias).attr("ravel")());
+        }, "given dy = dL/d(output) and the forward's output y: returns (dx, dscale, dbias)")
         .def("activate_backward", [](Ops& o, const FloatArray& x, const FloatArray& dy, const std::string& name) {
-            bool ok;
-            Activation a = activation_from_name(name, &ok);
-            if (!ok) throw DarknetError("unknown activation " + name);
+            Activation a = activation_argument("Ops.activate_backward", name);
             check_shape("Ops.activate_backward", "dy", nchw("Ops.activate_backward", "dy", dy),
                         nchw("Ops.activate_backward", "x", x));
             Tensor tx = o.act(x), tdy = o.act(dy);

@@ -122,6 +122,39 @@ private:
     std::map<const DeviceMemory*, uint64_t> allocated_, last_use_;
 };
 
+// ---- kernel launches counted on a real device ----
+
+// Device `inner` unchanged, each kernel launch counted in `calls` as "kernel <name>" (which kernels
+// an op or a training step runs: the fused batchnorm + activation passes, src-test/test_batchnorm_activate.py).
+class KernelCountingDevice final : public Device {
+public:
+    KernelCountingDevice(std::shared_ptr<Device> inner, std::shared_ptr<std::map<std::string, int>> calls)
+        : inner_(std::move(inner)), calls_(std::move(calls)) {}
+
+    const DeviceInfo& info() const override { return inner_->info(); }
+    DeviceMemory* alloc(size_t bytes) override { return inner_->alloc(bytes); }
+    void free(DeviceMemory* m) override { inner_->free(m); }
+    void upload(DeviceMemory* d, size_t o, const void* s, size_t b) override { inner_->upload(d, o, s, b); }
+    void download(const DeviceMemory* s, size_t o, void* d, size_t b) override { inner_->download(s, o, d, b); }
+    void copy(const DeviceMemory* s, size_t so, DeviceMemory* d, size_t dof, size_t b) override {
+        inner_->copy(s, so, d, dof, b);
+    }
+    void launch(const char* name, LaunchDims dims, const std::vector<KernelArg>& args) override {
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            ++(*calls_)[std::string("kernel ") + name];
+        }
+        inner_->launch(name, dims, args);
+    }
+    uint32_t max_group_size(const char* name) override { return inner_->max_group_size(name); }
+    void synchronize() override { inner_->synchronize(); }
+
+private:
+    std::shared_ptr<Device> inner_;
+    std::shared_ptr<std::map<std::string, int>> calls_;
+    std::mutex mutex_;
+};
+
 // ---- host fast paths over a real device ----
 
 class HostFastPathDevice final : public Device {
@@ -307,6 +340,13 @@ void bind_test_devices(py::module_& m) {
         return t;
     }, "Device `id` with every vendor fast path claimed and computed on the host (CPU backend).");
 
+    m.def("kernel_counting_device", [](const std::string& id) {
+        auto t = std::make_unique<TestDevice>();
+        auto be = make_backend(id);
+        if (!be->device()) throw DarknetError(id + " is not a device");
+        t->device = std::make_shared<KernelCountingDevice>(be->device(), t->calls);
+        return t;
+    }, "Device `id` unchanged, each kernel launch counted in calls() as 'kernel <name>'.");
     m.def("upload_ahead_device", [](const std::string& id) {
         auto t = std::make_unique<TestDevice>();
         auto be = make_backend(id);

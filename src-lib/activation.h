@@ -19,6 +19,14 @@ inline bool activation_is_elementwise(Activation a) {
     return a != Activation::normalize_channels && a != Activation::normalize_channels_softmax;
 }
 
+// Whether act'(x) can be read off the output y = act(x) alone (act'(y) = act'(x)): linear (1), and
+// leaky and relu, whose output has the sign of their input (Darknet's gradient_array reads the
+// output too). Training keeps no pre-activation copy for these, and batchnorm fuses them
+// (Backend::batchnorm_activate_train / _backward). The others (mish, swish, logistic, ...) need x.
+inline bool activation_gradient_from_output(Activation a) {
+    return a == Activation::linear || a == Activation::leaky || a == Activation::relu;
+}
+
 inline float softplus_darknet(float x, float threshold) {
     if (x > threshold) return x;
     if (x < -threshold) return std::exp(x);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "activation.h"
+#include "errors.h"
 #include "tensor.h"
 
 namespace dn {
@@ -152,6 +153,27 @@ public:
                                     float eps, Tensor& dscale, Tensor& dbias) = 0;
     // dy = dL/d(pre-activation x), from dy = dL/d(act(x)), in place.
     virtual void activate_backward(const Tensor& x, Tensor& dy, Activation a) = 0;
+    // Training batchnorm then the activation, and the backward of both: what [convolutional] and
+    // [connected] with batch_normalize run (layers/norm_activation.h). a: an activation whose
+    // gradient reads off its output (activation_gradient_from_output: linear, leaky, relu), so that
+    // the backward needs the layer's output y and no pre-activation copy. By default the composition
+    // of the ops above (the host backends); GpuBackend runs the activation inside batchnorm's passes.
+    // batchnorm_train(y, ...), then y = act(y).
+    virtual void batchnorm_activate_train(Tensor& y, Tensor& mean, Tensor& var, Tensor& x_norm, const Tensor& scale,
+                                          const Tensor& bias, float eps, Activation a) {
+        require_gradient_from_output("batchnorm_activate_train", a);
+        batchnorm_train(y, mean, var, x_norm, scale, bias, eps);
+        if (a != Activation::linear) activate(y, a);
+    }
+    // activate_backward(y, dy, a), then batchnorm_backward(dy, ...): dy = dL/d(layer output) in,
+    // dL/d(batchnorm input) out; y = the layer's output from batchnorm_activate_train.
+    virtual void batchnorm_activate_backward(Tensor& dy, const Tensor& y, const Tensor& x_norm, const Tensor& scale,
+                                             const Tensor& var, float eps, Activation a, Tensor& dscale,
+                                             Tensor& dbias) {
+        require_gradient_from_output("batchnorm_activate_backward", a);
+        if (a != Activation::linear) activate_backward(y, dy, a);
+        batchnorm_backward(dy, x_norm, scale, var, eps, dscale, dbias);
+    }
     virtual void maxpool_backward(const Tensor& x, const Tensor& dy, const PoolGeom& g, Tensor& dx) = 0;
     virtual void avgpool_local_backward(const Tensor& x, const Tensor& dy, const PoolGeom& g, Tensor& dx) = 0;
     virtual void avgpool_global_backward(const Tensor& dy, Tensor& dx) = 0;
@@ -209,6 +231,13 @@ public:
     // Darknet's Adam step (t = update count from 1): see kernels/optimizer.h; skip as sgd_update's.
     virtual void adam_update(Tensor& w, Tensor& grad, Tensor& m, Tensor& v, float lr, float b1, float b2,
                              float eps, float decay, int batch, int t, const Tensor* skip) = 0;
+
+protected:
+    static void require_gradient_from_output(const char* op, Activation a) {
+        if (!activation_gradient_from_output(a))
+            throw DarknetError(std::string(op) + ": activation " + activation_name(a) +
+                               " needs its input for its gradient (linear, leaky or relu only)");
+    }
 };
 
 std::unique_ptr<Backend> make_reference_backend();

@@ -157,6 +157,7 @@ def test_half_training_ops_match_the_reference(ref, train_cases, label, precisio
     # the group reductions again with groups of 4 threads (7 allowed: the largest power of two below)
     ops.limit_group_size(7)
     reductions = [c for c in cases if c.op in ("bias_backward", "batchnorm_train", "batchnorm_backward",
+                                               "batchnorm_activate_train", "batchnorm_activate_backward",
                                                "shortcut_backward")]
     failed += [f"{c.id} (groups of 4): {r.message}" for c in reductions for r in [check_case(ref, ops, c)] if not r.ok]
     assert not failed, f"{len(failed)} of {len(cases) + len(reductions)} cases:\n" + "\n".join(failed[:10])

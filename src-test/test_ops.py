@@ -24,9 +24,10 @@ BACKENDS = ["cpu", "oclgrind", "pocl", "cuda"] + (["opencl_gpu"] if gpu_devices.
 ORACLE = "reference"
 
 # The cases themselves (and their tolerances) live in the package, shared with `darknet_py selftest`.
-from darknet_py.diagnostics.op_cases import (ACTIVATIONS, ATOL, CASES, RTOL, SHORTCUT_NORM, SHORTCUT_WEIGHTS,  # noqa: E402
-                                 TRAIN_CASES, assert_close, check_case, conv_affine_act_cases, conv_cases, conv_out,
-                                 data_movement_cases, gemm_cases, np_batchnorm_train, pool_cases, pool_out, rand,
+from darknet_py.diagnostics.op_cases import (ACTIVATIONS, ATOL, CASES, FUSED_ACTIVATIONS, RTOL,  # noqa: E402
+                                 SHORTCUT_NORM, SHORTCUT_WEIGHTS, TRAIN_CASES, assert_close, check_case,
+                                 conv_affine_act_cases, conv_cases, conv_out, data_movement_cases, gemm_cases,
+                                 np_batchnorm_train, np_fused_activation, pool_cases, pool_out, rand,
                                  reorg_cases, trand)
 
 # ---------------------------------------------------------------------------------------------
@@ -464,6 +465,36 @@ def fd_batchnorm(ref):
         assert_grad(dx, fd_grad(lambda v: fwd(v, scale, bias), x, r), f"batchnorm_backward dx {s}")
         assert_grad(dscale, fd_grad(lambda v: fwd(x, v, bias), scale, r), f"batchnorm_backward dscale {s}")
         assert_grad(dbias, fd_grad(lambda v: fwd(x, scale, v), bias, r), f"batchnorm_backward dbias {s}")
+
+
+@fd_check("batchnorm_activate_train", "batchnorm_activate_backward")
+def fd_batchnorm_activate(ref):
+    # the reference composes batchnorm_train and activate: act(batchnorm(x)) against NumPy, and its
+    # backward (given the forward's output y) against finite differences, with every pre-activation
+    # drawn away from the kink at 0 (the difference quotient straddles it otherwise)
+    eps = 1e-5
+    for s in [(2, 5, 3, 3), (5, 4, 1, 1)]:
+        x, pre = None, np.zeros(1)
+        while np.abs(pre).min() < 1e-3:
+            x, scale, bias, r = trand(*s), trand(s[1], lo=0.2, hi=2), trand(s[1]), trand(*s)
+            pre = np_batchnorm_train(x, scale, bias, eps)[0]
+        for act in FUSED_ACTIVATIONS:
+            fwd = lambda a, sc, b, act=act: np_fused_activation(np_batchnorm_train(a, sc, b, eps)[0], act)  # noqa: E731
+            y, xn, mean, var = ref.batchnorm_activate_train(x, scale, bias, eps, act)
+            assert_close(y, fwd(x, scale, bias), 1e-6 * np.abs(x).max(), 1e-5, f"batchnorm_activate_train {act} {s}")
+            dx, dscale, dbias = ref.batchnorm_activate_backward(r, y, xn, scale, var, eps, act)
+            tag = f"batchnorm_activate_backward {act} {s}"
+            assert_grad(dx, fd_grad(lambda v: fwd(v, scale, bias), x, r), tag + " dx")
+            assert_grad(dscale, fd_grad(lambda v: fwd(x, v, bias), scale, r), tag + " dscale")
+            assert_grad(dbias, fd_grad(lambda v: fwd(x, scale, v), bias, r), tag + " dbias")
+
+
+def test_batchnorm_activate_refuses_an_activation_that_needs_its_input(backend):
+    x, c = trand(2, 3, 2, 2), trand(3)
+    with pytest.raises(ValueError, match="batchnorm_activate_train: activation mish needs its input"):
+        backend.batchnorm_activate_train(x, c, c, 1e-5, "mish")
+    with pytest.raises(ValueError, match="batchnorm_activate_backward: activation swish needs its input"):
+        backend.batchnorm_activate_backward(x, x, x, c, np.abs(c), 1e-5, "swish")
 
 
 @fd_check("activate_backward")

@@ -90,7 +90,7 @@ def test_metal_fast_path_verdicts_follow_the_ops_each_path_serves():
     # both are judged failed; every other path keeps its own op's verdict
     ops = [selftest.OpResult(op, "forward", cases=1) for op in
            ("gemm", "conv2d", "conv2d_backward_data", "conv2d_backward_weights", "pool", "pool_backward",
-            "batchnorm_train", "batchnorm_backward")]
+            "batchnorm_train", "batchnorm_backward", "batchnorm_activate_train", "batchnorm_activate_backward")]
     assert all(selftest.fast_path_results("metal", ops).values())
     ops[1].failed = ops[5].failed = 1  # conv2d, pool_backward
     failed = {k for k, v in selftest.fast_path_results("metal", ops).items() if not v}

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "../backend.h"
+#include "../kernels/args_training.h"
 #include "device.h"
 
 namespace dn {
@@ -123,6 +124,11 @@ public:
     void batchnorm_backward(Tensor& dy, const Tensor& x_norm, const Tensor& scale, const Tensor& var, float eps,
                             Tensor& dscale, Tensor& dbias) override;
     void activate_backward(const Tensor& x, Tensor& dy, Activation a) override;
+    void batchnorm_activate_train(Tensor& y, Tensor& mean, Tensor& var, Tensor& x_norm, const Tensor& scale,
+                                  const Tensor& bias, float eps, Activation a) override;
+    void batchnorm_activate_backward(Tensor& dy, const Tensor& y, const Tensor& x_norm, const Tensor& scale,
+                                     const Tensor& var, float eps, Activation a, Tensor& dscale,
+                                     Tensor& dbias) override;
     void maxpool_backward(const Tensor& x, const Tensor& dy, const PoolGeom& g, Tensor& dx) override;
     void avgpool_local_backward(const Tensor& x, const Tensor& dy, const PoolGeom& g, Tensor& dx) override;
     void avgpool_global_backward(const Tensor& dy, Tensor& dx) override;
@@ -178,6 +184,14 @@ public:
     Tensor& scratch(int slot, size_t n, DType dtype = DType::f32);
 
 private:
+    // batchnorm_train (a = linear) and batchnorm_activate_train; op: the name their errors give
+    void batchnorm_train_act(const char* op, Tensor& y, Tensor& mean, Tensor& var, Tensor& x_norm, const Tensor& scale,
+                             const Tensor& bias, float eps, Activation a);
+    // What batchnorm_backward and batchnorm_activate_backward share after their partial sums: the
+    // combine into dscale, dbias, and dy's data gradient.
+    void batchnorm_backward_finish(Tensor& dy, const Tensor& x_norm, const Tensor& scale, const Tensor& var, float eps,
+                                   Tensor& dscale, Tensor& dbias, const Tensor& partial, const ChannelSplitArgs& split);
+
     uint32_t group_size(const char* kernel);
     uint32_t reduction_group_size(const char* kernel);
 

@@ -35,13 +35,25 @@ void GpuBackend::bias_backward(const Tensor& dy, Tensor& db) {
 
 void GpuBackend::batchnorm_train(Tensor& y, Tensor& mean, Tensor& var, Tensor& x_norm, const Tensor& scale,
                                  const Tensor& bias, float eps) {
-    DType t = same_storage("batchnorm_train", {&y, &x_norm});
-    // the device's own path (MPSGraph on Metal) takes fp32 data only
+    batchnorm_train_act("batchnorm_train", y, mean, var, x_norm, scale, bias, eps, Activation::linear);
+}
+
+// The activation runs inside batchnorm_normalize (storage_training.h): no pass of its own.
+void GpuBackend::batchnorm_activate_train(Tensor& y, Tensor& mean, Tensor& var, Tensor& x_norm, const Tensor& scale,
+                                          const Tensor& bias, float eps, Activation a) {
+    require_gradient_from_output("batchnorm_activate_train", a);
+    batchnorm_train_act("batchnorm_activate_train", y, mean, var, x_norm, scale, bias, eps, a);
+}
+
+void GpuBackend::batchnorm_train_act(const char* op, Tensor& y, Tensor& mean, Tensor& var, Tensor& x_norm,
+                                     const Tensor& scale, const Tensor& bias, float eps, Activation act) {
+    DType t = same_storage(op, {&y, &x_norm});
+    // the device's own path (MPSGraph on Metal) takes fp32 data only, and has no activation: then a pass of its own
     if (t == DType::f32 && dev().batchnorm_train(nchw(y), eps, y.memory(), mean.memory(), var.memory(),
                                                  x_norm.memory(), scale.memory(), bias.memory()))
-        return;
+        return activate(y, act);
     const Shape& s = y.shape();
-    BatchnormTrainArgs a{i32(y.size()), s.n, s.c, i32(s.plane()), eps};
+    BatchnormTrainArgs a{i32(y.size()), s.n, s.c, i32(s.plane()), eps, (int32_t)act};
     ChannelSplitArgs split = channel_splits(s);
     Tensor& partial = scratch(3, 2 * (size_t)s.c * split.splits);
     launch_groups(storage_kernel("batchnorm_partial_stats", t).c_str(), (size_t)s.c * split.splits,
@@ -57,17 +69,46 @@ void GpuBackend::batchnorm_backward(Tensor& dy, const Tensor& x_norm, const Tens
     if (t == DType::f32 && dev().batchnorm_backward(nchw(dy), eps, dy.memory(), x_norm.memory(), scale.memory(),
                                                     var.memory(), dscale.memory(), dbias.memory()))
         return;
-    // the per-channel sums (sum dy, sum dy * x_norm) pass from the reduction to the data gradient
     const Shape& s = dy.shape();
-    Tensor& sums = scratch(1, 2 * (size_t)s.c);
-    BatchnormTrainArgs a{i32(dy.size()), s.n, s.c, i32(s.plane()), eps};
     ChannelSplitArgs split = channel_splits(s);
     Tensor& partial = scratch(3, 2 * (size_t)s.c * split.splits);
     launch_groups(storage_kernel("batchnorm_backward_partial", t).c_str(), (size_t)s.c * split.splits,
                   {any_buf(dy), any_buf(x_norm), buf(partial)}, split);
+    batchnorm_backward_finish(dy, x_norm, scale, var, eps, dscale, dbias, partial, split);
+}
+
+// The activation's gradient is applied in the partial sums' pass (storage_training.h), which leaves
+// dy = dL/d(batchnorm output) behind: activate_backward's pass is saved.
+void GpuBackend::batchnorm_activate_backward(Tensor& dy, const Tensor& y, const Tensor& x_norm, const Tensor& scale,
+                                             const Tensor& var, float eps, Activation a, Tensor& dscale,
+                                             Tensor& dbias) {
+    require_gradient_from_output("batchnorm_activate_backward", a);
+    if (a == Activation::linear) return batchnorm_backward(dy, x_norm, scale, var, eps, dscale, dbias);
+    DType t = same_storage("batchnorm_activate_backward", {&dy, &y, &x_norm});
+    const Shape& s = dy.shape();
+    ChannelSplitArgs split = channel_splits(s);
+    split.act = (int32_t)a;
+    Tensor& partial = scratch(3, 2 * (size_t)s.c * split.splits);
+    launch_groups(storage_kernel("batchnorm_activate_backward_partial", t).c_str(), (size_t)s.c * split.splits,
+                  {any_buf(dy), any_buf(y), any_buf(x_norm), buf(partial)}, split);
+    // A device with its own batchnorm backward (MPSGraph on Metal, fp32) takes it from the gradient
+    // left in dy (the partial sums just taken are then unused: one reduction more than the composition)
+    if (t == DType::f32 && dev().batchnorm_backward(nchw(dy), eps, dy.memory(), x_norm.memory(), scale.memory(),
+                                                    var.memory(), dscale.memory(), dbias.memory()))
+        return;
+    batchnorm_backward_finish(dy, x_norm, scale, var, eps, dscale, dbias, partial, split);
+}
+
+void GpuBackend::batchnorm_backward_finish(Tensor& dy, const Tensor& x_norm, const Tensor& scale, const Tensor& var,
+                                           float eps, Tensor& dscale, Tensor& dbias, const Tensor& partial,
+                                           const ChannelSplitArgs& split) {
+    // the per-channel sums (sum dy, sum dy * x_norm) pass from the reduction to the data gradient
+    const Shape& s = dy.shape();
+    Tensor& sums = scratch(1, 2 * (size_t)s.c);
     launch("batchnorm_backward_combine_f32", s.c, {buf(partial), buf(dscale), buf(dbias), buf(sums)}, split);
-    launch(storage_kernel("batchnorm_backward_data", t).c_str(), dy.size(),
-           {any_buf(dy), any_buf(x_norm), buf(scale), buf(var), buf(sums)}, a);
+    launch(storage_kernel("batchnorm_backward_data", dy.dtype()).c_str(), dy.size(),
+           {any_buf(dy), any_buf(x_norm), buf(scale), buf(var), buf(sums)},
+           BatchnormTrainArgs{i32(dy.size()), s.n, s.c, i32(s.plane()), eps, 0});
 }
 
 void GpuBackend::activate_backward(const Tensor& x, Tensor& dy, Activation a) {

@@ -37,12 +37,16 @@ KSTATIC_ASSERT(sizeof(BiasBackwardArgs) == 12, "BiasBackwardArgs layout");
 
 // Every batchnorm training kernel. n = N*C*H*W for the elementwise ones (normalize, backward_data);
 // the per-channel reductions (stats, backward_reduce) run one group per channel and ignore n.
-typedef struct { int32_t n; int32_t batch; int32_t channels; int32_t plane; float eps; } BatchnormTrainArgs;
-KSTATIC_ASSERT(sizeof(BatchnormTrainArgs) == 20, "BatchnormTrainArgs layout");
+// act: the activation batchnorm_normalize applies to its output (an Activation's enum value;
+// ACT_LINEAR = 0 for plain batchnorm); backward_data ignores it.
+typedef struct { int32_t n; int32_t batch; int32_t channels; int32_t plane; float eps; int32_t act; } BatchnormTrainArgs;
+KSTATIC_ASSERT(sizeof(BatchnormTrainArgs) == 24, "BatchnormTrainArgs layout");
 
-// A per-channel reduction split over the batch (reduce.h): `splits` groups per channel
-typedef struct { int32_t batch; int32_t channels; int32_t plane; int32_t splits; } ChannelSplitArgs;
-KSTATIC_ASSERT(sizeof(ChannelSplitArgs) == 16, "ChannelSplitArgs layout");
+// A per-channel reduction split over the batch (reduce.h): `splits` groups per channel. act: the
+// activation whose gradient batchnorm_activate_backward_partial applies where it reads dy; the other
+// reductions ignore it (left 0).
+typedef struct { int32_t batch; int32_t channels; int32_t plane; int32_t splits; int32_t act; } ChannelSplitArgs;
+KSTATIC_ASSERT(sizeof(ChannelSplitArgs) == 20, "ChannelSplitArgs layout");
 
 // n = elements; act = an elementwise Activation's enum value
 typedef struct { int32_t n; int32_t act; } ActivateBackwardArgs;

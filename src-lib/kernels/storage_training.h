@@ -74,7 +74,10 @@ KERNEL(S_NAME(batchnorm_partial_stats))(KCBUF(S_T, y, 0), KBUF(float, partial, 1
 }
 
 // Elementwise, after batchnorm_combine_stats_f32: x_norm = (y - mean) / sqrt(var + eps),
-// y = x_norm * scale + bias (x_norm is rounded to S once; y is formed from the unrounded value).
+// y = act(x_norm * scale + bias) (x_norm is rounded to S once; y is formed from the unrounded value
+// and rounded once). With a.act = ACT_LINEAR this is plain batchnorm; with another activation it is
+// Backend::batchnorm_activate_train, whose separate activation pass (a read and a write of y) this
+// saves. In fp32 the expression per element is that of batchnorm then activate: the same result.
 // n = batch * channels * plane threads.
 KERNEL(S_NAME(batchnorm_normalize))(KBUF(S_T, y, 0), KBUF(S_T, x_norm, 1), KCBUF(float, mean, 2),
                                     KCBUF(float, var, 3), KCBUF(float, scale, 4), KCBUF(float, bias, 5),
@@ -84,7 +87,7 @@ KERNEL(S_NAME(batchnorm_normalize))(KBUF(S_T, y, 0), KBUF(S_T, x_norm, 1), KCBUF
     int c = (int)((i / (uint)a.plane) % (uint)a.channels);
     float xn = (S_LD(y, i) - mean[c]) / sqrt(var[c] + a.eps);
     S_ST(x_norm, i, xn);
-    S_ST(y, i, xn * scale[c] + bias[c]);
+    S_ST(y, i, act_forward(xn * scale[c] + bias[c], a.act));
 }
 
 // First half of batchnorm_backward, step 1 (as the statistics): per split, partial[2g] = sum(dy) and
@@ -99,6 +102,36 @@ KERNEL(S_NAME(batchnorm_backward_partial))(KCBUF(S_T, dy, 0), KCBUF(S_T, x_norm,
         for (int p = (int)KLID; p < a.plane; p += (int)KGROUP_SIZE) {
             int i = (n * a.channels + c) * a.plane + p;
             float d = S_LD(dy, i);
+            sdy += d;
+            sdyx += d * S_LD(x_norm, i);
+        }
+    GROUP_SUM(shared, sdy)
+    GROUP_SUM(shared, sdyx)
+    if (KLID == 0) {
+        partial[2 * g] = sdy;
+        partial[2 * g + 1] = sdyx;
+    }
+}
+
+// The same, for Backend::batchnorm_activate_backward: the activation's gradient is applied where dy
+// is read, g = dy * act'(y) (y = the layer's output, a.act reads its gradient off it: linear, leaky,
+// relu), g is stored over dy (rounded to S once) and the sums are taken over the stored g, as
+// activate_backward then batchnorm_backward_partial compute them: the same result in every storage
+// type, without activate_backward's pass (a read of y, a read and a write of dy; this pass reads y
+// and writes dy instead). Each element is read and written by one thread only. Then
+// batchnorm_backward_combine_f32 and batchnorm_backward_data as for plain batchnorm.
+KERNEL(S_NAME(batchnorm_activate_backward_partial))(KBUF(S_T, dy, 0), KCBUF(S_T, y, 1), KCBUF(S_T, x_norm, 2),
+                                                    KBUF(float, partial, 3), KARGS(ChannelSplitArgs, a, 4)
+                                                        KTHREAD_IDS) {
+    KSHARED float shared[256];
+    int g = (int)KGROUP, c = g / a.splits;
+    int n0 = split_start(a, g % a.splits), n1 = split_start(a, g % a.splits + 1);
+    float sdy = 0.0f, sdyx = 0.0f;
+    for (int n = n0; n < n1; ++n)
+        for (int p = (int)KLID; p < a.plane; p += (int)KGROUP_SIZE) {
+            int i = (n * a.channels + c) * a.plane + p;
+            S_ST(dy, i, S_LD(dy, i) * act_gradient(S_LD(y, i), a.act));
+            float d = S_LD(dy, i);  // as stored: what batchnorm_backward_data reads
             sdy += d;
             sdyx += d * S_LD(x_norm, i);
         }

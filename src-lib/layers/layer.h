@@ -86,11 +86,9 @@ protected:
 // and a copy per forward that leaky layers do without.
 class TrainingActivation {
 public:
-    static bool derivative_from_output(Activation a) { return a == Activation::leaky || a == Activation::relu; }
-
     void forward(Backend& be, Tensor& y, Activation a) {
         if (a == Activation::linear) return;
-        if (!derivative_from_output(a)) {
+        if (!activation_gradient_from_output(a)) {
             be.resize(pre_, y.shape(), y.dtype());
             be.copy_channels(y, 0, pre_, 0, y.shape().c);
         }
@@ -98,7 +96,7 @@ public:
     }
     // dy: dL/d(output) in, dL/d(pre-activation) out; y: the layer's output from forward.
     void backward(Backend& be, const Tensor& y, Tensor& dy, Activation a) {
-        if (a != Activation::linear) be.activate_backward(derivative_from_output(a) ? y : pre_, dy, a);
+        if (a != Activation::linear) be.activate_backward(activation_gradient_from_output(a) ? y : pre_, dy, a);
     }
 
 private:

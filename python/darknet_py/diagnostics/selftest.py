@@ -51,8 +51,8 @@ FAST_PATHS: Dict[str, Dict[str, List[str]]] = {
         "mps_conv2d_backward": ["conv2d_backward_data", "conv2d_backward_weights"],
         "mps_pool": ["pool"],
         "mps_pool_backward": ["pool_backward"],
-        "mps_batchnorm": ["batchnorm_train"],
-        "mps_batchnorm_backward": ["batchnorm_backward"],
+        "mps_batchnorm": ["batchnorm_train", "batchnorm_activate_train"],  # the second: MPSGraph, then activate
+        "mps_batchnorm_backward": ["batchnorm_backward", "batchnorm_activate_backward"],
     },
 }
 
@@ -96,7 +96,8 @@ def _finite(v: float):
 def _training_direction(op: str) -> str:
     """Gradients are "backward"; batchnorm's batch-statistics forward, the optimizer steps and loss
     scaling's unscale "training"."""
-    return "training" if op in ("batchnorm_train", "sgd_update", "adam_update", "unscale_check") else "backward"
+    return "training" if op in ("batchnorm_train", "batchnorm_activate_train", "sgd_update", "adam_update",
+                                "unscale_check") else "backward"
 
 
 def select_cases(quick: bool, precision: str = "fp32", ref=None, dw_in_half: bool = False):
