@@ -346,7 +346,11 @@ def test_device_postproc_compares_equal_on_opencl(label, size, tmp_path):
     before = len(oclgrind_reports())
     img = cv2.imread(f["image"])
     got = net.detect(img, thresh=0.1, postproc="compare")  # raises at the first difference
-    assert got == net.detect(img, thresh=0.1, postproc="device")
+    if label != "oclgrind":
+        # "device" returns the rows "compare" checked (src-bindings/_core.cpp runs the same forward and
+        # device decode for both): host code, the same on every runtime. Under Oclgrind a second call
+        # would run no kernel the first did not, for half the test's time (about 28 s of 56 in CI).
+        assert got == net.detect(img, thresh=0.1, postproc="device")
     assert oclgrind_reports()[before:] == ""
 
 

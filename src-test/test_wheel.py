@@ -117,27 +117,47 @@ def _cached(tree: Path, name: str):
     return None
 
 
-def _adopt_build_tree(tree: Path) -> str:
+def _cmake_version_here() -> str:
+    """The version of the cmake scikit-build-core will run here ("" if none is found)."""
+    try:
+        from scikit_build_core.cmake import CMake
+
+        return str(CMake.default_search().version)
+    except Exception:  # no cmake, or an older scikit-build-core without this API: no adoption
+        return ""
+
+
+def _adopt_build_tree(tree: Path, cmake_version_here=_cmake_version_here) -> str:
     """Let this environment's scikit-build-core reuse a tree another one configured.
 
     scikit-build-core deletes the CMake cache and CMakeFiles/ (every object file) when the tree
     was configured by another install of itself: after CI's `pip install ".[test]"`, the isolated
     build environment that pip has deleted since, because the cache may point into it. What it
     cached from there is pybind11's location (CMake searches again when the cached directory is
-    gone, and ninja recompiles the files whose headers vanished: the bindings) and the build
-    tool (passed anew on each run). So the tree is marked as this environment's: 5 of the 71
-    build steps run again instead of all. Not when the cmake that configured it is gone too:
-    then scikit-build-core starts over (minutes, still right)."""
-    import scikit_build_core
-
+    gone, and ninja recompiles the files whose headers vanished: the bindings), the build tool
+    (passed anew on each run) and, where the isolated build installed its own cmake (pyenv's cmake
+    shim does not run there, so it does in CI), that cmake: CMake records its own path anew on
+    each configure, and ninja reruns the custom commands that named it (the kernel text's and
+    CUDA blob's generators, the ISA copies' isolation). So the tree is marked as this
+    environment's when its cmake still exists or had this cmake's version: in CI about 15 of the
+    98 build steps run again instead of all. Not after another CMake version (the cache's
+    CMAKE_CACHE_*_VERSION): then scikit-build-core starts over (minutes, still right)."""
     info_file = tree / ".skbuild-info.json"
     info = json.loads(info_file.read_text())
+    import scikit_build_core
+
     here = str(Path(scikit_build_core.__file__).parent.resolve())
     if info.get("skbuild_path") == here:
         return "configured by this environment"
     cmake = _cached(tree, "CMAKE_COMMAND") if (tree / "CMakeCache.txt").is_file() else None
-    if not cmake or not Path(cmake).is_file():
-        return f"configured with a cmake that is gone ({cmake}): rebuilt from scratch"
+    if not cmake:
+        return "configured by another scikit-build-core, without a CMake cache: rebuilt from scratch"
+    if not Path(cmake).is_file():
+        then = ".".join(_cached(tree, f"CMAKE_CACHE_{part}_VERSION") or "?" for part in ("MAJOR", "MINOR", "PATCH"))
+        now = cmake_version_here()
+        if then != now:
+            return f"configured with a cmake that is gone ({cmake}), version {then}, not {now or 'none'} as here: " \
+                   f"rebuilt from scratch"
     other = info.get("skbuild_path")
     info["skbuild_path"] = here
     info_file.write_text(json.dumps(info, indent=2))
@@ -203,16 +223,23 @@ def test_wheel_installs_and_passes_op_parity_with_each_isa(tmp_path):
     print(f"wheel {how} in {t_build:.0f} s; whole test {time.perf_counter() - t0:.0f} s")
 
 
-def test_build_tree_is_adopted_only_while_its_cmake_exists(tmp_path):
+def test_build_tree_is_adopted_while_its_cmake_exists_or_had_this_version(tmp_path):
     pytest.importorskip("scikit_build_core")
     import scikit_build_core
 
     here = str(Path(scikit_build_core.__file__).parent.resolve())
     info = tmp_path / ".skbuild-info.json"
-    for cmake, adopted in ((sys.executable, True), (str(tmp_path / "gone" / "cmake"), False)):
+    gone = str(tmp_path / "pip-build-env-x" / "cmake")
+    for cmake, version_here, adopted in ((sys.executable, "", True), (gone, "4.4.5", True), (gone, "4.4.4", False),
+                                         (gone, "", False)):
         info.write_text(json.dumps({"source_dir": str(REPO), "skbuild_path": "/tmp/pip-build-env-x/scikit_build_core"}))
-        (tmp_path / "CMakeCache.txt").write_text(f"# cache\nCMAKE_COMMAND:INTERNAL={cmake}\n")
-        how = _adopt_build_tree(tmp_path)
+        (tmp_path / "CMakeCache.txt").write_text(f"# cache\nCMAKE_COMMAND:INTERNAL={cmake}\nCMAKE_CACHE_MAJOR_VERSION:INTERNAL=4"
+                                                 f"\nCMAKE_CACHE_MINOR_VERSION:INTERNAL=4\nCMAKE_CACHE_PATCH_VERSION:INTERNAL=5\n")
+        how = _adopt_build_tree(tmp_path, lambda v=version_here: v)
         assert (json.loads(info.read_text())["skbuild_path"] == here) == adopted, how
         assert ("reused" in how) == adopted, how
-    assert _adopt_build_tree(tmp_path).startswith("configured with a cmake that is gone")
+        if adopted:  # and the next build finds it its own
+            assert _adopt_build_tree(tmp_path).startswith("configured by this environment")
+        else:
+            assert f"version 4.4.5, not {version_here or 'none'} as here: rebuilt from scratch" in how
+    assert _cmake_version_here().count(".") >= 2  # this environment's cmake is found and says its version
