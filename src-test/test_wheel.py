@@ -4,10 +4,12 @@ reference) and the dispatch tests with every CPU kernel copy this machine runs f
 
 The wheel test runs by default. It builds from the tree `pip install .` left under build/<wheel
 tag> (pyproject's build-dir), without isolation and without the index (scikit-build-core and
-pybind11 come with the test extra), so only what changed is rebuilt: after the isolated
-`pip install ".[test]"` of CI the binding files, whose pybind11 headers were in pip's deleted build
-environment (about 90 s on 2 busy cores; the whole test about 2 minutes), after a
-`--no-build-isolation` install nothing (seconds).
+pybind11 come with the test extra), so only what changed is rebuilt: after an isolated
+`pip install ".[test]"` (CI's) the steps that named the deleted build environment's cmake
+(_adopt_build_tree: the generated kernel text, so the CUDA kernels where nvcc is found, the ISA
+copies' isolation, the link), and the bindings if pybind11 came from there too: 11 of the 91
+steps, about half the first build's time on 2 cores (CUDA's nvcc step and the blob that embeds its
+output are most of it); after a `--no-build-isolation` install nothing.
 DARKNET_PY_WHEEL_TEST=0 skips it; =fresh builds from scratch in a temporary directory (several
 minutes on 2 cores).
 """
@@ -138,9 +140,9 @@ def _adopt_build_tree(tree: Path, cmake_version_here=_cmake_version_here) -> str
     (passed anew on each run) and, where the isolated build installed its own cmake (pyenv's cmake
     shim does not run there, so it does in CI), that cmake: CMake records its own path anew on
     each configure, and ninja reruns the custom commands that named it (the kernel text's and
-    CUDA blob's generators, the ISA copies' isolation). So the tree is marked as this
-    environment's when its cmake still exists or had this cmake's version: in CI about 15 of the
-    98 build steps run again instead of all. Not after another CMake version (the cache's
+    CUDA blob's generators, the ISA copies' isolation) and what depends on their output. So the
+    tree is marked as this environment's when its cmake still exists or had this cmake's version:
+    11 of the 91 build steps run again instead of all. Not after another CMake version (the cache's
     CMAKE_CACHE_*_VERSION): then scikit-build-core starts over (minutes, still right)."""
     info_file = tree / ".skbuild-info.json"
     info = json.loads(info_file.read_text())
