@@ -124,7 +124,7 @@ def _cmake_version_here() -> str:
     try:
         from scikit_build_core.cmake import CMake
 
-        return str(CMake.default_search().version)
+        return str(CMake.default_search(env=os.environ).version)  # as scikit-build-core's wheel build searches
     except Exception:  # no cmake, or an older scikit-build-core without this API: no adoption
         return ""
 
@@ -201,6 +201,8 @@ def _see_outer_packages(purelib: Path):
 def test_wheel_installs_and_passes_op_parity_with_each_isa(tmp_path):
     fresh = WHEEL_TEST == "fresh"
     _build_tools()
+    # else every tree an isolated install left would be rebuilt from scratch (minutes), quietly
+    assert _cmake_version_here().count(".") >= 2, "scikit-build-core's cmake search found no cmake version"
     how = "built from scratch" if fresh else "build tree " + _adopt_build_tree(_build_tree())
     t0 = time.perf_counter()
     wheel = _pip_wheel(tmp_path / "dist", fresh)
@@ -244,4 +246,3 @@ def test_build_tree_is_adopted_while_its_cmake_exists_or_had_this_version(tmp_pa
             assert _adopt_build_tree(tmp_path).startswith("configured by this environment")
         else:
             assert f"version 4.4.5, not {version_here or 'none'} as here: rebuilt from scratch" in how
-    assert _cmake_version_here().count(".") >= 2  # this environment's cmake is found and says its version
