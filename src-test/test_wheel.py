@@ -144,10 +144,10 @@ def _adopt_build_tree(tree: Path, cmake_version_here=_cmake_version_here) -> str
     tree is marked as this environment's when its cmake still exists or had this cmake's version:
     11 of the 91 build steps run again instead of all. Not after another CMake version (the cache's
     CMAKE_CACHE_*_VERSION): then scikit-build-core starts over (minutes, still right)."""
-    info_file = tree / ".skbuild-info.json"
-    info = json.loads(info_file.read_text())
     import scikit_build_core
 
+    info_file = tree / ".skbuild-info.json"
+    info = json.loads(info_file.read_text())
     here = str(Path(scikit_build_core.__file__).parent.resolve())
     if info.get("skbuild_path") == here:
         return "configured by this environment"
