@@ -119,8 +119,9 @@ def test_real_yolov3_tiny_detects_the_same_as_cpu(yolov3_tiny):
     cpu, gpu = Network(*files, device="cpu"), Network(*files, device=gpu_devices.device("pocl"))
     count = 0
     for name, img in _photos().items():
-        want, got = cpu.detect(img, thresh=0.1), gpu.detect(img, thresh=0.1, postproc="device")
-        assert gpu.detect(img, thresh=0.1, postproc="compare") == got, name  # device decode = host decode
+        # "compare" raises unless the device decode equals the host decode, and returns the device's rows
+        # ("device" returns the same rows: test_device_postproc_compares_equal_on_opencl[pocl])
+        want, got = cpu.detect(img, thresh=0.1), gpu.detect(img, thresh=0.1, postproc="compare")
         assert [d.class_id for d in got] == [d.class_id for d in want], name
         for g, w in zip(got, want):
             assert abs(g.confidence - w.confidence) < 1e-4, (name, g, w)
@@ -346,7 +347,11 @@ def test_device_postproc_compares_equal_on_opencl(label, size, tmp_path):
     before = len(oclgrind_reports())
     img = cv2.imread(f["image"])
     got = net.detect(img, thresh=0.1, postproc="compare")  # raises at the first difference
-    assert got == net.detect(img, thresh=0.1, postproc="device")
+    if label != "oclgrind":
+        # "device" returns the rows "compare" checked (src-bindings/_core.cpp runs the same forward and
+        # device decode for both): host code, the same on every runtime. Under Oclgrind a second call
+        # would run no kernel the first did not, for half the test's time (about 28 s of 56 in CI).
+        assert got == net.detect(img, thresh=0.1, postproc="device")
     assert oclgrind_reports()[before:] == ""
 
 

@@ -4,10 +4,12 @@ reference) and the dispatch tests with every CPU kernel copy this machine runs f
 
 The wheel test runs by default. It builds from the tree `pip install .` left under build/<wheel
 tag> (pyproject's build-dir), without isolation and without the index (scikit-build-core and
-pybind11 come with the test extra), so only what changed is rebuilt: after the isolated
-`pip install ".[test]"` of CI the binding files, whose pybind11 headers were in pip's deleted build
-environment (about 90 s on 2 busy cores; the whole test about 2 minutes), after a
-`--no-build-isolation` install nothing (seconds).
+pybind11 come with the test extra), so only what changed is rebuilt: after an isolated
+`pip install ".[test]"` (CI's) the steps that named the deleted build environment's cmake
+(_adopt_build_tree: the generated kernel text, so the CUDA kernels where nvcc is found, the ISA
+copies' isolation, the link), and the bindings if pybind11 came from there too: 11 of the 91
+steps, about half the first build's time on 2 cores (CUDA's nvcc step and the blob that embeds its
+output are most of it); after a `--no-build-isolation` install nothing.
 DARKNET_PY_WHEEL_TEST=0 skips it; =fresh builds from scratch in a temporary directory (several
 minutes on 2 cores).
 """
@@ -117,17 +119,31 @@ def _cached(tree: Path, name: str):
     return None
 
 
-def _adopt_build_tree(tree: Path) -> str:
+def _cmake_version_here() -> str:
+    """The version of the cmake scikit-build-core will run here ("" if none is found)."""
+    try:
+        from scikit_build_core.cmake import CMake
+
+        return str(CMake.default_search(env=os.environ).version)  # as scikit-build-core's wheel build searches
+    except Exception:  # no cmake, or an older scikit-build-core without this API: no adoption
+        return ""
+
+
+def _adopt_build_tree(tree: Path, cmake_version_here=_cmake_version_here) -> str:
     """Let this environment's scikit-build-core reuse a tree another one configured.
 
     scikit-build-core deletes the CMake cache and CMakeFiles/ (every object file) when the tree
     was configured by another install of itself: after CI's `pip install ".[test]"`, the isolated
     build environment that pip has deleted since, because the cache may point into it. What it
     cached from there is pybind11's location (CMake searches again when the cached directory is
-    gone, and ninja recompiles the files whose headers vanished: the bindings) and the build
-    tool (passed anew on each run). So the tree is marked as this environment's: 5 of the 71
-    build steps run again instead of all. Not when the cmake that configured it is gone too:
-    then scikit-build-core starts over (minutes, still right)."""
+    gone, and ninja recompiles the files whose headers vanished: the bindings), the build tool
+    (passed anew on each run) and, where the isolated build installed its own cmake (pyenv's cmake
+    shim does not run there, so it does in CI), that cmake: CMake records its own path anew on
+    each configure, and ninja reruns the custom commands that named it (the kernel text's and
+    CUDA blob's generators, the ISA copies' isolation) and what depends on their output. So the
+    tree is marked as this environment's when its cmake still exists or had this cmake's version:
+    11 of the 91 build steps run again instead of all. Not after another CMake version (the cache's
+    CMAKE_CACHE_*_VERSION): then scikit-build-core starts over (minutes, still right)."""
     import scikit_build_core
 
     info_file = tree / ".skbuild-info.json"
@@ -136,8 +152,14 @@ def _adopt_build_tree(tree: Path) -> str:
     if info.get("skbuild_path") == here:
         return "configured by this environment"
     cmake = _cached(tree, "CMAKE_COMMAND") if (tree / "CMakeCache.txt").is_file() else None
-    if not cmake or not Path(cmake).is_file():
-        return f"configured with a cmake that is gone ({cmake}): rebuilt from scratch"
+    if not cmake:
+        return "configured by another scikit-build-core, without a CMake cache: rebuilt from scratch"
+    if not Path(cmake).is_file():
+        then = ".".join(_cached(tree, f"CMAKE_CACHE_{part}_VERSION") or "?" for part in ("MAJOR", "MINOR", "PATCH"))
+        now = cmake_version_here()
+        if then != now:
+            return f"configured with a cmake that is gone ({cmake}), version {then}, not {now or 'none'} as here: " \
+                   f"rebuilt from scratch"
     other = info.get("skbuild_path")
     info["skbuild_path"] = here
     info_file.write_text(json.dumps(info, indent=2))
@@ -179,6 +201,8 @@ def _see_outer_packages(purelib: Path):
 def test_wheel_installs_and_passes_op_parity_with_each_isa(tmp_path):
     fresh = WHEEL_TEST == "fresh"
     _build_tools()
+    # else every tree an isolated install left would be rebuilt from scratch (minutes), quietly
+    assert _cmake_version_here().count(".") >= 2, "scikit-build-core's cmake search found no cmake version"
     how = "built from scratch" if fresh else "build tree " + _adopt_build_tree(_build_tree())
     t0 = time.perf_counter()
     wheel = _pip_wheel(tmp_path / "dist", fresh)
@@ -203,16 +227,22 @@ def test_wheel_installs_and_passes_op_parity_with_each_isa(tmp_path):
     print(f"wheel {how} in {t_build:.0f} s; whole test {time.perf_counter() - t0:.0f} s")
 
 
-def test_build_tree_is_adopted_only_while_its_cmake_exists(tmp_path):
+def test_build_tree_is_adopted_while_its_cmake_exists_or_had_this_version(tmp_path):
     pytest.importorskip("scikit_build_core")
     import scikit_build_core
 
     here = str(Path(scikit_build_core.__file__).parent.resolve())
     info = tmp_path / ".skbuild-info.json"
-    for cmake, adopted in ((sys.executable, True), (str(tmp_path / "gone" / "cmake"), False)):
+    gone = str(tmp_path / "pip-build-env-x" / "cmake")
+    for cmake, version_here, adopted in ((sys.executable, "", True), (gone, "4.4.5", True), (gone, "4.4.4", False),
+                                         (gone, "", False)):
         info.write_text(json.dumps({"source_dir": str(REPO), "skbuild_path": "/tmp/pip-build-env-x/scikit_build_core"}))
-        (tmp_path / "CMakeCache.txt").write_text(f"# cache\nCMAKE_COMMAND:INTERNAL={cmake}\n")
-        how = _adopt_build_tree(tmp_path)
+        (tmp_path / "CMakeCache.txt").write_text(f"# cache\nCMAKE_COMMAND:INTERNAL={cmake}\nCMAKE_CACHE_MAJOR_VERSION:INTERNAL=4"
+                                                 f"\nCMAKE_CACHE_MINOR_VERSION:INTERNAL=4\nCMAKE_CACHE_PATCH_VERSION:INTERNAL=5\n")
+        how = _adopt_build_tree(tmp_path, lambda v=version_here: v)
         assert (json.loads(info.read_text())["skbuild_path"] == here) == adopted, how
         assert ("reused" in how) == adopted, how
-    assert _adopt_build_tree(tmp_path).startswith("configured with a cmake that is gone")
+        if adopted:  # and the next build finds it its own
+            assert _adopt_build_tree(tmp_path).startswith("configured by this environment")
+        else:
+            assert f"version 4.4.5, not {version_here or 'none'} as here: rebuilt from scratch" in how
