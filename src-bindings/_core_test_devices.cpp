@@ -126,6 +126,9 @@ private:
 
 // Device `inner` unchanged, each kernel launch counted in `calls` as "kernel <name>" (which kernels
 // an op or a training step runs: the fused batchnorm + activation passes, src-test/test_batchnorm_activate.py).
+// Data-parallel choice agreement (Device::set_choice_agreement): each set and clear counted, and each
+// time it is set the sum is tried on a 1 from this rank, its result noted as "agreement sum <total>"
+// (the rank count where every rank sets it in lockstep: src-test/test_distributed.py).
 class KernelCountingDevice final : public Device {
 public:
     KernelCountingDevice(std::shared_ptr<Device> inner, std::shared_ptr<std::map<std::string, int>> calls)
@@ -148,6 +151,13 @@ public:
     }
     uint32_t max_group_size(const char* name) override { return inner_->max_group_size(name); }
     void synchronize() override { inner_->synchronize(); }
+    void set_choice_agreement(std::function<void(float*, size_t)> sum) override {
+        float one = 1.0f;
+        if (sum) sum(&one, 1);
+        std::lock_guard<std::mutex> lock(mutex_);
+        ++(*calls_)[sum ? "agreement set" : "agreement cleared"];
+        if (sum) ++(*calls_)["agreement sum " + std::to_string((int)one)];
+    }
 
 private:
     std::shared_ptr<Device> inner_;

@@ -230,6 +230,11 @@ public:
               "device copy");
     }
 
+    void set_choice_agreement(std::function<void(float*, size_t)> sum) override {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (cudnn_) cudnn_->set_agreement(std::move(sum));
+    }
+
     bool copy_rows(const DeviceMemory* src, size_t src_offset, size_t src_pitch, DeviceMemory* dst,
                    size_t dst_offset, size_t dst_pitch, size_t row_bytes, size_t rows) override {
         std::lock_guard<std::mutex> lock(mutex_);

@@ -1,5 +1,6 @@
 #include "cudnn_convolutions.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -21,6 +22,7 @@ struct CudnnConvolutions::Shape {
     // tensor-op math it fails with CUDNN_STATUS_BAD_PARAM (seen on the H100: fp16 backward filter,
     // whenever the timed choice picked such an algorithm), so each pass runs with its own.
     int math[3] = {0, 0, 0};
+    bool agreed[3] = {false, false, false};  // chosen with the other ranks (set_agreement)
 
     explicit Shape(const CudnnApi* a) : api(a) {}
     ~Shape() {
@@ -90,7 +92,8 @@ CudnnConvolutions::Shape& CudnnConvolutions::shape(const ConvParams& p) {
 long long CudnnConvolutions::workspace_for(const ConvParams& p, ConvPass pass, bool may_choose) {
     Shape& s = shape(p);
     const int k = (int)pass;
-    if (s.algo[k] == -1) {
+    const bool agree = agree_ && choice_ == Choice::measured;
+    if (s.algo[k] == -1 || (agree && !s.agreed[k] && may_choose)) {
         if (!may_choose) return -1;
         const CudnnApi& a = *api_;
         // tensor-op math lets the search try both kinds (run() may have left another pass's)
@@ -113,17 +116,38 @@ long long CudnnConvolutions::workspace_for(const ConvParams& p, ConvPass pass, b
                                                                                   kMax, &n, perf);
         s.algo[k] = -2;  // none usable: GpuBackend's kernels (cuDNN refuses e.g. some dilated shapes)
         if (status != 0) n = 0;
-        // Best first; the first that works within the workspace limit. Plain fp32 asked for: an
-        // algorithm reporting tensor-op math (TF32) is skipped unless TF32 is on.
-        for (int i = 0; i < n; ++i) {
-            if (perf[i].status != 0 || perf[i].memory > kMaxWorkspace) continue;
-            if (!tf32_ && !s.half && perf[i].math_type != CudnnApi::kFmaMath &&
-                perf[i].math_type != CudnnApi::kDefaultMath)
-                continue;
-            s.algo[k] = perf[i].algo;
-            s.workspace[k] = perf[i].memory;
-            s.math[k] = perf[i].math_type;
-            break;
+        // Usable: works within the workspace limit; plain fp32 asked for: an algorithm reporting
+        // tensor-op math (TF32) is skipped unless TF32 is on.
+        auto usable = [&](const CudnnApi::AlgoPerf& q) {
+            if (q.status != 0 || q.memory > kMaxWorkspace) return false;
+            return tf32_ || s.half || q.math_type == CudnnApi::kFmaMath || q.math_type == CudnnApi::kDefaultMath;
+        };
+        int pick = -1;  // perf is best first: alone, the first usable
+        for (int i = 0; i < n && pick < 0; ++i)
+            if (usable(perf[i])) pick = i;
+        if (agree) {
+            // Every rank's time of each (algorithm, math type), summed; one unusable anywhere counts
+            // as unusable (its sum stays >= kNever). The least sum wins on every rank alike.
+            constexpr int kMaths = 4, kSlots = 16 * kMaths;
+            constexpr float kNever = 1e30f;
+            std::vector<float> total(kSlots, kNever);
+            for (int i = 0; i < n; ++i) {
+                int slot = perf[i].algo * kMaths + perf[i].math_type;
+                if (usable(perf[i]) && slot >= 0 && slot < kSlots) total[slot] = std::min(total[slot], perf[i].time);
+            }
+            agree_(total.data(), total.size());
+            int best = -1;
+            for (int slot = 0; slot < kSlots; ++slot)
+                if (total[slot] < kNever && (best < 0 || total[slot] < total[best])) best = slot;
+            pick = -1;
+            for (int i = 0; i < n && pick < 0 && best >= 0; ++i)
+                if (usable(perf[i]) && perf[i].algo * kMaths + perf[i].math_type == best) pick = i;
+            s.agreed[k] = true;
+        }
+        if (pick >= 0) {
+            s.algo[k] = perf[pick].algo;
+            s.workspace[k] = perf[pick].memory;
+            s.math[k] = perf[pick].math_type;
         }
     }
     return s.algo[k] < 0 ? -1 : (long long)s.workspace[k];

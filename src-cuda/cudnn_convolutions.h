@@ -4,6 +4,7 @@
 // except the half weight gradient, which overwrites dw (a half scratch there).
 #pragma once
 #include <array>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -37,6 +38,11 @@ public:
     void run(const ConvParams& p, ConvPass pass, const void* in_a, const void* in_b, void* out, void* workspace,
              size_t workspace_bytes);
 
+    // While set (Device::set_choice_agreement), a timed choice is made alike on every rank: the ranks'
+    // timings summed, the best total chosen. A choice made alone before is made again, agreed, the
+    // first time its shape and pass run while set.
+    void set_agreement(std::function<void(float*, size_t)> sum) { agree_ = std::move(sum); }
+
     static constexpr size_t kMaxWorkspace = size_t(512) << 20;
 
 private:
@@ -50,6 +56,7 @@ private:
     bool tf32_;
     Choice choice_;
     std::map<std::array<int, 16>, std::unique_ptr<Shape>> shapes_;
+    std::function<void(float*, size_t)> agree_;
 };
 
 }  // namespace dn

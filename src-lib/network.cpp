@@ -335,7 +335,31 @@ const LayerOutputs& Network::forward_train(const float* x, const Shape& s) {
     return forward_train_loaded();
 }
 
+namespace {
+// Data-parallel training runs forward_train and backward in lockstep on every rank, so the device's
+// timed choices made there (cuDNN's algorithms) are made alike on every rank (Device::set_choice_agreement).
+// Elsewhere (rank 0's --map, a user's inference) each device chooses alone.
+class ChoiceAgreement {
+public:
+    ChoiceAgreement(const std::shared_ptr<Device>& device, GradientHook* hook)
+        : device_(device && hook ? device.get() : nullptr) {
+        auto sum = device_ ? hook->sum_over_ranks() : nullptr;
+        if (!sum) device_ = nullptr;
+        if (device_) device_->set_choice_agreement(std::move(sum));
+    }
+    ~ChoiceAgreement() {
+        if (device_) device_->set_choice_agreement(nullptr);
+    }
+    ChoiceAgreement(const ChoiceAgreement&) = delete;
+    ChoiceAgreement& operator=(const ChoiceAgreement&) = delete;
+
+private:
+    Device* device_;
+};
+}  // namespace
+
 const LayerOutputs& Network::forward_train_loaded() {
+    ChoiceAgreement agree(backend_->device(), gradient_hook.get());
     own_params();  // batchnorm's rolling statistics are written
     allocate_grads();
     const Shape& s = train_input_.shape();
@@ -363,6 +387,7 @@ const LayerOutputs& Network::forward_train_loaded() {
 void Network::backward(bool reduce_gradients) {
     require_training_state("backward()");
     GradientHook* hook = reduce_gradients ? gradient_hook.get() : nullptr;
+    ChoiceAgreement agree(backend_->device(), gradient_hook.get());
     if (hook) hook->backward_begins();
     // Darknet's get_current_iteration: the iterations completed (the train loop keeps `seen`)
     long long iteration = options.batch > 0 ? (long long)(seen / (uint64_t)options.batch) : 0;

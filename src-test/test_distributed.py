@@ -430,3 +430,36 @@ def test_a_rank_that_dies_or_hangs_or_ctrl_c_stops_every_rank(job, fault):
         trained_params(str(last), job["cfg"])
     if fault == "ctrl-c":
         assert last.exists() and "interrupted at iteration" in err
+
+
+def test_ranks_agree_on_timed_choices_while_training_in_lockstep(tmp_path):
+    """Data-parallel forward_train and backward ask the device to make its timed choices (cuDNN's
+    algorithms on CUDA) alike on every rank, through a sum over the ranks (Device::set_choice_agreement);
+    outside them (rank 0's --map, inference) each device chooses alone. Two pocl ranks on threads, each
+    on a device that notes the agreement being set and cleared and tries the sum once per setting."""
+    import gpu_devices
+
+    cfg = tmp_path / "tiny.cfg"
+    cfg.write_text(small_cfg(classes=2, size=32, batch=4, lr=0.002, burn_in=0, max_batches=10, filters=(8, 16),
+                             head=16, anchors="4,4, 7,7, 11,11"))
+    x = np.random.default_rng(1).uniform(0, 1, (2, 3, 32, 32)).astype(np.float32)
+    truths = [np.array([[0.5, 0.5, 0.2, 0.3, i % 2]], np.float32) for i in range(2)]
+    devices = [_core.kernel_counting_device(gpu_devices.device("pocl")) for _ in range(2)]
+    nets = [_core.Net(str(cfg), gpu_devices.device("pocl")) for _ in range(2)]
+    for n, d, c in zip(nets, devices, ring(2)):
+        _core.run_network_on(n, d.device)
+        _core.set_collective(n, c, 25.0)
+
+    def step(net):
+        net.forward_train(x, [])
+        net.yolo_loss(truths)
+        net.backward(all_reduce=True)
+        net.update(0.002, 4)
+        net.forward(x[:1], [])  # inference: no agreement
+
+    _, errors = on_threads([lambda: step(nets[0]), lambda: step(nets[1])])
+    assert errors == [None, None]
+    for d in devices:
+        calls = d.calls()
+        assert calls.get("agreement set") == calls.get("agreement cleared") == 2, calls  # forward_train, backward
+        assert calls.get("agreement sum 2") == 2, calls  # each setting reached both ranks

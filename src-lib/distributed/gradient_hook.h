@@ -2,6 +2,8 @@
 // backward that ends an iteration's accumulation began, layer i's gradients are final, the
 // backward ended, and (before the update reads them) that they must be reduced by now.
 #pragma once
+#include <cstddef>
+#include <functional>
 
 namespace dn {
 
@@ -12,6 +14,8 @@ public:
     virtual void layer_done(int layer) = 0;  // called in backward order (last layer first)
     virtual void backward_ends() = 0;        // layers the backward skipped (stopbackward) count as done
     virtual void finish() = 0;               // blocks until every gradient is the sum over the ranks
+    // In place, the sum of n host floats over the ranks (Device::set_choice_agreement); null if none.
+    virtual std::function<void(float*, size_t)> sum_over_ranks() { return nullptr; }
 };
 
 }  // namespace dn

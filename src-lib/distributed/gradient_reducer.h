@@ -27,6 +27,9 @@ public:
     void layer_done(int layer) override;
     void backward_ends() override;
     void finish() override;
+    std::function<void(float*, size_t)> sum_over_ranks() override {
+        return [c = collective_](float* data, size_t n) { c->all_reduce_sum(data, n); };
+    }
 
     // Figures of the last finish(): buckets, bytes reduced, seconds spent reducing, and the seconds
     // the caller waited in finish() (the part of the reduction that did not hide under the backward).
