@@ -191,15 +191,12 @@ KERNEL(S_NAME(normalize_channels_backward))(KCBUF(S_T, x, 0), KBUF(S_T, dy, 1),
 }
 
 // ---- pooling (gathers, see kernels/backward.h) --------------------------------------------------
-// maxpool backward pass 1, one thread per dy element (n = elements of dx, threads = elements of dy):
-// the forward's argmax of its window (first strictly greatest in row-major window order, as the
-// reference), as iy * in_w + ix within the plane, or -1 for a window with no input inside it.
-KERNEL(S_NAME(maxpool_argmax))(KCBUF(S_T, x, 0), KBUF(int, winner, 1), KARGS(PoolArgs, a, 2) KTHREAD_IDS) {
-    uint i = KGID;
-    if (i >= (uint)(a.out_h * a.out_w) * (uint)(a.n / (a.in_h * a.in_w))) return;
+// The argmax of window i (first strictly greatest in row-major window order, as the reference), as
+// iy * in_w + ix within its plane (which starts at pool_plane(i), kernels/backward.h), or -1 for a window
+// with no input inside it.
+KFN int S_NAME(pool_argmax)(KGLOBAL const S_T* x, uint i, KARGS_PARAM(PoolArgs) a) {
     int ox = (int)(i % (uint)a.out_w), oy = (int)((i / (uint)a.out_w) % (uint)a.out_h);
-    int nc = (int)(i / (uint)(a.out_w * a.out_h));  // sample * channels + channel
-    int plane0 = nc * a.in_h * a.in_w;
+    int plane0 = pool_plane(i, a);
     int off = -a.padding / 2, best_at = -1;
     float best = -FLT_MAX_K;
     for (int ky = 0; ky < a.size; ++ky)
@@ -209,7 +206,15 @@ KERNEL(S_NAME(maxpool_argmax))(KCBUF(S_T, x, 0), KBUF(int, winner, 1), KARGS(Poo
             float v = S_LD(x, plane0 + y * a.in_w + xx);
             if (v > best) best = v, best_at = y * a.in_w + xx;
         }
-    winner[i] = best_at;
+    return best_at;
+}
+
+// maxpool backward pass 1, one thread per dy element (n = elements of dx, threads = elements of dy):
+// each window's argmax.
+KERNEL(S_NAME(maxpool_argmax))(KCBUF(S_T, x, 0), KBUF(int, winner, 1), KARGS(PoolArgs, a, 2) KTHREAD_IDS) {
+    uint i = KGID;
+    if (i >= (uint)(a.out_h * a.out_w) * (uint)(a.n / (a.in_h * a.in_w))) return;
+    winner[i] = S_NAME(pool_argmax)(x, i, a);
 }
 
 // Windows that do not overlap (stride >= size in both axes, as yolov4-tiny's 2x2/2 pools): both passes in
@@ -219,18 +224,7 @@ KERNEL(S_NAME(maxpool_backward_disjoint))(KCBUF(S_T, x, 0), KCBUF(S_T, dy, 1), K
                                           KARGS(PoolArgs, a, 3) KTHREAD_IDS) {
     uint i = KGID;
     if (i >= (uint)(a.out_h * a.out_w) * (uint)(a.n / (a.in_h * a.in_w))) return;
-    int ox = (int)(i % (uint)a.out_w), oy = (int)((i / (uint)a.out_w) % (uint)a.out_h);
-    int nc = (int)(i / (uint)(a.out_w * a.out_h));
-    int plane0 = nc * a.in_h * a.in_w;
-    int off = -a.padding / 2, best_at = -1;
-    float best = -FLT_MAX_K;
-    for (int ky = 0; ky < a.size; ++ky)
-        for (int kx = 0; kx < a.size; ++kx) {
-            int y = oy * a.stride_y + off + ky, xx = ox * a.stride_x + off + kx;
-            if (y < 0 || y >= a.in_h || xx < 0 || xx >= a.in_w) continue;
-            float v = S_LD(x, plane0 + y * a.in_w + xx);
-            if (v > best) best = v, best_at = y * a.in_w + xx;
-        }
+    int plane0 = pool_plane(i, a), best_at = S_NAME(pool_argmax)(x, i, a);
     if (best_at >= 0) S_ST(dx, plane0 + best_at, S_LD(dx, plane0 + best_at) + S_LD(dy, i));
 }
 
