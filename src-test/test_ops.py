@@ -68,6 +68,8 @@ def pytest_generate_tests(metafunc):
         cases = TRAIN_CASES if metafunc.function.__name__ == "test_training_op_matches_reference" else CASES
         pairs = [pytest.param(b, c, id=f"{b}-{c.id}") for b in BACKENDS for c in cases if runs_on(b, c)]
         metafunc.parametrize("backend,case", pairs, indirect=["backend"], scope="module")
+    elif "backend" in metafunc.fixturenames:  # a test of its own on every backend
+        metafunc.parametrize("backend", BACKENDS, indirect=True, scope="module")
 
 
 @pytest.fixture(scope="module")
