@@ -33,6 +33,11 @@ void bind_distributed(py::module_& m);  // _core_distributed.cpp
 void bind_loader(py::module_& m);  // _core_loader.cpp
 
 namespace {
+// update() and queue_update() take the same step arguments.
+void check_update_args(const char* call, float lr, int batch, int t) {
+    check_min(call, "batch", batch, 1), check_min(call, "t", t, 0);
+    if (!std::isfinite(lr)) bad_arg(call, "lr", "a finite number", std::to_string(lr));
+}
 
 py::array_t<float> planar_to_numpy(const PlanarImage& im) {
     py::array_t<float> out({im.c, im.h, im.w});
@@ -676,8 +681,7 @@ PYBIND11_MODULE(_core, m) {
            "Back-propagates; all_reduce: the iteration's last backward, whose gradients the collective sums "
            "over the ranks (set_collective) while it runs.")
         .def("update", [](Network& n, float lr, int batch, int t) { auto lk = lock_net(n);
-            check_min("update", "batch", batch, 1), check_min("update", "t", t, 0);
-            if (!std::isfinite(lr)) bad_arg("update", "lr", "a finite number", std::to_string(lr));
+            check_update_args("update", lr, batch, t);
             py::gil_scoped_release nogil;
             return n.update(lr, batch, t);
         }, py::arg("lr"), py::arg("batch"), py::arg("t") = 0,
@@ -685,8 +689,7 @@ PYBIND11_MODULE(_core, m) {
            "when fp16 gradients overflowed and the step was skipped (loss_scale halved). In fp16 it waits for "
            "the step's overflow check; queue_update does not.")
         .def("queue_update", [](Network& n, float lr, int batch, int t) { auto lk = lock_net(n);
-            check_min("queue_update", "batch", batch, 1), check_min("queue_update", "t", t, 0);
-            if (!std::isfinite(lr)) bad_arg("queue_update", "lr", "a finite number", std::to_string(lr));
+            check_update_args("queue_update", lr, batch, t);
             py::gil_scoped_release nogil;
             return QueuedUpdate{&n, n.queue_update(lr, batch, t)};
         }, py::arg("lr"), py::arg("batch"), py::arg("t") = 0, py::keep_alive<0, 1>(),
