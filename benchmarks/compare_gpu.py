@@ -24,7 +24,9 @@ subprocess (so that peak memory is each one's own and neither's caching allocato
     torch.cuda.max_memory_reserved.
 PyTorch's input is what a DataLoader with pin_memory=True hands it: a pinned host tensor, copied with
 non_blocking=True; its figures with the batch already on the GPU are reported beside them. Ours read
-NumPy arrays through the engine's own pinned staging buffers.
+NumPy batches in pinned memory (`Net.pin_memory`, as PyTorch's are), uploaded by DMA alone;
+`--ours-input pageable` reads plain NumPy arrays through the engine's pinned staging buffers instead
+(a CPU copy first, whose speed depends on the host).
 Floors: FLOPs over the fp32, TF32 and bf16 dense peaks (training: 3x the forward FLOPs), and the
 activations' bytes (each layer's output written once and read once) over the memory bandwidth.
 """
@@ -259,10 +261,18 @@ def run_ours(name: str, size: int, args) -> dict:
         out[f"b1_ms_{'graph' if graphs else 'eager'}"] = 1e3 * timed(lambda: raw.forward(x1, []), sync, 5, 30, 1.0)
     raw.record_forwards = True
     xb = rng.uniform(0, 1, (args.batch, 3, size, size)).astype(np.float32)
+    xb = pinned_input(raw, xb, args, out)
     out["fwd_img_s"] = args.batch / timed(lambda: raw.forward(xb, []), sync, 3, 10, 2.0)
     out["layer_out_floats"] = sum(int(np.prod(s)) for s in layer_output_shapes(raw))
     os.unlink(path)
     return out
+
+
+def pinned_input(raw, xb, args, out: dict):
+    """xb in pinned memory for ours' uploads (--ours-input pinned), as PyTorch's input is."""
+    pinned = raw.pin_memory(xb) if args.ours_input == "pinned" else xb
+    out["input_pinned"] = pinned is not xb
+    return pinned
 
 
 def training_step(raw, xb, truths, update_batch: int, all_reduce: bool = False):
@@ -302,11 +312,13 @@ def run_ours_train(name: str, size: int, args) -> dict:
     heads = list(raw.yolo_layers)
     truths = truths_for(batch, raw.yolo_info(heads[-1])["classes"], rng)
     xb = rng.uniform(0, 1, (batch, 3, size, size)).astype(np.float32)
+    out = {}
+    xb = pinned_input(raw, xb, args, out)
 
     step = training_step(raw, xb, truths, batch)
     img_s = batch / timed(step, raw.synchronize, 2, 3, 3.0, steps=4)
     # fp16: a step skipped for overflow costs less than one applied; few may be, or the figure flatters
-    return {"train_img_s": img_s, "peak_train_bytes": raw.memory_stats()["peak_reserved"],
+    return {**out, "train_img_s": img_s, "peak_train_bytes": raw.memory_stats()["peak_reserved"],
             "skipped_steps": raw.skipped_steps}
 
 
@@ -414,7 +426,7 @@ def run_column(model: str, group: str, mode: str, args) -> dict:
     res = {}
     for worker in GROUP_WORKERS[group]:
         cmd = [sys.executable, __file__, "--worker", worker, "--model", model, "--batch", str(args.batch),
-               "--device", args.device, "--mode", mode]
+               "--device", args.device, "--mode", mode, "--ours-input", args.ours_input]
         env = {**os.environ, "DARKNET_PY_TF32": "1" if mode == "tf32" else "0"}
         p = subprocess.run(cmd, capture_output=True, text=True, env=env)
         if p.returncode:
@@ -447,6 +459,9 @@ def main(argv=None) -> int:
     ap.add_argument("--columns", default=",".join(f"{g}:{m}" for g, m in COLUMNS),
                     help="which engine:precision columns to run (default: all)")
     ap.add_argument("--write", help="write the markdown tables to this file")
+    ap.add_argument("--ours-input", choices=["pinned", "pageable"], default="pinned",
+                    help="ours' batches: NumPy arrays in pinned memory (Net.pin_memory, as PyTorch's are; default) or "
+                         "plain ones, copied into the engine's staging buffers first")
     ap.add_argument("--worker", choices=list(WORKERS), help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
     ap.add_argument("--mode", default="fp32", choices=["fp32", "tf32", "fp16", "bf16"], help=argparse.SUPPRESS)
@@ -478,7 +493,8 @@ def main(argv=None) -> int:
            f"GPU: {name}, driver {driver}; {versions}; batch {args.batch} for forward and training (yolov4: training at "
            f"batch {TRAIN_BATCH['yolov4']}); `python benchmarks/compare_gpu.py`. PyTorch's inputs come from pinned host "
            "memory with non-blocking copies and `cudnn.benchmark` on; its figure with the batch already on the GPU is in "
-           "parentheses. Ours read NumPy arrays (our pinned staging, uploaded ahead in training). Ratios: the best of "
+           "parentheses. Ours read NumPy arrays, " + ("pinned by `Net.pin_memory`" if args.ours_input == "pinned" else
+           "pageable, through our pinned staging") + " (uploaded ahead in training). Ratios: the best of "
            "ours over the best of PyTorch's columns. Floors: images/s at the fp32 / TF32 / bf16 dense tensor peaks "
            "(training: 3x the forward FLOPs), then at the memory bandwidth (each layer's output written and read once, "
            "three times in training) in fp32 / half storage.", ""]

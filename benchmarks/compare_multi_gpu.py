@@ -63,10 +63,12 @@ def worker_ours(args) -> dict:
     heads = list(raw.yolo_layers)
     truths = cg.truths_for(args.batch, raw.yolo_info(heads[-1])["classes"], rng)
     xb = rng.uniform(0, 1, (args.batch, 3, args.size, args.size)).astype(np.float32)
+    out = {}
+    xb = cg.pinned_input(raw, xb, args, out)
 
     step = cg.training_step(raw, xb, truths, args.batch * world, all_reduce=world > 1)
     seconds = cg.timed(step, raw.synchronize, 2, 5, args.seconds, steps=4)
-    out = {"img_s": world * args.batch / seconds, "step_ms": 1e3 * seconds, "collective": group.collective.name}
+    out.update(img_s=world * args.batch / seconds, step_ms=1e3 * seconds, collective=group.collective.name)
     if world > 1:
         stats = _core.reduce_stats(raw)
         out["grad_mib"], out["buckets"] = stats["bytes"] / 2 ** 20, stats["buckets"]
@@ -142,9 +144,12 @@ def run_column(group: str, mode: str, n: int, args) -> dict:
         for r in range(n):
             env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(n), LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1",
                        MASTER_PORT=str(port), DARKNET_PY_TF32="1" if mode == "tf32" else "0")
+            # the cores shared among the ranks as `darknet_py train --gpus` shares them (distributed/launch.py)
+            env.setdefault("DARKNET_PY_THREADS", str(max(1, (os.cpu_count() or 1) // n)))
             cmd = [sys.executable, __file__, "--worker", group, "--mode", mode, "--model", args.model,
                    "--size", str(args.size), "--batch", str(args.batch), "--seconds", str(args.seconds),
                    "--bucket-mb", str(args.bucket_mb), "--busbw-mib", str(args.busbw_mib), "--kind", args.kind,
+                   "--ours-input", args.ours_input,
                    "--result", result]
             procs.append(subprocess.Popen(cmd, env=env))
         end = time.monotonic() + 600
@@ -178,6 +183,8 @@ def main(argv=None) -> int:
                     help="our gradient buckets (default 4: yolov4-tiny has 23 MiB of gradients; PyTorch DDP: 25, its first 1)")
     ap.add_argument("--busbw-mib", type=float, default=1024.0, help="the bus-bandwidth all-reduce's size")
     ap.add_argument("--kind", default="cuda", help="cuda; cpu runs ours on CPU ranks (the script's own check)")
+    ap.add_argument("--ours-input", choices=["pinned", "pageable"], default="pinned",
+                    help="ours' batches in pinned memory (Net.pin_memory, as PyTorch's are; default) or plain NumPy arrays")
     ap.add_argument("--write", help="append the markdown table to this file")
     ap.add_argument("--worker", choices=["ours", "torch"], help=argparse.SUPPRESS)
     ap.add_argument("--mode", default="fp32", help=argparse.SUPPRESS)

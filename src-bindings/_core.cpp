@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -116,6 +117,22 @@ std::vector<std::vector<TruthBox>> truth_boxes(const Network& n, const std::vect
 // Takes the network's call lock with the GIL released: the thread holding the lock may need the GIL
 // to finish its call, so waiting for the lock while holding the GIL could deadlock. Every method of
 // Net takes it first, so calls on one network from many threads are serialized (any order).
+// Net.pin_memory: a copy of `a` in the device's page-locked host memory (Device::host_alloc), given back
+// to the device when the array goes; `a` itself where the device has none.
+py::array pin_memory(const std::shared_ptr<Device>& device, const FloatArray& a) {
+    size_t bytes = (size_t)a.size() * sizeof(float);
+    void* p = device && bytes ? device->host_alloc(bytes) : nullptr;
+    if (!p) return a;
+    std::memcpy(p, a.data(), bytes);
+    using Block = std::pair<std::shared_ptr<Device>, void*>;
+    py::capsule owner(new Block(device, p), [](void* b) {
+        auto* block = static_cast<Block*>(b);
+        block->first->host_free(block->second);
+        delete block;
+    });
+    return py::array_t<float>(std::vector<py::ssize_t>(a.shape(), a.shape() + a.ndim()), static_cast<float*>(p), owner);
+}
+
 std::unique_lock<std::mutex> lock_net(const Network& n) {
     std::unique_lock<std::mutex> lk(n.call_mutex, std::try_to_lock);
     if (lk.owns_lock()) return lk;
@@ -458,15 +475,24 @@ PYBIND11_MODULE(_core, m) {
             for (DType t : n.backend().storage_types()) names.push_back(dtype_name(t));
             return names;
         }, "The precisions this network's device runs.")
+        .def("pin_memory", [](const Network& n, const FloatArray& a) {
+            auto lk = lock_net(n);
+            return pin_memory(n.backend().device(), a);
+        }, py::arg("array"),
+           "A copy of a float32 array in page-locked host memory of the device (CUDA: cudaHostAlloc), as PyTorch's "
+           "pin_memory() makes: uploads from it go by DMA alone, without the CPU's copy into staging buffers. The "
+           "array itself (as C-contiguous float32) where the device has none (the CPU, OpenCL, Metal).")
         .def("bytes_moved", [](const Network& n) { auto lk = lock_net(n);
             auto dev = n.backend().device();
             py::dict d;
             d["up"] = dev ? dev->bytes_uploaded.load() : 0;
             d["down"] = dev ? dev->bytes_downloaded.load() : 0;
             d["blocking_downloads"] = dev ? dev->blocking_downloads.load() : 0;
+            d["pinned_uploads"] = dev ? dev->pinned_uploads.load() : 0;
             return d;
-        }, "Host->device ('up') and device->host ('down') bytes since the device was opened (0 on the CPU), and "
-           "'blocking_downloads': the downloads that waited for all the work queued before them.")
+        }, "Host->device ('up') and device->host ('down') bytes since the device was opened (0 on the CPU), "
+           "'blocking_downloads': the downloads that waited for all the work queued before them, and "
+           "'pinned_uploads': the uploads that went straight from pin_memory's arrays.")
         .def("memory_stats", [](const Network& n) { auto lk = lock_net(n);
             auto dev = n.backend().device();
             DeviceMemoryStats s = dev ? dev->memory_stats() : DeviceMemoryStats{};

@@ -53,6 +53,43 @@ DeviceInfo describe(int index, const cudaDeviceProp& p) {
     return info;
 }
 
+// Host memory from host_alloc, for the whole process (cudaHostAllocPortable: pinned for every device,
+// so an upload on any CudaDevice may DMA straight from it).
+class PinnedHostBlocks {
+public:
+    static PinnedHostBlocks& instance() {
+        static PinnedHostBlocks blocks;
+        return blocks;
+    }
+    void* alloc(size_t bytes) {
+        void* p = nullptr;
+        if (cudaHostAlloc(&p, bytes, cudaHostAllocPortable) != cudaSuccess) {
+            cudaGetLastError();  // out of memory is not sticky; the caller uses pageable memory
+            return nullptr;
+        }
+        std::lock_guard<std::mutex> lock(mutex_);
+        blocks_[reinterpret_cast<uintptr_t>(p)] = bytes;
+        return p;
+    }
+    void free(void* p) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (blocks_.erase(reinterpret_cast<uintptr_t>(p))) cudaFreeHost(p);
+    }
+    // Whether [p, p + bytes) lies inside one block.
+    bool covers(const void* p, size_t bytes) const {
+        std::lock_guard<std::mutex> lock(mutex_);
+        auto at = reinterpret_cast<uintptr_t>(p);
+        auto it = blocks_.upper_bound(at);
+        if (it == blocks_.begin()) return false;
+        --it;
+        return at + bytes <= it->first + it->second;
+    }
+
+private:
+    mutable std::mutex mutex_;
+    std::map<uintptr_t, size_t> blocks_;  // start -> bytes
+};
+
 // What a recording needs after the capture: the graph, and which buffers it reads or writes (a
 // freed buffer invalidates it: its address may be handed to someone else).
 struct CaptureState {
@@ -88,6 +125,7 @@ public:
         check(cudaStreamCreateWithFlags(&read_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
         check(cudaEventCreateWithFlags(&upload_point_, cudaEventDisableTiming), "cudaEventCreate");
         check(cudaEventCreateWithFlags(&ahead_done_, cudaEventDisableTiming), "cudaEventCreate");
+        check(cudaEventCreateWithFlags(&direct_done_, cudaEventDisableTiming), "cudaEventCreate");
         check(cudaLibraryLoadData(&library_, cuda_kernels_fatbin(), nullptr, nullptr, 0, nullptr, nullptr, 0),
               "loading the kernels (built for other GPU architectures? rebuild with DARKNET_PY_CUDA_ARCHS)");
         open_cublas();
@@ -111,6 +149,7 @@ public:
         cudaLibraryUnload(library_);
         cudaEventDestroy(upload_point_);
         cudaEventDestroy(ahead_done_);
+        cudaEventDestroy(direct_done_);
         cudaStreamDestroy(copy_stream_);
         cudaStreamDestroy(read_stream_);
         cudaStreamDestroy(stream_);
@@ -149,6 +188,9 @@ public:
             ++it;
         }
     }
+
+    void* host_alloc(size_t bytes) override { return PinnedHostBlocks::instance().alloc(bytes); }
+    void host_free(void* p) override { PinnedHostBlocks::instance().free(p); }
 
     void upload(DeviceMemory* dst, size_t offset, const void* src, size_t bytes) override {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -423,12 +465,19 @@ private:
     // A batch (a 64-image 416x416 batch is 133 MB) goes up through two pinned buffers in turn: the
     // CPU threads copy chunk k+1 into one while the DMA engine sends chunk k from the other. Pageable
     // cudaMemcpy does the same staging with one thread and half the speed (7 GB/s measured on an H100
-    // host). Returns when the last chunk is staged (the caller may reuse `src`).
+    // host). From host_alloc's pinned memory it goes by DMA alone. Either way it returns once the
+    // caller may reuse `src`: staged, after the last chunk is staged; pinned, after the copy.
     static constexpr size_t kStagingBytes = size_t(8) << 20;
     void copy_to_device(char* dst, const void* src, size_t bytes, cudaStream_t stream) {
         if (bytes < kStagingBytes) {
             // From pageable memory this returns once `src` has been staged, so the caller may reuse it.
             check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream), "upload");
+        } else if (PinnedHostBlocks::instance().covers(src, bytes)) {
+            // Waits for the work queued before it, as the staging does once both buffers are in use.
+            check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream), "upload");
+            check(cudaEventRecord(direct_done_, stream), "upload");
+            check(cudaEventSynchronize(direct_done_), "upload");
+            ++pinned_uploads;
         } else {
             staged_upload(dst, static_cast<const char*>(src), bytes, stream);
         }
@@ -541,6 +590,7 @@ private:
     cudaStream_t copy_stream_ = nullptr;  // upload_ahead's
     cudaEvent_t upload_point_ = nullptr;  // stream_'s work queued before the last upload
     cudaEvent_t ahead_done_ = nullptr;    // the last upload_ahead's copy
+    cudaEvent_t direct_done_ = nullptr;   // the last upload straight from pinned memory
     cudaStream_t read_stream_ = nullptr;  // download_marked's
     cudaLibrary_t library_ = nullptr;
     std::map<std::string, cudaKernel_t, std::less<>> kernels_;  // transparent: no string per launch

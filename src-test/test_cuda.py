@@ -106,6 +106,39 @@ def test_recorded_forwards_replay_exactly_and_follow_changes(tmp_path):
     assert not gpu.last_forward_replayed
 
 
+def test_uploads_from_pinned_memory_go_by_dma_and_keep_their_contract(tmp_path):
+    # 4x3x448x448 floats (9.6 MB): above the 8 MiB where uploads stop being plain cudaMemcpyAsync
+    cfg = small_cfg(classes=2, size=448, batch=4, filters=(8, 16), head=16)
+    _, gpu = pair(tmp_path, cfg, CUDA)
+    heads = list(gpu.yolo_layers)
+    rng = np.random.default_rng(4)
+    batches = [rng.uniform(0, 1, (4, 3, 448, 448)).astype(np.float32) for _ in range(3)]
+    truths = [np.array([[0.5, 0.5, 0.2, 0.2, 1]], np.float32)] * 4
+
+    def losses(inputs):  # forward_train from each, the input overwritten as soon as the call returns
+        out = []
+        for x in inputs:
+            keep = x.copy()
+            gpu.forward_train(x, [])
+            x[:] = 0  # the upload has returned: the caller may reuse its memory
+            out.append(sum(h["loss"] for h in gpu.yolo_loss(truths)))
+            x[:] = keep
+        return out
+
+    want_fwd = gpu.forward(batches[0], heads)
+    want_loss = losses(batches)
+    before = gpu.bytes_moved()["pinned_uploads"]
+    pinned = [gpu.pin_memory(x) for x in batches]
+    assert all(p is not x and np.array_equal(p, x) for p, x in zip(pinned, batches))
+    assert losses(pinned) == want_loss  # the second and third went up ahead, on the copy stream
+    for g, w in zip(gpu.forward(pinned[0], heads), want_fwd):
+        assert np.array_equal(g, w)
+    assert gpu.bytes_moved()["pinned_uploads"] == before + 4
+    gpu.forward(pinned[0][::-1], heads)  # a strided view: copied into a contiguous array, staged
+    assert gpu.bytes_moved()["pinned_uploads"] == before + 4
+    del pinned  # given back to the device (cudaFreeHost) with the arrays
+
+
 def test_memory_pool_reuses_blocks_across_iterations(tmp_path):
     cfg = small_cfg(classes=2, size=64, batch=4, filters=(8, 16), head=16)
     _, gpu = pair(tmp_path, cfg, CUDA)

@@ -65,3 +65,15 @@ def test_adam_step_count_is_the_iteration_given(tmp_path):
     m, v = 0.1 * d, 0.001 * d * d
     want = w0 + lr * (m / (1 - 0.9 ** t)) / (np.sqrt(v / (1 - 0.999 ** t)) + 1e-6)
     np.testing.assert_allclose(net.params(0)["weights"], want, rtol=2e-4, atol=1e-6)
+
+
+def test_pin_memory_is_the_blob_itself_where_the_device_has_no_pinned_memory(tmp_path):
+    """Network.pin_memory copies a batch into the device's page-locked memory (test_cuda.py checks that
+    path); on the CPU it hands the blob back and the network runs as before."""
+    cfg = tmp_path / "adam.cfg"
+    cfg.write_text(ADAM_CFG)
+    net = darknet_py.Network(cfg, device="cpu")
+    x = np.random.default_rng(0).uniform(0, 1, (2, 1, 8, 8)).astype(np.float32)
+    want = net.forward(x)
+    assert net.pin_memory(x) is x
+    assert np.array_equal(net.forward(net.pin_memory(x))[0], want[0])

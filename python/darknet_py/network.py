@@ -225,6 +225,14 @@ class Network:
         outs = self._net.yolo_layers or [len(self._net.layers()) - 1]
         return self._net.forward(blob, list(outs))
 
+    def pin_memory(self, blob: np.ndarray) -> np.ndarray:
+        """A copy of a float32 blob in page-locked host memory of this network's device, as PyTorch's
+        pin_memory() makes: forward() and training upload it by DMA alone, without first copying it into
+        staging buffers on the CPU. Worth it for a buffer that is filled and uploaded again and again
+        (fill it in place: `pinned[...] = next_batch`). The blob itself (as float32) on devices without
+        such memory (the CPU, OpenCL, Metal)."""
+        return self._net.pin_memory(np.asarray(blob, dtype=np.float32))
+
     def detect(self, image: np.ndarray, thresh: float = 0.25, nms: float = 0.45,
                letterbox: bool = False, postproc: str = "device") -> List[Detection]:
         """Detects objects in one BGR uint8 image (as cv2.imread returns it). postproc: see detect_blob."""

@@ -56,7 +56,9 @@ def launch(devices: List[str], argv: List[str]) -> int:
         for rank in range(n):
             env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(n), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(n),
                        DARKNET_PY_RENDEZVOUS_DIR=folder, DARKNET_PY_LAUNCHER_PID=str(os.getpid()))
-            if devices[rank] == "cpu" and "DARKNET_PY_THREADS" not in env:  # CPU ranks share the cores
+            # The ranks share the cores: a CPU rank's work, a GPU rank's staging of each batch (4 bf16 ranks on
+            # 64 cores, pageable batches: 8143 images/s with 64 threads each, 9808 with 8)
+            if "DARKNET_PY_THREADS" not in env:
                 env["DARKNET_PY_THREADS"] = str(max(1, (os.cpu_count() or 1) // n))
             # their own session: a terminal's Ctrl-C reaches the launcher alone, which hands it on once
             # rank 0 writes to our stdout and stderr (its progress bar included); the others' stderr is kept
