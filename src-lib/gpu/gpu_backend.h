@@ -6,6 +6,7 @@
 // gpu_ops_training.cpp, gpu_ops_yolo.cpp. An op without a kernel runs on the CPU backend with explicit copies
 // (`fallback`), is counted, and is reported once on stderr; never a crash.
 #pragma once
+#include <algorithm>
 #include <functional>
 #include <initializer_list>
 #include <map>
@@ -170,6 +171,15 @@ public:
     void launch_groups(const char* kernel, size_t groups, std::vector<KernelArg> args, const Args& a) {
         args.push_back(KernelArg::value(a));
         device_->launch(kernel, LaunchDims{(uint32_t)groups, reduction_group_size(kernel)}, args);
+    }
+    // a.chunks groups over each of `planes` planes of `plane` elements, about 8 elements a thread
+    // (the kernels of FOR_PLANE_ELEMENTS, storage_training.h).
+    template <class Args>
+    void launch_planes(const char* kernel, size_t planes, size_t plane, std::vector<KernelArg> args, Args a) {
+        uint32_t group = group_size(kernel);
+        a.chunks = (int32_t)std::max<size_t>(1, (plane + 8 * group - 1) / (8 * group));
+        args.push_back(KernelArg::value(a));
+        device_->launch(kernel, LaunchDims{(uint32_t)(planes * (size_t)a.chunks), group}, args);
     }
     // Exactly `groups` groups of exactly 256 threads (kernels with fixed 16x16 tiles: gemm_<type>).
     template <class Args>

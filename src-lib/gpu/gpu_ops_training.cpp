@@ -53,14 +53,14 @@ void GpuBackend::batchnorm_train_act(const char* op, Tensor& y, Tensor& mean, Te
                                                  x_norm.memory(), scale.memory(), bias.memory()))
         return activate(y, act);
     const Shape& s = y.shape();
-    BatchnormTrainArgs a{i32(y.size()), s.n, s.c, i32(s.plane()), eps, (int32_t)act};
+    BatchnormTrainArgs a{s.n, s.c, i32(s.plane()), eps, (int32_t)act, 1};
     ChannelSplitArgs split = channel_splits(s);
     Tensor& partial = scratch(3, 2 * (size_t)s.c * split.splits);
     launch_groups(storage_kernel("batchnorm_partial_stats", t).c_str(), (size_t)s.c * split.splits,
                   {any_buf(y), buf(partial)}, split);
     launch("batchnorm_combine_stats_f32", s.c, {buf(partial), buf(mean), buf(var)}, split);
-    launch(storage_kernel("batchnorm_normalize", t).c_str(), y.size(),
-           {any_buf(y), any_buf(x_norm), buf(mean), buf(var), buf(scale), buf(bias)}, a);
+    launch_planes(storage_kernel("batchnorm_normalize", t).c_str(), (size_t)s.n * s.c, s.plane(),
+                  {any_buf(y), any_buf(x_norm), buf(mean), buf(var), buf(scale), buf(bias)}, a);
 }
 
 void GpuBackend::batchnorm_backward(Tensor& dy, const Tensor& x_norm, const Tensor& scale, const Tensor& var, float eps,
@@ -106,9 +106,9 @@ void GpuBackend::batchnorm_backward_finish(Tensor& dy, const Tensor& x_norm, con
     const Shape& s = dy.shape();
     Tensor& sums = scratch(1, 2 * (size_t)s.c);
     launch("batchnorm_backward_combine_f32", s.c, {buf(partial), buf(dscale), buf(dbias), buf(sums)}, split);
-    launch(storage_kernel("batchnorm_backward_data", dy.dtype()).c_str(), dy.size(),
-           {any_buf(dy), any_buf(x_norm), buf(scale), buf(var), buf(sums)},
-           BatchnormTrainArgs{i32(dy.size()), s.n, s.c, i32(s.plane()), eps, 0});
+    launch_planes(storage_kernel("batchnorm_backward_data", dy.dtype()).c_str(), (size_t)s.n * s.c, s.plane(),
+                  {any_buf(dy), any_buf(x_norm), buf(scale), buf(var), buf(sums)},
+                  BatchnormTrainArgs{s.n, s.c, i32(s.plane()), eps, 0, 1});
 }
 
 void GpuBackend::activate_backward(const Tensor& x, Tensor& dy, Activation a) {

@@ -35,11 +35,11 @@ KSTATIC_ASSERT(sizeof(Col2imArgs) == 64, "Col2imArgs layout");
 typedef struct { int32_t batch; int32_t channels; int32_t plane; } BiasBackwardArgs;
 KSTATIC_ASSERT(sizeof(BiasBackwardArgs) == 12, "BiasBackwardArgs layout");
 
-// Every batchnorm training kernel. n = N*C*H*W for the elementwise ones (normalize, backward_data);
-// the per-channel reductions (stats, backward_reduce) run one group per channel and ignore n.
-// act: the activation batchnorm_normalize applies to its output (an Activation's enum value;
-// ACT_LINEAR = 0 for plain batchnorm); backward_data ignores it.
-typedef struct { int32_t n; int32_t batch; int32_t channels; int32_t plane; float eps; int32_t act; } BatchnormTrainArgs;
+// The elementwise batchnorm training kernels (normalize, backward_data): `chunks` groups over each
+// (sample, channel) plane (GpuBackend::launch_planes). act: the activation batchnorm_normalize applies
+// to its output (an Activation's enum value; ACT_LINEAR = 0 for plain batchnorm); backward_data
+// ignores it.
+typedef struct { int32_t batch; int32_t channels; int32_t plane; float eps; int32_t act; int32_t chunks; } BatchnormTrainArgs;
 KSTATIC_ASSERT(sizeof(BatchnormTrainArgs) == 24, "BatchnormTrainArgs layout");
 
 // A per-channel reduction split over the batch (reduce.h): `splits` groups per channel. act: the

@@ -73,21 +73,32 @@ KERNEL(S_NAME(batchnorm_partial_stats))(KCBUF(S_T, y, 0), KBUF(float, partial, 1
     }
 }
 
+// The elementwise batchnorm passes run a.chunks groups over each (sample, channel) plane (row = one
+// plane, GpuBackend::launch_planes): a thread reads its channel's constants once and strides through
+// the plane, where one thread per element took two integer divisions and the square root for each.
+#define PLANE_CHANNEL(a, c)                                                     \
+    uint row_ = KGROUP / (uint)(a).chunks, chunk_ = KGROUP % (uint)(a).chunks; \
+    int c = (int)(row_ % (uint)(a).channels);
+#define FOR_PLANE_ELEMENTS(a, i)                                                           \
+    for (uint p_ = chunk_ * KGROUP_SIZE + KLID, step_ = (uint)(a).chunks * KGROUP_SIZE,    \
+              i = row_ * (uint)(a).plane + p_;                                             \
+         p_ < (uint)(a).plane; p_ += step_, i += step_)
+
 // Elementwise, after batchnorm_combine_stats_f32: x_norm = (y - mean) / sqrt(var + eps),
 // y = act(x_norm * scale + bias) (x_norm is rounded to S once; y is formed from the unrounded value
 // and rounded once). With a.act = ACT_LINEAR this is plain batchnorm; with another activation it is
 // Backend::batchnorm_activate_train, whose separate activation pass (a read and a write of y) this
 // saves. In fp32 the expression per element is that of batchnorm then activate: the same result.
-// n = batch * channels * plane threads.
 KERNEL(S_NAME(batchnorm_normalize))(KBUF(S_T, y, 0), KBUF(S_T, x_norm, 1), KCBUF(float, mean, 2),
                                     KCBUF(float, var, 3), KCBUF(float, scale, 4), KCBUF(float, bias, 5),
                                     KARGS(BatchnormTrainArgs, a, 6) KTHREAD_IDS) {
-    uint i = KGID;
-    if (i >= (uint)a.n) return;
-    int c = (int)((i / (uint)a.plane) % (uint)a.channels);
-    float xn = (S_LD(y, i) - mean[c]) / sqrt(var[c] + a.eps);
-    S_ST(x_norm, i, xn);
-    S_ST(y, i, act_forward(xn * scale[c] + bias[c], a.act));
+    PLANE_CHANNEL(a, c)
+    float m = mean[c], sd = sqrt(var[c] + a.eps), k = scale[c], b = bias[c];
+    FOR_PLANE_ELEMENTS(a, i) {
+        float xn = (S_LD(y, i) - m) / sd;
+        S_ST(x_norm, i, xn);
+        S_ST(y, i, act_forward(xn * k + b, a.act));
+    }
 }
 
 // First half of batchnorm_backward, step 1 (as the statistics): per split, partial[2g] = sum(dy) and
@@ -145,18 +156,15 @@ KERNEL(S_NAME(batchnorm_activate_backward_partial))(KBUF(S_T, dy, 0), KCBUF(S_T,
 
 // Second half, elementwise: dy becomes dL/d(batchnorm input). With x_norm = (x - mean) * inv and the
 // unbiased variance (N - 1), g = dy * scale: dx = inv * (g - mean(g) - x_norm * sum(g * x_norm) / (N - 1)).
-// n = batch * channels * plane threads.
 KERNEL(S_NAME(batchnorm_backward_data))(KBUF(S_T, dy, 0), KCBUF(S_T, x_norm, 1), KCBUF(float, scale, 2),
                                         KCBUF(float, var, 3), KCBUF(float, sums, 4),
                                         KARGS(BatchnormTrainArgs, a, 5) KTHREAD_IDS) {
-    uint i = KGID;
-    if (i >= (uint)a.n) return;
-    int c = (int)((i / (uint)a.plane) % (uint)a.channels);
+    PLANE_CHANNEL(a, c)
     float count = (float)a.batch * (float)a.plane;
-    float inv = 1.0f / sqrt(var[c] + a.eps);
-    float gmean = scale[c] * sums[2 * c] / count;
-    float gx = scale[c] * sums[2 * c + 1] / (count > 1.0f ? count - 1.0f : 1.0f);
-    S_ST(dy, i, inv * (scale[c] * S_LD(dy, i) - gmean - S_LD(x_norm, i) * gx));
+    float k = scale[c], inv = 1.0f / sqrt(var[c] + a.eps);
+    float gmean = k * sums[2 * c] / count;
+    float gx = k * sums[2 * c + 1] / (count > 1.0f ? count - 1.0f : 1.0f);
+    FOR_PLANE_ELEMENTS(a, i) S_ST(dy, i, inv * (k * S_LD(dy, i) - gmean - S_LD(x_norm, i) * gx));
 }
 
 // ---- activations ---------------------------------------------------------------------------------
