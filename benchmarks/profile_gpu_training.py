@@ -4,10 +4,11 @@
     python benchmarks/profile_gpu_training.py --model yolov4-tiny --precision bf16
 
 Builds the shipped cfg at 416 with compare_gpu.py's seeded weights, warms up (cuDNN times its
-algorithms in the first iteration), then records --steps training iterations (forward_train, the YOLO
-loss, backward, SGD) with torch.profiler, whose CUPTI tracing sees every kernel of the process, ours
-and cuDNN's included. Prints the kernels by total GPU time with their share of the iterations' kernel
-time, and the wall time per iteration.
+algorithms in the first iteration), then records --steps training iterations with torch.profiler,
+whose CUPTI tracing sees every kernel of the process, ours and cuDNN's included. The iteration is
+compare_gpu.training_step, the step as `train` runs it: forward_train, the YOLO loss, backward and
+SGD queued, each step's loss statistics read one step later. Prints the kernels by total GPU time
+with their share of the iterations' kernel time, and the wall time per iteration.
 """
 from __future__ import annotations
 
@@ -49,12 +50,7 @@ def main(argv=None) -> int:
     truths = cg.truths_for(args.batch, raw.yolo_info(list(raw.yolo_layers)[-1])["classes"], rng)
     xb = rng.uniform(0, 1, (args.batch, 3, size, size)).astype(np.float32)
 
-    def step():
-        raw.forward_train(xb, [])
-        raw.yolo_loss(truths)
-        raw.backward()
-        raw.update(1e-4, args.batch)
-
+    step = cg.training_step(raw, xb, truths, args.batch)
     for _ in range(3):
         step()
     raw.synchronize()

@@ -9,8 +9,11 @@ It writes a synthetic dataset with `darknet_py synth` (416x416 JPEGs) into a tem
 trains yolov4-tiny adapted to its classes (batch --batch, subdivisions 1) from random weights:
   1. the loader alone: BatchLoader.next_batch images/s with threads and with processes, per worker
      count, and per worker (images/s / workers: the scaling per added core);
-  2. the engine's training step on one batch already in memory (forward_train + YOLO loss + backward +
-     update, synchronized), per precision: the ceiling;
+  2. the engine's training step on one batch already in memory, per precision: the ceiling. The step
+     is compare_gpu.training_step, the step as `train` runs it (forward_train + YOLO loss + backward +
+     the queued update, each step's loss statistics read one step later), the same that compare_gpu.py
+     and profile_gpu_training.py time; median seconds per step over blocks of 4 steps with one
+     synchronization each (compare_gpu.timed);
   3. `train()` itself per precision and loader: median seconds per iteration from its callback (the
      first --warmup iterations left out), images/s, the share of the iteration spent waiting for
      data, and the ratio to the in-memory step.
@@ -32,6 +35,8 @@ from typing import Dict, List
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compare_gpu import timed, training_step  # noqa: E402
 
 
 def adapted_cfg(classes: int, batch: int, size: int, out: str) -> str:
@@ -90,7 +95,8 @@ def storage(precision: str) -> str:
 
 
 def engine_step(data: str, cfg: str, device: str, iterations: int, precision: str) -> Dict[str, float]:
-    """The training step on one real augmented batch already in memory, synchronized each step."""
+    """The training step on one real augmented batch already in memory, as `train` runs it: `iterations`
+    steps (rounded up to blocks of 4) after 3 of warm-up."""
     from darknet_py import _core
     from darknet_py.data import BatchLoader, darknet_truth
     from darknet_py.training.init_weights import darknet_init
@@ -101,16 +107,8 @@ def engine_step(data: str, cfg: str, device: str, iterations: int, precision: st
     with BatchLoader.from_files(data, cfg, int(raw.net_options()["batch"]), seed=1, workers=0) as loader:
         images, truths = loader.next_batch()
     truths = [darknet_truth(t) for t in truths]
-    times = []
-    for i in range(iterations + 3):
-        t0 = time.perf_counter()
-        raw.forward_train(images, [])
-        raw.yolo_loss(truths)
-        raw.backward()
-        raw.update(1e-4, len(images), i + 1)
-        raw.synchronize()
-        times.append(time.perf_counter() - t0)
-    s = float(np.median(times[3:]))
+    step = training_step(raw, images, truths, len(images))
+    s = timed(step, raw.synchronize, warmup=3, min_runs=-(-iterations // 4), min_s=0.0, steps=4)
     return {"s_per_iteration": s, "images_per_s": len(images) / s}
 
 

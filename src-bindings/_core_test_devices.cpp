@@ -6,12 +6,16 @@
 //                                  fail_next plants MPS failures.
 //   _core.HostMemoryPool(capacity)  the CUDA device's caching pool over host malloc with a capacity
 //                                  (what cudaMalloc would refuse), for src-test/test_memory_pool.py.
+//   _core.kernel_counting_device(id) an OpenCL device that counts its kernel launches by name and
+//                                  its data-parallel choice agreements (test_batchnorm_activate.py,
+//                                  test_distributed.py).
 //   _core.host_fast_path_device(id) an OpenCL device that also claims every vendor fast path
 //                                  (convolution, pooling, batchnorm) and computes it on the host
 //                                  with the CPU backend: proves GpuBackend's fast-path plumbing.
 //   _core.upload_ahead_device(id)   an OpenCL device that offers upload_ahead (as a plain upload) and
 //                                  checks every caller keeps its promise (src-test/test_upload_ahead.py);
 //                                  _core.run_network_on(net, device) puts a Network on it.
+// The last three wrap a real device (ForwardingDevice) and override only what they count or check.
 #include <pybind11/stl.h>
 
 #include <cstdlib>
@@ -42,17 +46,124 @@ struct TestDevice {
     std::shared_ptr<FakeMetalFaults> faults;  // the fake Metal device's
 };
 
-// ---- upload_ahead's promise, checked over a real device ----
+// ---- forwarding every call to a real device ----
 
-// Offers Device::upload_ahead and checks, at each call, what the CUDA device relies on: no op since
-// the previous upload used the destination, and it was not allocated since. Every op gets a
-// sequence number; a broken promise is written to `notes`, each upload_ahead counted in `calls`.
-class UploadAheadCheckingDevice final : public Device {
+// A Device that forwards every call to the device it wraps (a real one: pocl in the tests); the test
+// devices below derive from it and override only what they check or count. Each forwarded call that
+// read or wrote device memory (a fast path only when it ran) reports those buffers to touched(), a
+// no-op here: how the upload_ahead checker sees every use, fast paths included.
+class ForwardingDevice : public Device {
 public:
-    UploadAheadCheckingDevice(std::shared_ptr<Device> inner, TestDevice& t)
-        : inner_(std::move(inner)), notes_(t.notes), calls_(t.calls) {}
+    explicit ForwardingDevice(std::shared_ptr<Device> inner) : inner_(std::move(inner)) {}
 
     const DeviceInfo& info() const override { return inner_->info(); }
+    std::vector<DType> storage_types() const override { return inner_->storage_types(); }
+
+    DeviceMemory* alloc(size_t bytes) override { return inner_->alloc(bytes); }
+    void free(DeviceMemory* m) override { inner_->free(m); }
+    void upload(DeviceMemory* d, size_t o, const void* s, size_t b) override { inner_->upload(d, o, s, b); }
+    void download(const DeviceMemory* s, size_t o, void* d, size_t b) override {
+        inner_->download(s, o, d, b);
+        touched({s});
+    }
+    bool can_upload_ahead() const override { return inner_->can_upload_ahead(); }
+    void upload_ahead(DeviceMemory* d, size_t o, const void* s, size_t b) override { inner_->upload_ahead(d, o, s, b); }
+    void copy(const DeviceMemory* s, size_t so, DeviceMemory* d, size_t dof, size_t b) override {
+        inner_->copy(s, so, d, dof, b);
+        touched({s, d});
+    }
+    bool copy_rows(const DeviceMemory* s, size_t so, size_t sp, DeviceMemory* d, size_t dof, size_t dp, size_t row_bytes,
+                   size_t rows) override {
+        return ran(inner_->copy_rows(s, so, sp, d, dof, dp, row_bytes, rows), {s, d});
+    }
+    void set_choice_agreement(std::function<void(float*, size_t)> sum) override {
+        inner_->set_choice_agreement(std::move(sum));
+    }
+    bool zero(DeviceMemory* d, size_t bytes) override { return ran(inner_->zero(d, bytes), {d}); }
+    std::shared_ptr<QueueMark> mark_queue() override { return inner_->mark_queue(); }
+    void download_marked(const QueueMark* mark, const DeviceMemory* s, size_t o, void* d, size_t b) override {
+        inner_->download_marked(mark, s, o, d, b);
+        touched({s});
+    }
+
+    void launch(const char* name, LaunchDims dims, const std::vector<KernelArg>& args) override {
+        inner_->launch(name, dims, args);
+        std::vector<const DeviceMemory*> bufs;
+        for (const KernelArg& a : args)
+            if (a.buffer) bufs.push_back(a.buffer);
+        touched(bufs);
+    }
+    uint32_t max_group_size(const char* name) override { return inner_->max_group_size(name); }
+    void synchronize() override { inner_->synchronize(); }
+
+    bool gemm(bool ta, bool tb, int M, int N, int K, float alpha, const DeviceMemory* A, size_t a_off, int lda,
+              const DeviceMemory* B, size_t b_off, int ldb, float beta, DeviceMemory* C, size_t c_off, int ldc) override {
+        return ran(inner_->gemm(ta, tb, M, N, K, alpha, A, a_off, lda, B, b_off, ldb, beta, C, c_off, ldc), {A, B, C});
+    }
+    bool gemm_half(DType dtype, DType c_dtype, bool ta, bool tb, int M, int N, int K, float alpha, const DeviceMemory* A,
+                   size_t a_off, int lda, const DeviceMemory* B, size_t b_off, int ldb, float beta, DeviceMemory* C,
+                   size_t c_off, int ldc) override {
+        return ran(inner_->gemm_half(dtype, c_dtype, ta, tb, M, N, K, alpha, A, a_off, lda, B, b_off, ldb, beta, C,
+                                     c_off, ldc),
+                   {A, B, C});
+    }
+    bool conv2d(const ConvParams& p, const DeviceMemory* x, const DeviceMemory* w, DeviceMemory* y) override {
+        return ran(inner_->conv2d(p, x, w, y), {x, w, y});
+    }
+    bool conv2d_backward_data(const ConvParams& p, const DeviceMemory* dy, const DeviceMemory* w,
+                              DeviceMemory* dx) override {
+        return ran(inner_->conv2d_backward_data(p, dy, w, dx), {dy, w, dx});
+    }
+    bool conv2d_backward_weights(const ConvParams& p, const DeviceMemory* x, const DeviceMemory* dy,
+                                 DeviceMemory* dw) override {
+        return ran(inner_->conv2d_backward_weights(p, x, dy, dw), {x, dy, dw});
+    }
+    bool pool(const PoolParams& p, const DeviceMemory* x, DeviceMemory* y) override {
+        return ran(inner_->pool(p, x, y), {x, y});
+    }
+    bool pool_backward(const PoolParams& p, const DeviceMemory* x, const DeviceMemory* dy, DeviceMemory* dx) override {
+        return ran(inner_->pool_backward(p, x, dy, dx), {x, dy, dx});
+    }
+    bool batchnorm_train(const NchwShape& s, float eps, DeviceMemory* y, DeviceMemory* mean, DeviceMemory* var,
+                         DeviceMemory* x_norm, const DeviceMemory* scale, const DeviceMemory* bias) override {
+        return ran(inner_->batchnorm_train(s, eps, y, mean, var, x_norm, scale, bias), {y, mean, var, x_norm, scale, bias});
+    }
+    bool batchnorm_backward(const NchwShape& s, float eps, DeviceMemory* dy, const DeviceMemory* x_norm,
+                            const DeviceMemory* scale, const DeviceMemory* var, DeviceMemory* dscale,
+                            DeviceMemory* dbias) override {
+        return ran(inner_->batchnorm_backward(s, eps, dy, x_norm, scale, var, dscale, dbias),
+                   {dy, x_norm, scale, var, dscale, dbias});
+    }
+
+    bool begin_capture() override { return inner_->begin_capture(); }
+    std::unique_ptr<Recording> end_capture(std::string* why) override { return inner_->end_capture(why); }
+    DeviceMemoryStats memory_stats() const override { return inner_->memory_stats(); }
+    std::map<std::string, int> fast_path_failures() const override { return inner_->fast_path_failures(); }
+
+protected:
+    // The buffers a forwarded call read or wrote, after it ran.
+    virtual void touched(const std::vector<const DeviceMemory*>& buffers) { (void)buffers; }
+
+    std::shared_ptr<Device> inner_;
+
+private:
+    bool ran(bool offered, std::initializer_list<const DeviceMemory*> buffers) {
+        if (offered) touched(buffers);
+        return offered;
+    }
+};
+
+// ---- upload_ahead's promise, checked over a real device ----
+
+// Offers Device::upload_ahead (as a plain upload) and checks, at each call, what the CUDA device relies
+// on: no op since the previous upload used the destination, and it was not allocated since. Every op
+// gets a sequence number; a broken promise is written to `notes`, each upload_ahead counted in `calls`.
+// Recording stays off: a replayed recording's buffer uses would pass by touched().
+class UploadAheadCheckingDevice final : public ForwardingDevice {
+public:
+    UploadAheadCheckingDevice(std::shared_ptr<Device> inner, TestDevice& t)
+        : ForwardingDevice(std::move(inner)), notes_(t.notes), calls_(t.calls) {}
+
     DeviceMemory* alloc(size_t bytes) override {
         DeviceMemory* m = inner_->alloc(bytes);
         std::lock_guard<std::mutex> lock(mutex_);
@@ -83,30 +194,13 @@ public:
         uploaded(d);
         inner_->upload(d, o, s, b);
     }
-    void download(const DeviceMemory* s, size_t o, void* d, size_t b) override {
-        used({s});
-        inner_->download(s, o, d, b);
-    }
-    void copy(const DeviceMemory* s, size_t so, DeviceMemory* d, size_t dof, size_t b) override {
-        used({s, d});
-        inner_->copy(s, so, d, dof, b);
-    }
-    void launch(const char* name, LaunchDims dims, const std::vector<KernelArg>& args) override {
-        std::vector<const DeviceMemory*> bufs;
-        for (const KernelArg& a : args)
-            if (a.buffer) bufs.push_back(a.buffer);
-        used(bufs);
-        inner_->launch(name, dims, args);
-    }
-    uint32_t max_group_size(const char* name) override { return inner_->max_group_size(name); }
-    void synchronize() override { inner_->synchronize(); }
+    bool begin_capture() override { return false; }
 
 private:
-    void used(std::initializer_list<const DeviceMemory*> ms) { used(std::vector<const DeviceMemory*>(ms)); }
-    void used(const std::vector<const DeviceMemory*>& ms) {
+    void touched(const std::vector<const DeviceMemory*>& buffers) override {
         std::lock_guard<std::mutex> lock(mutex_);
         ++seq_;
-        for (const DeviceMemory* m : ms) last_use_[m] = seq_;
+        for (const DeviceMemory* m : buffers) last_use_[m] = seq_;
     }
     void uploaded(const DeviceMemory* d) {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -114,7 +208,6 @@ private:
         last_use_[d] = seq_;
     }
 
-    std::shared_ptr<Device> inner_;
     std::shared_ptr<std::vector<std::string>> notes_;
     std::shared_ptr<std::map<std::string, int>> calls_;
     std::mutex mutex_;
@@ -129,63 +222,42 @@ private:
 // Data-parallel choice agreement (Device::set_choice_agreement): each set and clear counted, and each
 // time it is set the sum is tried on a 1 from this rank, its result noted as "agreement sum <total>"
 // (the rank count where every rank sets it in lockstep: src-test/test_distributed.py).
-class KernelCountingDevice final : public Device {
+class KernelCountingDevice : public ForwardingDevice {
 public:
     KernelCountingDevice(std::shared_ptr<Device> inner, std::shared_ptr<std::map<std::string, int>> calls)
-        : inner_(std::move(inner)), calls_(std::move(calls)) {}
+        : ForwardingDevice(std::move(inner)), calls_(std::move(calls)) {}
 
-    const DeviceInfo& info() const override { return inner_->info(); }
-    DeviceMemory* alloc(size_t bytes) override { return inner_->alloc(bytes); }
-    void free(DeviceMemory* m) override { inner_->free(m); }
-    void upload(DeviceMemory* d, size_t o, const void* s, size_t b) override { inner_->upload(d, o, s, b); }
-    void download(const DeviceMemory* s, size_t o, void* d, size_t b) override { inner_->download(s, o, d, b); }
-    void copy(const DeviceMemory* s, size_t so, DeviceMemory* d, size_t dof, size_t b) override {
-        inner_->copy(s, so, d, dof, b);
-    }
     void launch(const char* name, LaunchDims dims, const std::vector<KernelArg>& args) override {
-        {
-            std::lock_guard<std::mutex> lock(mutex_);
-            ++(*calls_)[std::string("kernel ") + name];
-        }
-        inner_->launch(name, dims, args);
+        count(std::string("kernel ") + name);
+        ForwardingDevice::launch(name, dims, args);
     }
-    uint32_t max_group_size(const char* name) override { return inner_->max_group_size(name); }
-    void synchronize() override { inner_->synchronize(); }
     void set_choice_agreement(std::function<void(float*, size_t)> sum) override {
         float one = 1.0f;
         if (sum) sum(&one, 1);
+        count(sum ? "agreement set" : "agreement cleared");
+        if (sum) count("agreement sum " + std::to_string((int)one));
+        ForwardingDevice::set_choice_agreement(std::move(sum));
+    }
+
+protected:
+    void count(const std::string& what) {
         std::lock_guard<std::mutex> lock(mutex_);
-        ++(*calls_)[sum ? "agreement set" : "agreement cleared"];
-        if (sum) ++(*calls_)["agreement sum " + std::to_string((int)one)];
+        ++(*calls_)[what];
     }
 
 private:
-    std::shared_ptr<Device> inner_;
     std::shared_ptr<std::map<std::string, int>> calls_;
     std::mutex mutex_;
 };
 
 // ---- host fast paths over a real device ----
 
-class HostFastPathDevice final : public Device {
+// Kernel launches counted as above, and every vendor fast path (convolution, pooling, batchnorm)
+// claimed, computed on the host with the CPU backend and counted by its name.
+class HostFastPathDevice final : public KernelCountingDevice {
 public:
     HostFastPathDevice(std::shared_ptr<Device> inner, std::shared_ptr<std::map<std::string, int>> calls)
-        : inner_(std::move(inner)), calls_(std::move(calls)), cpu_(make_cpu_backend()) {}
-
-    const DeviceInfo& info() const override { return inner_->info(); }
-    DeviceMemory* alloc(size_t bytes) override { return inner_->alloc(bytes); }
-    void free(DeviceMemory* m) override { inner_->free(m); }
-    void upload(DeviceMemory* d, size_t o, const void* s, size_t b) override { inner_->upload(d, o, s, b); }
-    void download(const DeviceMemory* s, size_t o, void* d, size_t b) override { inner_->download(s, o, d, b); }
-    void copy(const DeviceMemory* s, size_t so, DeviceMemory* d, size_t dof, size_t b) override {
-        inner_->copy(s, so, d, dof, b);
-    }
-    void launch(const char* name, LaunchDims dims, const std::vector<KernelArg>& args) override {
-        count(std::string("kernel ") + name);
-        inner_->launch(name, dims, args);
-    }
-    uint32_t max_group_size(const char* name) override { return inner_->max_group_size(name); }
-    void synchronize() override { inner_->synchronize(); }
+        : KernelCountingDevice(std::move(inner), std::move(calls)), cpu_(make_cpu_backend()) {}
 
     // fp32 only, as a fast path without half support (src-lib/gpu/PRECISION.md): false for half data
     bool conv2d(const ConvParams& p, const DeviceMemory* x, const DeviceMemory* w, DeviceMemory* y) override {
@@ -252,15 +324,8 @@ private:
         return t;
     }
     void up(const Tensor& t, DeviceMemory* m) { inner_->upload(m, 0, t.data(), t.size() * sizeof(float)); }
-    void count(const std::string& what) {
-        std::lock_guard<std::mutex> lock(mutex_);
-        ++(*calls_)[what];
-    }
 
-    std::shared_ptr<Device> inner_;
-    std::shared_ptr<std::map<std::string, int>> calls_;
     std::unique_ptr<Backend> cpu_;
-    std::mutex mutex_;
 };
 
 MetalPipelineLimits limits_of(const py::tuple& t) {

@@ -2,7 +2,7 @@
 batch_normalize and a linear, leaky or relu activation run Backend::batchnorm_activate_train /
 _backward, which GpuBackend computes without the activation's own passes (the activation inside
 batchnorm_normalize; its gradient inside batchnorm_activate_backward_partial). The op-by-op parity
-is in test_ops.py / test_half_precision.py (op_cases.py); here a whole training step on pocl (the
+is in test_ops.py / test_half_precision.py (op_cases.py, half_op_cases.py); here a whole training step on pocl (the
 same kernel text as CUDA and Metal) against the same step with the fusion switched off
 (DARKNET_PY_FUSED_BATCHNORM=0: batchnorm, then the activation, as separate ops):
 - fp32: every layer's output, every delta, the loss and the updated weights bit for bit (the fused

@@ -5,12 +5,12 @@
 - The ops of storage_kernels.h in fp16 and bf16 against the reference backend, on pocl (OpenCL on the
   CPU: half storage needs no cl_khr_fp16, vload_half / vstore_half are core OpenCL 1.2), a few on
   Oclgrind (races, out-of-bounds accesses) and on CUDA where there is a GPU, with the tolerances of
-  op_cases.half_cases (they follow from the formats: 2^-11 relative for fp16, 2^-8 for bf16).
+  half_op_cases.half_cases (they follow from the formats: 2^-11 relative for fp16, 2^-8 for bf16).
 - The training ops of storage_training.h (backward passes, training batchnorm, fill, add_scaled) in
-  fp16 and bf16 the same way (op_cases.half_train_cases), and the loss-scaling ops (add_scaled,
+  fp16 and bf16 the same way (half_op_cases.half_train_cases), and the loss-scaling ops (add_scaled,
   unscale_check) against NumPy.
 - The convolutions' backward passes with half activations and gradients (half training), the same
-  way (op_cases.half_conv_backward_cases): on pocl within the fp32 tolerance for the weight gradient
+  way (half_op_cases.half_conv_backward_cases): on pocl within the fp32 tolerance for the weight gradient
   (our kernels never round it to half), on CUDA within one half rounding more (cuDNN forms it in half).
 - The precision API and its refusals, in Python and on the command line.
 - The real yolov3-tiny on the test photos in fp16 and bf16 against fp32: same classes, boxes within
@@ -23,9 +23,9 @@ import pytest
 
 import gpu_devices
 from darknet_py import DarknetError, Network, _core
-from darknet_py.diagnostics.op_cases import (HALF_CONV_BACKWARD_OPS, HALF_TRAIN_OPS, check_case, compare,
-                                             forms_dw_in_half, half_cases,
-                                             half_conv_backward_cases, half_train_cases, round_to, trand)
+from darknet_py.diagnostics.half_op_cases import (HALF_CONV_BACKWARD_OPS, HALF_TRAIN_OPS, forms_dw_in_half,
+                                                  half_cases, half_conv_backward_cases, half_train_cases, round_to)
+from darknet_py.diagnostics.op_cases import check_case, compare, trand
 from test_train import small_cfg
 
 PRECISIONS = ["fp16", "bf16"]

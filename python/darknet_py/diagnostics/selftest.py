@@ -101,11 +101,12 @@ def _training_direction(op: str) -> str:
 
 
 def select_cases(quick: bool, precision: str = "fp32", ref=None, dw_in_half: bool = False):
-    """(case, direction) pairs: all of op_cases (in half: its half_cases, half_train_cases and
+    """(case, direction) pairs: all of op_cases (in half: half_op_cases' half_cases, half_train_cases and
     half_conv_backward_cases, `ref` the reference Ops; dw_in_half: the device may form a weight
     gradient in half, cuDNN in bf16), or with `quick` the QUICK_CASES_PER_OP smallest cases (by input
     size) of each op and direction."""
-    from .op_cases import CASES, TRAIN_CASES, half_cases, half_conv_backward_cases, half_train_cases
+    from .half_op_cases import half_cases, half_conv_backward_cases, half_train_cases
+    from .op_cases import CASES, TRAIN_CASES
 
     if precision == "fp32":
         train = TRAIN_CASES
@@ -148,7 +149,8 @@ def _perturbed(ops, op: str):
 def run_ops(device: str, quick: bool, perturb: Optional[str] = None, progress: bool = True,
             precision: str = "fp32") -> List[OpResult]:
     from .. import _core
-    from .op_cases import check_case, forms_dw_in_half
+    from .half_op_cases import forms_dw_in_half
+    from .op_cases import check_case
     from ..commands.progress import Progress
 
     ref, dev = _core.Ops("reference"), _core.Ops(device)
