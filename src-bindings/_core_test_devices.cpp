@@ -66,6 +66,8 @@ public:
         inner_->download(s, o, d, b);
         touched({s});
     }
+    void* host_alloc(size_t bytes) override { return inner_->host_alloc(bytes); }
+    void host_free(void* p) override { inner_->host_free(p); }
     bool can_upload_ahead() const override { return inner_->can_upload_ahead(); }
     void upload_ahead(DeviceMemory* d, size_t o, const void* s, size_t b) override { inner_->upload_ahead(d, o, s, b); }
     void copy(const DeviceMemory* s, size_t so, DeviceMemory* d, size_t dof, size_t b) override {
