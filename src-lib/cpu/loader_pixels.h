@@ -17,6 +17,8 @@ struct PixelsIntoBatch {
     int w, h, channels;
     ptrdiff_t src_row_stride;
     bool bgr;
+    // the row written right to left: the horizontal flip of the image
+    bool flip;
     // nullptr (no jitter: a plain copy) or 256 x 3 uint8: row x holds the new hue, saturation and
     // value of x (augment._hsv_lut's layout; a grey image uses the value column only)
     const uint8_t* tables;

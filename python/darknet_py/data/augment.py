@@ -333,18 +333,19 @@ def to_chw(img: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:
 
 
 def hsv_into_chw(img: np.ndarray, dhue: float, dsat: float, dexp: float, out: Optional[np.ndarray] = None,
-                 bgr: bool = False) -> np.ndarray:
+                 bgr: bool = False, flip: bool = False) -> np.ndarray:
     """to_chw(distort_hsv(img, dhue, dsat, dexp, bgr), out) in one C++ pass (_core.pixels_into_batch,
     src-lib/cpu/loader_pixels.cpp, built per instruction set like the CPU kernels): OpenCV's 8-bit
     formulas, within one level of the OpenCV path (its vector blocks truncate, its scalar tail rounds;
-    src-test/test_loader_pixels.py), the same bits without jitter. img and out may be views (a crop,
-    a window of a batch row) whose rows hold their pixels side by side."""
+    src-test/test_loader_pixels.py), the same bits without jitter. flip=True: the image mirrored left to
+    right on the way (the same bits as cv2.flip first, without its pass). img and out may be views (a
+    crop, a window of a batch row) whose rows hold their pixels side by side."""
     from .. import _core
 
     if out is None:
         out = np.empty((1 if img.ndim == 2 else img.shape[2],) + img.shape[:2], np.float32)
     jitter = not (dsat == 1 and dexp == 1 and dhue == 0)
-    _core.pixels_into_batch(img, out, _hsv_lut(dhue, dsat, dexp) if jitter else None, bgr)
+    _core.pixels_into_batch(img, out, _hsv_lut(dhue, dsat, dexp) if jitter else None, bgr, flip)
     return out
 
 
@@ -423,7 +424,7 @@ def augment_one(img: np.ndarray, boxes: np.ndarray, net_w: int, net_h: int, opts
     if noise.blur or noise.noise:  # they work on the 8-bit image after the colour step
         pixels = blur_and_noise(augment_pixels(img, p, net_w, net_h, bgr), truth, noise, rng)
         return to_chw(pixels, out), truth
-    return hsv_into_chw(crop_resize_flip(img, p, net_w, net_h), p.dhue, p.dsat, p.dexp, out, bgr), truth
+    return hsv_into_chw(crop_resize(img, p, net_w, net_h), p.dhue, p.dsat, p.dexp, out, bgr, p.flip), truth
 
 
 # ---- mixup ----------------------------------------------------------------------------------
@@ -509,12 +510,15 @@ def mosaic(images: Sequence[Tuple[np.ndarray, np.ndarray]], net_w: int, net_h: i
         # the quadrants tile the image: each is written once, straight into its window of `out`, and
         # only its pixels go through the colour step (it works pixel by pixel)
         if noise.blur or noise.noise:  # they work on the 8-bit image after the colour step (and draw from rng)
-            sized, colour = blur_and_noise(augment_pixels(img, p, w, h, bgr), truth, noise, rng), (0, 1, 1, False)
-        else:
-            sized, colour = crop_resize_flip(img, p, w, h), (p.dhue, p.dsat, p.dexp, bgr)
+            sized = blur_and_noise(augment_pixels(img, p, w, h, bgr), truth, noise, rng)
+            colour, flip = (0, 1, 1, False), False
+        else:  # the flip on the way into the batch: the flipped window [sx0, sx0 + qw) is [w - sx0 - qw, w - sx0)
+            sized, colour, flip = crop_resize(img, p, w, h), (p.dhue, p.dsat, p.dexp, bgr), p.flip
         if qw and qh:
             dhue, dsat, dexp, is_bgr = colour
-            hsv_into_chw(sized[sy0:sy0 + qh, sx0:sx0 + qw], dhue, dsat, dexp, out[:, dy0:dy0 + qh, dx0:dx0 + qw], is_bgr)
+            x0 = w - sx0 - qw if flip else sx0
+            hsv_into_chw(sized[sy0:sy0 + qh, x0:x0 + qw], dhue, dsat, dexp, out[:, dy0:dy0 + qh, dx0:dx0 + qw], is_bgr,
+                         flip)
         room = max_boxes - len(truths)
         if room > 0:
             shifts = (left_shift, right_shift, top_shift, bot_shift)
