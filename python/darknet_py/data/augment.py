@@ -233,18 +233,21 @@ def correct_truth(boxes: np.ndarray, p: CropParams, ow: int, oh: int, net_w: int
     b = np.asarray(boxes, np.float32).reshape(-1, 5)
     if len(b) > 1:
         b = b[rng.permutation(len(b))]  # randomize_boxes: which boxes survive max_boxes is random
-    cls, x, y, w, h = (b[:, i] for i in range(5))
-    invalid = ((x == 0) & (y == 0)) | (x + w / 2 < 0) | (y + h / 2 < 0) | (x - w / 2 > 1) | (y - h / 2 > 1)
-    sx, sy = np.float32(ow / p.swidth), np.float32(oh / p.sheight)  # 1 / (swidth / ow)
-    dx = np.float32((p.pleft / ow) / (p.swidth / ow))
-    dy = np.float32((p.ptop / oh) / (p.sheight / oh))
-    left, right = (x - w / 2) * sx - dx, (x + w / 2) * sx - dx
-    top, bottom = (y - h / 2) * sy - dy, (y + h / 2) * sy - dy
+    # x and y side by side in each (n, 2) array: the float32 operations of Darknet's per-coordinate
+    # code, in its order, in a third of the NumPy calls (each costs microseconds on arrays this small)
+    centre, half = b[:, 1:3], b[:, 3:5] / 2
+    low, high = centre - half, centre + half
+    invalid = ((centre[:, 0] == 0) & (centre[:, 1] == 0)) | (high < 0).any(axis=1) | (low > 1).any(axis=1)
+    scale = np.array([ow / p.swidth, oh / p.sheight], np.float32)  # 1 / (swidth / ow)
+    shift = np.array([(p.pleft / ow) / (p.swidth / ow), (p.ptop / oh) / (p.sheight / oh)], np.float32)
+    low, high = low * scale - shift, high * scale - shift  # left, top; right, bottom
     if p.flip:
-        left, right = 1 - right, 1 - left
-    left, right, top, bottom = (np.clip(v, 0, 1) for v in (left, right, top, bottom))
-    out = np.stack([cls, (left + right) / 2, (top + bottom) / 2,
-                    np.clip(right - left, 0, 1), np.clip(bottom - top, 0, 1)], axis=1).astype(np.float32)
+        low[:, 0], high[:, 0] = 1 - high[:, 0], 1 - low[:, 0]
+    low, high = np.minimum(np.maximum(low, 0), 1), np.minimum(np.maximum(high, 0), 1)  # np.clip's bits, faster
+    out = np.empty((len(b), 5), np.float32)
+    out[:, 0] = b[:, 0]
+    out[:, 1:3] = (low + high) / 2
+    out[:, 3:5] = np.minimum(np.maximum(high - low, 0), 1)
     out, invalid = out[:max_boxes], invalid[:max_boxes]  # Darknet cuts before filtering
     keep = (~invalid & (out[:, 3] >= 1.0 / net_w) & (out[:, 4] >= 1.0 / net_h)
             & (out[:, 1] > 0) & (out[:, 1] <= 1) & (out[:, 2] > 0) & (out[:, 2] <= 1))
