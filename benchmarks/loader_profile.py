@@ -67,19 +67,16 @@ def whole_sample(data: str, cfg: str, n: int, heap: str) -> None:
     print(f"{us:.0f} us, {faults:.0f} page faults")
 
 
-def process_stat(pid: int):
-    """(minor page faults, user + system CPU seconds) of a live process (Linux /proc)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return int(fields[7]), (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def process_loader_costs(data: str, cfg: str, batches: int = 12):
     """[(phase, (worker CPU us, worker minor faults, parent CPU us) per image)] of a one-worker process
     loader: its first round of the batch ring (prefetch + 2 buffers, each allocated and mapped on first
     write) and the batches after it. The clock of /proc ticks at 10 ms: 64 images a batch over several
     batches."""
     from darknet_py.data import BatchLoader
+    from train_throughput import process_cpu_seconds, process_minor_faults
+
+    def process_stat(pid: int):
+        return process_minor_faults(pid), process_cpu_seconds(pid)
 
     rows = {"first round of the batch ring": [], "after it (steady state)": []}
     with BatchLoader.from_files(data, cfg, 64, seed=1, workers=1, processes=True) as loader:
@@ -94,8 +91,11 @@ def process_loader_costs(data: str, cfg: str, batches: int = 12):
             f1, c1 = process_stat(worker)
             phase = "first round of the batch ring" if b < len(engine.ring) else "after it (steady state)"
             rows[phase].append((c1 - c0, f1 - f0, parent))
-    return [(name, tuple(1e6 * v / (64 * len(r)) if i != 1 else v / (64 * len(r)) for i, v in enumerate(np.sum(r, 0))))
-            for name, r in rows.items() if r]
+    table = []
+    for name, r in rows.items():
+        cpu, faults, parent = np.sum(r, axis=0) / (64 * len(r))
+        table.append((name, (1e6 * cpu, faults, 1e6 * parent)))
+    return table
 
 
 def main(argv=None) -> int:
