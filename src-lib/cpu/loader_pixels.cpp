@@ -8,8 +8,9 @@
 // split into int planes (a stride-3 byte load does not vectorise), the two division tables OpenCV
 // looks up are computed by a float division instead (the same integers for every entry, no gather:
 // src-test/test_loader_pixels.py runs 2^21 colours against cv2.cvtColor), and the jitter tables are
-// applied as arithmetic where it reproduces them (JitterColumn). HSV -> RGB truncates to 8 bits as OpenCV's vector blocks do (its scalar
-// tail for the last pixels of a row rounds instead, hence differences of at most one level there).
+// applied as arithmetic where that reproduces them (JitterColumn). HSV -> RGB truncates to 8 bits as
+// OpenCV's vector blocks do (its scalar tail for the last pixels of a row rounds instead, hence
+// differences of at most one level there).
 #include "loader_pixels.h"
 
 #include <algorithm>
