@@ -87,11 +87,11 @@ def loader_rate(data: str, cfg: str, batch: int, workers: int, processes: bool, 
         def cpu() -> float:
             return time.process_time() + sum(process_cpu_seconds(p.pid) for p in procs)
 
-        for _ in range(2):
-            loader.next_batch()
         def faults() -> int:
             return sum(process_minor_faults(p.pid) for p in procs)
 
+        for _ in range(2):
+            loader.next_batch()
         t0, c0, f0 = time.perf_counter(), cpu(), faults()
         for _ in range(batches):
             loader.next_batch()
