@@ -72,8 +72,9 @@ def process_minor_faults(pid: int) -> int:
         return 0
 
 
-def loader_rate(data: str, cfg: str, batch: int, workers: int, processes: bool, batches: int) -> Dict[str, float]:
-    """images/s of next_batch after two batches of warm-up (the workers starting), and the CPU time per
+def loader_rate(data: str, cfg: str, batch: int, workers: int, processes: bool, batches: int,
+                warmup: int = 2) -> Dict[str, float]:
+    """images/s of next_batch after `warmup` batches (the workers starting), and the CPU time per
     image of this process and its worker processes over the same batches: the cost that bounds images/s
     per core, unlike the wall time, whatever else the machine runs; and the worker processes' minor page
     faults per image: a worker maps a page of the shared batch buffers on its first write there (about
@@ -90,7 +91,7 @@ def loader_rate(data: str, cfg: str, batch: int, workers: int, processes: bool, 
         def faults() -> int:
             return sum(process_minor_faults(p.pid) for p in procs)
 
-        for _ in range(2):
+        for _ in range(warmup):
             loader.next_batch()
         t0, c0, f0 = time.perf_counter(), cpu(), faults()
         for _ in range(batches):
@@ -185,6 +186,10 @@ def main(argv=None) -> int:
     ap.add_argument("--iterations", type=int, default=30, help="timed training iterations per run")
     ap.add_argument("--warmup", type=int, default=5, help="training iterations left out of the figures")
     ap.add_argument("--loader-batches", type=int, default=8, help="timed batches per loader-alone run")
+    ap.add_argument("--loader-warmup", type=int, default=2,
+                    help="batches before the timed ones (default 2); with many worker processes the first hundreds of "
+                         "batches also pay for mapping the shared batch buffers' pages into each worker (the faults "
+                         "column): more warm-up measures the steady state")
     ap.add_argument("--loader-only", action="store_true", help="only the loader-alone table")
     ap.add_argument("--write", help="also write the markdown tables to this file")
     ap.add_argument("--child", help=argparse.SUPPRESS)
@@ -227,7 +232,7 @@ def main(argv=None) -> int:
         for processes in (False, True):
             cells = []
             for w in workers:
-                r = loader_rate(data, cfg, args.batch, w, processes, args.loader_batches)
+                r = loader_rate(data, cfg, args.batch, w, processes, args.loader_batches, args.loader_warmup)
                 rate = r["images_per_s"]
                 faults = f", {r['faults_per_image']:.0f} faults" if processes else ""
                 cells.append(f"{rate:.0f} ({rate / w:.0f}); {r['cpu_ms_per_image']:.2f} ms{faults}")

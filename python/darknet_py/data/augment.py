@@ -275,7 +275,7 @@ def crop_resize(img: np.ndarray, p: CropParams, net_w: int, net_h: int) -> np.nd
     if (x0, y0, x1, y1) != (p.pleft, p.ptop, p.pleft + p.swidth, p.ptop + p.sheight):
         # the crop reaches outside the image: pad with the mean colour (cv::mean, rounded into 8 bits)
         c = 1 if img.ndim == 2 else img.shape[2]
-        mean = [float(np.clip(np.rint(v), 0, 255)) for v in mean_colour(img)]
+        mean = [float(min(max(round(v), 0), 255)) for v in mean_colour(img)]  # round: half to even, as np.rint
         if x1 <= x0 or y1 <= y0:  # no overlap at all
             crop = np.empty((p.sheight, p.swidth) + img.shape[2:], np.uint8)
             crop[...] = mean if c > 1 else mean[0]
