@@ -4,7 +4,11 @@ the floor (decode, one resize, the HSV pass, the copy into the batch, each alone
 sample() runs them: augment.hsv_into_chw, in the copy of the CPU kernels DARKNET_PY_ISA picks), the page faults of a
 sample with glibc's default heap and with the loader's (data/heap.py), and the share of a sampling
 thread's time that holds the GIL, measured with a probe thread (its pure-Python loop rate while a
-worker thread samples, against its rate alone): a thread pool tops out near 1 / that share.
+worker thread samples, against its rate alone): a thread pool tops out near 1 / that share. Then the
+process loader (one worker process, batches of 64): the worker's CPU and minor page faults per image
+and the parent's CPU per image, batch by batch, in the first round of the shared batch ring (each
+buffer's pages allocated and mapped into the worker on first write) and after it: the worker's CPU
+beyond a whole sample() is its message handling.
 
 CPU time of this thread (time.thread_time, best of 3), OpenCV on one thread as in a worker process
 when there are as many workers as cores: figures that hold on a loaded machine better than wall time.
@@ -63,6 +67,37 @@ def whole_sample(data: str, cfg: str, n: int, heap: str) -> None:
     print(f"{us:.0f} us, {faults:.0f} page faults")
 
 
+def process_loader_costs(data: str, cfg: str, batches: int = 12):
+    """[(phase, (worker CPU us, worker minor faults, parent CPU us) per image)] of a one-worker process
+    loader: its first round of the batch ring (prefetch + 2 buffers, each allocated and mapped on first
+    write) and the batches after it. The clock of /proc ticks at 10 ms: 64 images a batch over several
+    batches."""
+    from darknet_py.data import BatchLoader
+    from train_throughput import process_cpu_seconds, process_minor_faults
+
+    def process_stat(pid: int):
+        return process_minor_faults(pid), process_cpu_seconds(pid)
+
+    rows = {"first round of the batch ring": [], "after it (steady state)": []}
+    with BatchLoader.from_files(data, cfg, 64, seed=1, workers=1, processes=True) as loader:
+        engine = loader._engine
+        worker = engine.procs[0].pid
+        loader.next_batch()  # the worker's start (imports, spawn) left out
+        for b in range(1, batches):
+            f0, c0 = process_stat(worker)
+            p0 = time.process_time()
+            loader.next_batch()
+            parent = time.process_time() - p0
+            f1, c1 = process_stat(worker)
+            phase = "first round of the batch ring" if b < len(engine.ring) else "after it (steady state)"
+            rows[phase].append((c1 - c0, f1 - f0, parent))
+    table = []
+    for name, r in rows.items():
+        cpu, faults, parent = np.sum(r, axis=0) / (64 * len(r))
+        table.append((name, (1e6 * cpu, faults, 1e6 * parent)))
+    return table
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--images", type=int, default=64)
@@ -114,33 +149,49 @@ def main(argv=None) -> int:
                  lambda: [A.hsv_into_chw(i, p.dhue, p.dsat, p.dexp, batch[j], bgr=True)
                           for j, (i, p) in enumerate(zip(sized, crops))]),
             ]
-            stages = [
+            stages = [  # what sample() runs for one plain image, in its order (augment.augment_one)
                 ("default_rng([seed, k, j])", lambda: [np.random.default_rng([1, 2, j]) for j in range(n)]),
+                ("read + imdecode (_load_image)", lambda: [m._load_image(p) for p in paths]),
                 ("random choices (sample_crop, sample_pixel_noise)",
                  lambda: [(A.sample_crop(rng, 416, 416, 416, 416, m.opts), A.sample_pixel_noise(rng, m.opts)) for _ in bgr]),
                 ("boxes (correct_truth)",
                  lambda: [A.correct_truth(b, p, 416, 416, 416, 416, 200, rng) for b, p in zip(boxes, crops)]),
-                ("the pad colour (mean_colour)", lambda: [A.mean_colour(i) for i in bgr]),
-                ("crop + pad + resize (crop_resize)",
+                ("crop + pad + resize (crop_resize; the pad colour's mean included)",
                  lambda: [A.crop_resize(i, p, 416, 416) for i, p in zip(bgr, crops)]),
-                ("flip", lambda: [cv2.flip(i, 1) for i in sized]),
-                ("HSV on BGR -> RGB (distort_hsv)",
-                 lambda: [A.distort_hsv(i, p.dhue, p.dsat, p.dexp, bgr=True) for i, p in zip(sized, crops)]),
+                ("flip + HSV + copy into the batch (hsv_into_chw, the flip fused)",
+                 lambda: [A.hsv_into_chw(i, p.dhue, p.dsat, p.dexp, batch[j], bgr=True, flip=p.flip)
+                          for j, (i, p) in enumerate(zip(sized, crops))]),
+            ]
+            parts = [  # parts of the stages above, for scale
+                ("the pad colour alone (mean_colour)", lambda: [A.mean_colour(i) for i in bgr]),
+                ("cv2.flip alone (what the fused flip saves)", lambda: [cv2.flip(i, 1) for i in sized]),
             ]
             print(f"{os.cpu_count()} cores; OpenCV {cv2.__version__} (1 thread), NumPy {np.__version__}, the CPU kernels' "
                   f"{_core.cpu_isa()['active']} copy; CPU time")
             print("\n| the floor, each alone | us / image |\n|---|---|")
             for name, f in floor:
                 print(f"| {name} | {best_us(f, n):.0f} |")
-            print("\n| sample()'s other stages | us / image |\n|---|---|")
+            print("\n| sample()'s stages, in its order | us / image |\n|---|---|")
+            total = 0.0
             for name, f in stages:
-                print(f"| {name} | {best_us(f, n):.0f} |")
+                us = best_us(f, n)
+                total += us
+                print(f"| {name} | {us:.0f} |")
+            print(f"| sum | {total:.0f} |")
+            for name, f in parts:
+                print(f"| ({name}) | {best_us(f, n):.0f} |")
             print("\n| whole sample(), a fresh process's main thread | CPU, minor page faults per image |\n|---|---|")
             data = os.path.join(tmp, "shapes.data")
             for heap, name in (("default", "glibc's default heap"), ("kept", "the loader's heap (heap.py)")):
                 cost = subprocess.run([sys.executable, __file__, "--images", str(n), "--whole", data, cfg, heap],
                                       check=True, capture_output=True, text=True).stdout.strip()
                 print(f"| {name} | {cost} |")
+            print("(whole sample() less the sum of its stages: the Python of sample() and caches the stages share)")
+
+            print("\n| the process loader, 1 worker, batch 64 | worker CPU us / image | worker minor faults / image "
+                  "| parent CPU us / image |\n|---|---|---|---|")
+            for name, row in process_loader_costs(data, cfg):
+                print(f"| {name} | {row[0]:.0f} | {row[1]:.0f} | {row[2]:.0f} |")
 
             alone = max(probe_rate(1.0) for _ in range(3))
             stop = threading.Event()

@@ -68,10 +68,23 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime: fields 14, 15
 
 
-def loader_rate(data: str, cfg: str, batch: int, workers: int, processes: bool, batches: int) -> Dict[str, float]:
-    """images/s of next_batch after two batches of warm-up (the workers starting), and the CPU time per
+def process_minor_faults(pid: int) -> int:
+    """Minor page faults of a live process so far (Linux /proc; 0 elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[7])  # minflt: field 10
+    except OSError:
+        return 0
+
+
+def loader_rate(data: str, cfg: str, batch: int, workers: int, processes: bool, batches: int,
+                warmup: int = 2) -> Dict[str, float]:
+    """images/s of next_batch after `warmup` batches (the workers starting), and the CPU time per
     image of this process and its worker processes over the same batches: the cost that bounds images/s
-    per core, unlike the wall time, whatever else the machine runs."""
+    per core, unlike the wall time, whatever else the machine runs; and the worker processes' minor page
+    faults per image: a worker maps a page of the shared batch buffers on its first write there (about
+    500 faults per 416x416 image, 1-4 ms of CPU on a 2-core EPYC) until it has written every page of the
+    ring, which takes many batches with many workers (loader_profile.py splits it)."""
     from darknet_py.data import BatchLoader
 
     with BatchLoader.from_files(data, cfg, batch, seed=1, workers=workers, processes=processes) as loader:
@@ -80,13 +93,17 @@ def loader_rate(data: str, cfg: str, batch: int, workers: int, processes: bool, 
         def cpu() -> float:
             return time.process_time() + sum(process_cpu_seconds(p.pid) for p in procs)
 
-        for _ in range(2):
+        def faults() -> int:
+            return sum(process_minor_faults(p.pid) for p in procs)
+
+        for _ in range(warmup):
             loader.next_batch()
-        t0, c0 = time.perf_counter(), cpu()
+        t0, c0, f0 = time.perf_counter(), cpu(), faults()
         for _ in range(batches):
             loader.next_batch()
-        seconds, cpu_seconds = time.perf_counter() - t0, cpu() - c0
-    return {"images_per_s": batches * batch / seconds, "cpu_ms_per_image": 1e3 * cpu_seconds / (batches * batch)}
+        seconds, cpu_seconds, worker_faults = time.perf_counter() - t0, cpu() - c0, faults() - f0
+    return {"images_per_s": batches * batch / seconds, "cpu_ms_per_image": 1e3 * cpu_seconds / (batches * batch),
+            "faults_per_image": worker_faults / (batches * batch)}
 
 
 def storage(precision: str) -> str:
@@ -167,6 +184,10 @@ def main(argv=None) -> int:
     ap.add_argument("--iterations", type=int, default=30, help="timed training iterations per run")
     ap.add_argument("--warmup", type=int, default=5, help="training iterations left out of the figures")
     ap.add_argument("--loader-batches", type=int, default=8, help="timed batches per loader-alone run")
+    ap.add_argument("--loader-warmup", type=int, default=2,
+                    help="batches before the timed ones (default 2); with many worker processes the first hundreds of "
+                         "batches also pay for mapping the shared batch buffers' pages into each worker (the faults "
+                         "column): more warm-up measures the steady state")
     ap.add_argument("--loader-only", action="store_true", help="only the loader-alone table")
     ap.add_argument("--write", help="also write the markdown tables to this file")
     ap.add_argument("--child", help=argparse.SUPPRESS)
@@ -201,16 +222,18 @@ def main(argv=None) -> int:
         data = os.path.join(tmp, "shapes.data")
         cfg = adapted_cfg(args.classes, args.batch, args.size, os.path.join(tmp, "net.cfg"))
 
-        say("### The loader alone (augmented batches, images/s; per worker in brackets; CPU ms per image)")
+        say("### The loader alone (augmented batches, images/s; per worker in brackets; CPU ms per image; "
+            "processes: the workers' minor page faults per image)")
         say("")
         say("| workers | " + " | ".join(str(w) for w in workers) + " |")
         say("|---|" + "---|" * len(workers))
         for processes in (False, True):
             cells = []
             for w in workers:
-                r = loader_rate(data, cfg, args.batch, w, processes, args.loader_batches)
+                r = loader_rate(data, cfg, args.batch, w, processes, args.loader_batches, args.loader_warmup)
                 rate = r["images_per_s"]
-                cells.append(f"{rate:.0f} ({rate / w:.0f}); {r['cpu_ms_per_image']:.2f} ms")
+                faults = f", {r['faults_per_image']:.0f} faults" if processes else ""
+                cells.append(f"{rate:.0f} ({rate / w:.0f}); {r['cpu_ms_per_image']:.2f} ms{faults}")
             say(f"| {'processes' if processes else 'threads'} | " + " | ".join(cells) + " |")
         say("")
 

@@ -24,7 +24,8 @@ std::string described(const py::array& a) {
 }  // namespace
 
 void bind_loader(py::module_& m) {
-    m.def("pixels_into_batch", [](const py::array& img, py::array& out, const py::object& tables, bool bgr) {
+    m.def("pixels_into_batch", [](const py::array& img, py::array& out, const py::object& tables, bool bgr,
+                                  bool flip) {
         const std::string call = "pixels_into_batch";
         // views are welcome (a crop of the image, a window of the batch row: a mosaic quadrant) as long
         // as each row's pixels lie side by side
@@ -54,15 +55,16 @@ void bind_loader(py::module_& m) {
         p.src = (const uint8_t*)img.data();
         p.w = w, p.h = h, p.channels = c;
         p.src_row_stride = img.strides(0);
-        p.bgr = bgr;
+        p.bgr = bgr, p.flip = flip;
         p.tables = tables.is_none() ? nullptr : (const uint8_t*)lut.data();
         p.dst = (float*)out.mutable_data();
         p.dst_plane_stride = out.strides(0) / 4, p.dst_row_stride = out.strides(1) / 4;
         py::gil_scoped_release nogil;
         pixels_into_batch(p);
     }, py::arg("image"), py::arg("out"), py::arg("tables") = py::none(), py::arg("bgr") = false,
+       py::arg("flip") = false,
        "The training loader's last pixel pass: a uint8 HxWxC image (BGR with bgr=True) through the HSV jitter "
        "tables (256 x 3 uint8: the new hue, saturation and value of each level; None: no jitter) into `out`, "
-       "float32 CxHxW RGB in [0, 1] (a batch row or a window of one), in one pass without the GIL, in the copy "
-       "of the CPU kernels cpu_isa() names.");
+       "float32 CxHxW RGB in [0, 1] (a batch row or a window of one), mirrored left to right with flip=True, in one "
+       "pass without the GIL, in the copy of the CPU kernels cpu_isa() names.");
 }

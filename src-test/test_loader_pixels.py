@@ -101,6 +101,31 @@ def test_bad_arguments_name_what_is_wrong(photos):
         _core.pixels_into_batch(img, np.zeros((3,) + img.shape[:2], np.float32), np.zeros(5, np.uint8))
 
 
+def test_the_flip_on_the_way_is_cv2_flip_first(photos):
+    img = photos[2]
+    grey = cv2.cvtColor(img, cv2.COLOR_BGR2GRAY)
+    for src, jitter in ((img, JITTERS[1]), (img, (0, 1, 1)), (img[20:120, 33:250], JITTERS[2]), (grey, JITTERS[0])):
+        assert np.array_equal(A.hsv_into_chw(src, *jitter, bgr=True, flip=True),
+                              A.hsv_into_chw(cv2.flip(src, 1), *jitter, bgr=True))
+
+
+def test_jitter_tables_computed_in_vectors_give_the_table_lookups_bits():
+    """The pass applies a jitter table as clamp((x * mul + add) >> 16) where that form reproduces all 256
+    entries, else entry by entry. The same table with entries no pixel here reaches changed to break that
+    form (hue 250, saturation and value 255: the colours stay in 1..200) takes the lookup: the same bits."""
+    rng = np.random.default_rng(3)
+    img = rng.integers(1, 201, (64, 999, 3), dtype=np.uint8)
+    for dhue in np.linspace(-0.5, 0.5, 7):
+        for dsat, dexp in rng.uniform(0.4, 2.5, (6, 2)):
+            table = A._hsv_lut(dhue, dsat, dexp)
+            looked_up = table.copy()
+            looked_up[0, 250, 0], looked_up[0, 255, 1:] = 0, 0  # no longer clamp((x * mul + add) >> 16)
+            a, b = (np.zeros((3, 64, 999), np.float32) for _ in range(2))
+            _core.pixels_into_batch(img, a, table, True)
+            _core.pixels_into_batch(img, b, looked_up, True)
+            assert np.array_equal(a, b), (dhue, dsat, dexp)
+
+
 # Each copy of the CPU kernels is chosen once per process: one subprocess per copy prints a digest of
 # the pass on the every-colour image (jittered) and on a view of it, a grey plane and a plain copy
 _EVERY_COPY = """
@@ -112,7 +137,7 @@ from darknet_py import _core
 from darknet_py.data import augment as A
 img = every_colour_image()
 h = hashlib.sha256()
-for x in (A.hsv_into_chw(img, 0.1, 1.5, 0.7, bgr=True), A.hsv_into_chw(img[3:, 5:4000], -0.5, 0.5, 0.5),
+for x in (A.hsv_into_chw(img, 0.1, 1.5, 0.7, bgr=True), A.hsv_into_chw(img[3:, 5:4000], -0.5, 0.5, 0.5, flip=True),
           A.hsv_into_chw(np.ascontiguousarray(img[:, :, 1]), 0.1, 1.5, 0.7), A.hsv_into_chw(img, 0, 1, 1)):
     h.update(x.tobytes())
 print(_core.cpu_isa()["active"], h.hexdigest())
@@ -146,7 +171,8 @@ def test_a_seed_gives_the_same_batch_twice_near_the_opencv_path(tmp_path, monkey
         assert kinds == {"", "mosaic"}, kinds  # both paths of the sampler
         first = [m.sample(0, j, 64, 64) for j in range(8)]
         again = [m.sample(0, j, 64, 64, out=np.full((3, 64, 64), np.nan, np.float32)) for j in range(8)]
-        monkeypatch.setattr(A, "hsv_into_chw", lambda img, h, s, e, out=None, bgr=False: opencv_path(img, h, s, e, bgr, out))
+        monkeypatch.setattr(A, "hsv_into_chw", lambda img, h, s, e, out=None, bgr=False, flip=False:
+                            opencv_path(cv2.flip(img, 1) if flip else img, h, s, e, bgr, out))
         old = [m.sample(0, j, 64, 64) for j in range(8)]
     for (a, ta), (b, tb), (c, tc) in zip(first, again, old):
         assert np.array_equal(a, b) and np.array_equal(ta, tb) and np.array_equal(ta, tc)

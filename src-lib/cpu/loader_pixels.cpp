@@ -7,12 +7,14 @@
 // HSV2RGB_b), written as plain loops over one row that the compiler vectorises: the row is first
 // split into int planes (a stride-3 byte load does not vectorise), the two division tables OpenCV
 // looks up are computed by a float division instead (the same integers for every entry, no gather:
-// src-test/test_loader_pixels.py runs 2^21 colours against cv2.cvtColor), and only the jitter tables'
-// byte lookups stay scalar. HSV -> RGB truncates to 8 bits as OpenCV's vector blocks do (its scalar
-// tail for the last pixels of a row rounds instead, hence differences of at most one level there).
+// src-test/test_loader_pixels.py runs 2^21 colours against cv2.cvtColor), and the jitter tables are
+// applied as arithmetic where that reproduces them (JitterColumn). HSV -> RGB truncates to 8 bits as
+// OpenCV's vector blocks do (its scalar tail for the last pixels of a row rounds instead, hence
+// differences of at most one level there).
 #include "loader_pixels.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <vector>
 
 #include "isa.h"
@@ -24,10 +26,17 @@ namespace {
 constexpr int kHsvShift = 12;  // OpenCV's fixed-point shift
 constexpr int kHalf = 1 << (kHsvShift - 1);
 
-// One row of 3-channel pixels -> int planes r, g, b (scalar: the one step with a stride-3 load).
-void split_row(const uint8_t* src, int n, bool bgr, int* r, int* g, int* b) {
+// One row of 3-channel pixels -> int planes r, g, b (scalar: the one step with a stride-3 load); flip:
+// read right to left (the horizontal flip, free here: every later step works pixel by pixel).
+void split_row(const uint8_t* src, int n, bool bgr, bool flip, int* r, int* g, int* b) {
     int ri = bgr ? 2 : 0, bi = 2 - ri;
-    for (int i = 0; i < n; ++i) r[i] = src[3 * i + ri], g[i] = src[3 * i + 1], b[i] = src[3 * i + bi];
+    if (flip)
+        for (int i = 0; i < n; ++i) {
+            const uint8_t* px = src + 3 * (n - 1 - i);
+            r[i] = px[ri], g[i] = px[1], b[i] = px[bi];
+        }
+    else
+        for (int i = 0; i < n; ++i) r[i] = src[3 * i + ri], g[i] = src[3 * i + 1], b[i] = src[3 * i + bi];
 }
 
 // r, g, b -> OpenCV's 8-bit H (0..180), S, V, in place (r becomes H, g S, b V).
@@ -47,9 +56,51 @@ void rgb_to_hsv(int n, int* __restrict r_h, int* __restrict g_s, int* __restrict
     }
 }
 
-// The jitter: each plane through its column of the 256 x 3 table (a gather: left scalar).
-void apply_tables(const uint8_t* tables, int n, int* hue, int* sat, int* val) {
-    for (int i = 0; i < n; ++i) hue[i] = tables[3 * hue[i]], sat[i] = tables[3 * sat[i] + 1], val[i] = tables[3 * val[i] + 2];
+// One column of the jitter tables (a level x -> its new level), as the pass applies it: the tables
+// augment._hsv_lut writes are clamp(rint(x + 179 dhue)) and clamp(rint(x * d)), which are
+// clamp((x * mul + add) >> 16) for some integers mul, add: that form vectorises, where a byte lookup
+// per pixel and channel was the pass's slowest step (three dependent loads and stores a pixel; an AVX2
+// gather was slower still on an AMD EPYC). The form is found from the table itself and checked
+// against all 256 entries; a table it does not reproduce (a product within 2^-16 of a half level)
+// is looked up entry by entry, so the result is the table's in every case.
+struct JitterColumn {
+    int table[256];
+    bool affine = false;
+    int mul = 0, add = 0;
+};
+
+constexpr int kAffineShift = 16;
+
+inline int affine_level(int x, int mul, int add) { return std::min(std::max((x * mul + add) >> kAffineShift, 0), 255); }
+
+// column: 0 hue (an offset: mul = 1 << 16), 1 saturation, 2 value (a factor: add = half a level)
+void set_column(JitterColumn& c, const uint8_t* tables, int column) {
+    for (int x = 0; x < 256; ++x) c.table[x] = tables[3 * x + column];
+    const int64_t one = 1 << kAffineShift, half = one / 2;
+    if (column == 0) {
+        int x0 = 0;  // an unclamped entry gives the offset (none: every level clamps to 0 or 255)
+        while (x0 < 255 && (c.table[x0] == 0 || c.table[x0] == 255)) ++x0;
+        c.mul = (int)one, c.add = (int)((c.table[x0] - x0) * one + half);
+    } else {  // the factor's range: t * 2^16 <= x * mul + half < (t + 1) * 2^16 for each x (t = 255: >= only)
+        int64_t lo = 0, hi = 255 * one;
+        for (int64_t x = 1; x < 256; ++x) {
+            int64_t t = c.table[x];
+            lo = std::max(lo, (t * one - half + x - 1) / x);  // the ceiling; negative (t = 0): no bound
+            if (t < 255) hi = std::min(hi, ((t + 1) * one - half - 1) / x);
+        }
+        c.mul = (int)std::max<int64_t>(lo, 0), c.add = (int)half;
+        if (lo > hi || (int64_t)c.mul * 255 + half >= ((int64_t)1 << 31)) return;  // no such factor in 32 bits
+    }
+    c.affine = true;
+    for (int x = 0; x < 256 && c.affine; ++x) c.affine = affine_level(x, c.mul, c.add) == c.table[x];
+}
+
+// x[i] = its new level through column c
+void apply_column(const JitterColumn& c, int* __restrict x, int n) {
+    if (c.affine)
+        for (int i = 0; i < n; ++i) x[i] = affine_level(x[i], c.mul, c.add);
+    else
+        for (int i = 0; i < n; ++i) x[i] = c.table[x[i]];
 }
 
 // 8-bit H (above 179 wraps round the circle), S, V -> the R, G, B rows of the batch: OpenCV's
@@ -64,12 +115,13 @@ void hsv_to_rgb_rows(const int* __restrict hue, const int* __restrict sat, const
         h -= (float)pre_sector;
         float tab0 = v, tab1 = v * (1.0f - s), tab2 = v * (1.0f - s * h), tab3 = v * (1.0f - s * (1.0f - h));
         // OpenCV's sector (pre_sector - trunc(pre_sector / 6) * 6, in floats: the same integer) picks
-        // the tabs; one of each sum's terms is nonzero, so the sums are exact (and they vectorise)
+        // the tabs: one select after another, last match first (GCC makes each a vector blend with
+        // -fno-trapping-math; nested ?: stay branches and the loop scalar)
         int sector = pre_sector - (int)((float)pre_sector * (1.0f / 6.0f)) * 6;
-        float b = tab1 * (sector < 2) + tab3 * (sector == 2) + tab0 * ((sector == 3) | (sector == 4)) + tab2 * (sector > 4);
-        float g = tab3 * (sector < 1) + tab0 * ((sector == 1) | (sector == 2)) + tab2 * (sector == 3) + tab1 * (sector > 3);
-        float r = tab0 * ((sector < 1) | (sector > 4)) + tab2 * (sector == 1) + tab1 * ((sector == 2) | (sector == 3)) +
-                  tab3 * (sector == 4);
+        float b = tab2, g = tab1, r = tab3;
+        b = sector < 5 ? tab0 : b, b = sector == 2 ? tab3 : b, b = sector < 2 ? tab1 : b;
+        g = sector == 3 ? tab2 : g, g = sector < 3 ? tab0 : g, g = sector < 1 ? tab3 : g;
+        r = sector < 4 ? tab1 : r, r = sector == 1 ? tab2 : r, r = sector < 1 ? tab0 : r, r = sector > 4 ? tab0 : r;
         r_out[i] = (float)(int)(r * 255.0f) / 255.0f;
         g_out[i] = (float)(int)(g * 255.0f) / 255.0f;
         b_out[i] = (float)(int)(b * 255.0f) / 255.0f;
@@ -87,23 +139,26 @@ void cpu_pixels_into_batch(const PixelsIntoBatch& p) {
     const int w = p.w;
     std::vector<int> buffer(3 * (size_t)w);  // one row as three int planes
     int *p0 = buffer.data(), *p1 = p0 + w, *p2 = p1 + w;
+    JitterColumn hue, sat, val;
+    if (p.tables) set_column(hue, p.tables, 0), set_column(sat, p.tables, 1), set_column(val, p.tables, 2);
     for (int y = 0; y < p.h; ++y) {
         const uint8_t* row = p.src + y * p.src_row_stride;
         float* r_out = p.dst + y * p.dst_row_stride;
         float* g_out = r_out + p.dst_plane_stride;
         float* b_out = g_out + p.dst_plane_stride;
         if (p.channels == 1) {  // grey: only the value column applies (as cv2.LUT on the one plane)
-            for (int i = 0; i < w; ++i) p0[i] = p.tables ? p.tables[3 * row[i] + 2] : row[i];
+            for (int i = 0; i < w; ++i) p0[i] = row[p.flip ? w - 1 - i : i];
+            if (p.tables) apply_column(val, p0, w);
             levels_to_row(p0, w, r_out);
             continue;
         }
-        split_row(row, w, p.bgr, p0, p1, p2);
+        split_row(row, w, p.bgr, p.flip, p0, p1, p2);
         if (!p.tables) {
             levels_to_row(p0, w, r_out), levels_to_row(p1, w, g_out), levels_to_row(p2, w, b_out);
             continue;
         }
         rgb_to_hsv(w, p0, p1, p2);
-        apply_tables(p.tables, w, p0, p1, p2);
+        apply_column(hue, p0, w), apply_column(sat, p1, w), apply_column(val, p2, w);
         hsv_to_rgb_rows(p0, p1, p2, w, r_out, g_out, b_out);
     }
 }

@@ -233,18 +233,21 @@ def correct_truth(boxes: np.ndarray, p: CropParams, ow: int, oh: int, net_w: int
     b = np.asarray(boxes, np.float32).reshape(-1, 5)
     if len(b) > 1:
         b = b[rng.permutation(len(b))]  # randomize_boxes: which boxes survive max_boxes is random
-    cls, x, y, w, h = (b[:, i] for i in range(5))
-    invalid = ((x == 0) & (y == 0)) | (x + w / 2 < 0) | (y + h / 2 < 0) | (x - w / 2 > 1) | (y - h / 2 > 1)
-    sx, sy = np.float32(ow / p.swidth), np.float32(oh / p.sheight)  # 1 / (swidth / ow)
-    dx = np.float32((p.pleft / ow) / (p.swidth / ow))
-    dy = np.float32((p.ptop / oh) / (p.sheight / oh))
-    left, right = (x - w / 2) * sx - dx, (x + w / 2) * sx - dx
-    top, bottom = (y - h / 2) * sy - dy, (y + h / 2) * sy - dy
+    # x and y side by side in each (n, 2) array: the float32 operations of Darknet's per-coordinate
+    # code, in its order, in a third of the NumPy calls (each costs microseconds on arrays this small)
+    centre, half = b[:, 1:3], b[:, 3:5] / 2
+    low, high = centre - half, centre + half
+    invalid = ((centre[:, 0] == 0) & (centre[:, 1] == 0)) | (high < 0).any(axis=1) | (low > 1).any(axis=1)
+    scale = np.array([ow / p.swidth, oh / p.sheight], np.float32)  # 1 / (swidth / ow)
+    shift = np.array([(p.pleft / ow) / (p.swidth / ow), (p.ptop / oh) / (p.sheight / oh)], np.float32)
+    low, high = low * scale - shift, high * scale - shift  # left, top; right, bottom
     if p.flip:
-        left, right = 1 - right, 1 - left
-    left, right, top, bottom = (np.clip(v, 0, 1) for v in (left, right, top, bottom))
-    out = np.stack([cls, (left + right) / 2, (top + bottom) / 2,
-                    np.clip(right - left, 0, 1), np.clip(bottom - top, 0, 1)], axis=1).astype(np.float32)
+        low[:, 0], high[:, 0] = 1 - high[:, 0], 1 - low[:, 0]
+    low, high = np.minimum(np.maximum(low, 0), 1), np.minimum(np.maximum(high, 0), 1)  # np.clip's bits, faster
+    out = np.empty((len(b), 5), np.float32)
+    out[:, 0] = b[:, 0]
+    out[:, 1:3] = (low + high) / 2
+    out[:, 3:5] = np.minimum(np.maximum(high - low, 0), 1)
     out, invalid = out[:max_boxes], invalid[:max_boxes]  # Darknet cuts before filtering
     keep = (~invalid & (out[:, 3] >= 1.0 / net_w) & (out[:, 4] >= 1.0 / net_h)
             & (out[:, 1] > 0) & (out[:, 1] <= 1) & (out[:, 2] > 0) & (out[:, 2] <= 1))
@@ -272,7 +275,7 @@ def crop_resize(img: np.ndarray, p: CropParams, net_w: int, net_h: int) -> np.nd
     if (x0, y0, x1, y1) != (p.pleft, p.ptop, p.pleft + p.swidth, p.ptop + p.sheight):
         # the crop reaches outside the image: pad with the mean colour (cv::mean, rounded into 8 bits)
         c = 1 if img.ndim == 2 else img.shape[2]
-        mean = [float(np.clip(np.rint(v), 0, 255)) for v in mean_colour(img)]
+        mean = [float(min(max(round(v), 0), 255)) for v in mean_colour(img)]  # round: half to even, as np.rint
         if x1 <= x0 or y1 <= y0:  # no overlap at all
             crop = np.empty((p.sheight, p.swidth) + img.shape[2:], np.uint8)
             crop[...] = mean if c > 1 else mean[0]
@@ -333,18 +336,19 @@ def to_chw(img: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:
 
 
 def hsv_into_chw(img: np.ndarray, dhue: float, dsat: float, dexp: float, out: Optional[np.ndarray] = None,
-                 bgr: bool = False) -> np.ndarray:
+                 bgr: bool = False, flip: bool = False) -> np.ndarray:
     """to_chw(distort_hsv(img, dhue, dsat, dexp, bgr), out) in one C++ pass (_core.pixels_into_batch,
     src-lib/cpu/loader_pixels.cpp, built per instruction set like the CPU kernels): OpenCV's 8-bit
     formulas, within one level of the OpenCV path (its vector blocks truncate, its scalar tail rounds;
-    src-test/test_loader_pixels.py), the same bits without jitter. img and out may be views (a crop,
-    a window of a batch row) whose rows hold their pixels side by side."""
+    src-test/test_loader_pixels.py), the same bits without jitter. flip=True: the image mirrored left to
+    right on the way (the same bits as cv2.flip first, without its pass). img and out may be views (a
+    crop, a window of a batch row) whose rows hold their pixels side by side."""
     from .. import _core
 
     if out is None:
         out = np.empty((1 if img.ndim == 2 else img.shape[2],) + img.shape[:2], np.float32)
     jitter = not (dsat == 1 and dexp == 1 and dhue == 0)
-    _core.pixels_into_batch(img, out, _hsv_lut(dhue, dsat, dexp) if jitter else None, bgr)
+    _core.pixels_into_batch(img, out, _hsv_lut(dhue, dsat, dexp) if jitter else None, bgr, flip)
     return out
 
 
@@ -423,7 +427,7 @@ def augment_one(img: np.ndarray, boxes: np.ndarray, net_w: int, net_h: int, opts
     if noise.blur or noise.noise:  # they work on the 8-bit image after the colour step
         pixels = blur_and_noise(augment_pixels(img, p, net_w, net_h, bgr), truth, noise, rng)
         return to_chw(pixels, out), truth
-    return hsv_into_chw(crop_resize_flip(img, p, net_w, net_h), p.dhue, p.dsat, p.dexp, out, bgr), truth
+    return hsv_into_chw(crop_resize(img, p, net_w, net_h), p.dhue, p.dsat, p.dexp, out, bgr, p.flip), truth
 
 
 # ---- mixup ----------------------------------------------------------------------------------
@@ -509,12 +513,15 @@ def mosaic(images: Sequence[Tuple[np.ndarray, np.ndarray]], net_w: int, net_h: i
         # the quadrants tile the image: each is written once, straight into its window of `out`, and
         # only its pixels go through the colour step (it works pixel by pixel)
         if noise.blur or noise.noise:  # they work on the 8-bit image after the colour step (and draw from rng)
-            sized, colour = blur_and_noise(augment_pixels(img, p, w, h, bgr), truth, noise, rng), (0, 1, 1, False)
-        else:
-            sized, colour = crop_resize_flip(img, p, w, h), (p.dhue, p.dsat, p.dexp, bgr)
+            sized = blur_and_noise(augment_pixels(img, p, w, h, bgr), truth, noise, rng)
+            colour, flip = (0, 1, 1, False), False
+        else:  # the flip on the way into the batch: the flipped window [sx0, sx0 + qw) is [w - sx0 - qw, w - sx0)
+            sized, colour, flip = crop_resize(img, p, w, h), (p.dhue, p.dsat, p.dexp, bgr), p.flip
         if qw and qh:
             dhue, dsat, dexp, is_bgr = colour
-            hsv_into_chw(sized[sy0:sy0 + qh, sx0:sx0 + qw], dhue, dsat, dexp, out[:, dy0:dy0 + qh, dx0:dx0 + qw], is_bgr)
+            x0 = w - sx0 - qw if flip else sx0
+            hsv_into_chw(sized[sy0:sy0 + qh, x0:x0 + qw], dhue, dsat, dexp, out[:, dy0:dy0 + qh, dx0:dx0 + qw], is_bgr,
+                         flip)
         room = max_boxes - len(truths)
         if room > 0:
             shifts = (left_shift, right_shift, top_shift, bot_shift)
