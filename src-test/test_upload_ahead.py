@@ -55,3 +55,48 @@ def test_training_uploads_ahead_and_keeps_the_promise(tmp_path):
     assert checker.notes() == []
     np.testing.assert_array_equal(ahead.params(0)["weights"], plain.params(0)["weights"])
 
+
+
+def test_the_loops_order_loads_the_next_batch_before_reading_the_loss(tmp_path):
+    """train.py uploads step i+1's batch (load_train_input) right after step i is queued whole, before it
+    reads step i's loss; forward_train_loaded then runs on it. The promise holds and the losses are
+    those of forward_train."""
+    device = gpu_devices.device("pocl")
+    path = tmp_path / "net.cfg"
+    path.write_text(small_cfg(classes=2, size=64, batch=4, filters=(8, 16), head=16))
+    plain, ahead = _core.Net(str(path), device), _core.Net(str(path), device)
+    for net in (plain, ahead):
+        darknet_init(net, 1)
+    checker = _core.upload_ahead_device(device)
+    _core.run_network_on(ahead, checker.device)
+    rng = np.random.default_rng(5)
+    batches = [rng.uniform(0, 1, (4, 3, 64, 64)).astype(np.float32) for _ in range(5)]
+    truths = [np.array([[0.5, 0.5, 0.3, 0.3, 1]], np.float32)] * 4
+
+    def queue(net):  # a step queued whole after its input is in
+        loss = net.queue_yolo_loss(truths)
+        net.backward()
+        net.queue_update(0.002, 4)
+        return loss
+
+    want = []
+    for x in batches:
+        plain.forward_train(x, [])
+        want.append(sum(h["loss"] for h in queue(plain).read()))
+    got = []
+    ahead.load_train_input(batches[0])
+    for i in range(len(batches)):
+        ahead.forward_train_loaded([])
+        queued = queue(ahead)
+        if i + 1 < len(batches):
+            ahead.load_train_input(batches[i + 1])
+        got.append(sum(h["loss"] for h in queued.read()))
+    assert got == pytest.approx(want, rel=1e-6)
+    assert checker.notes() == []
+    assert checker.calls().get("upload_ahead") == 3  # the first two allocate the two input buffers
+    with pytest.raises(_core.DarknetError, match="no batch is loaded"):
+        ahead.forward_train_loaded([])  # the last one ran already
+    ahead.load_train_input(batches[0])
+    ahead.resize_input(96, 96)
+    with pytest.raises(_core.DarknetError, match="no batch is loaded"):
+        ahead.forward_train_loaded([])  # the resize replaced it
