@@ -667,22 +667,6 @@ PYBIND11_MODULE(_core, m) {
             }
             return layer_outputs(n, *outs, which, "forward_train");
         }, py::arg("x"), py::arg("layers"), "Training-mode forward; zeroes the deltas.")
-        .def("load_train_input", [](Network& n, const FloatArray& x) { auto lk = lock_net(n);
-            Shape xs = nchw("load_train_input", "x", x, 0);
-            py::gil_scoped_release nogil;
-            n.load_train_input(x.data(), xs);
-        }, py::arg("x"),
-           "forward_train's first half: uploads the batch now (on CUDA beside the work still queued), so that a "
-           "training loop stages batch i+1 while the device runs step i. forward_train_loaded() runs on it.")
-        .def("forward_train_loaded", [](Network& n, std::vector<int> which) { auto lk = lock_net(n);
-            for (int i : which) layer_arg(n, i, "forward_train_loaded");
-            const LayerOutputs* outs;
-            {
-                py::gil_scoped_release nogil;
-                outs = &n.forward_train_loaded();
-            }
-            return layer_outputs(n, *outs, which, "forward_train_loaded");
-        }, py::arg("layers"), "forward_train's second half, on the batch load_train_input() loaded (each runs once).")
         .def("set_delta", [](Network& n, int i, const FloatArray& d) { auto lk = lock_net(n);
             n.require_training_state("set_delta()");
             i = layer_arg(n, i, "set_delta");

@@ -196,7 +196,6 @@ void Network::forget_recording() {
 void Network::drop_training_state(const char* by) {
     train_batch_ = 0;
     dropped_by_ = by;
-    train_input_loaded_ = false;  // (load_train_input sets it again after its load_input)
 }
 
 void Network::require_training_state(const std::string& what) const {
@@ -232,7 +231,7 @@ void Network::check_input(const Shape& s) const {
 void Network::load_input(const Tensor* x, const float* host, const Shape& s, bool training) {
     check_input(s);
     // The input and then the outputs are replaced: forward_train's state (which backward() and the loss
-    // read) is gone; run_forward_train restores it once every layer has run.
+    // read) is gone; forward_train_loaded restores it once every layer has run.
     drop_training_state("forward() or detect() since replaced its input and outputs");
     Tensor& dst = training ? train_input_ : input_;
     if (!host && x->on_host() && x->buffer() != dst.buffer()) host = x->data();
@@ -328,24 +327,12 @@ bool Network::replay_or_record(const Shape& s) {
 
 const LayerOutputs& Network::forward_train(const Tensor& x) {
     load_input(&x, nullptr, x.shape(), true);
-    return run_forward_train();
+    return forward_train_loaded();
 }
 
 const LayerOutputs& Network::forward_train(const float* x, const Shape& s) {
     load_input(nullptr, x, s, true);
-    return run_forward_train();
-}
-
-void Network::load_train_input(const float* x, const Shape& s) {
-    load_input(nullptr, x, s, true);
-    train_input_loaded_ = true;
-}
-
-const LayerOutputs& Network::forward_train_loaded() {
-    if (!train_input_loaded_)
-        throw DarknetError("forward_train_loaded(): no batch is loaded (load_train_input() first; each loaded batch "
-                           "runs once, and forward(), forward_train() or resize_input() since replaced it)");
-    return run_forward_train();
+    return forward_train_loaded();
 }
 
 namespace {
@@ -371,8 +358,7 @@ private:
 };
 }  // namespace
 
-const LayerOutputs& Network::run_forward_train() {
-    train_input_loaded_ = false;
+const LayerOutputs& Network::forward_train_loaded() {
     ChoiceAgreement agree(backend_->device(), gradient_hook.get());
     own_params();  // batchnorm's rolling statistics are written
     allocate_grads();

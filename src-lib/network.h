@@ -34,12 +34,6 @@ public:
     // Forward with training behaviour; zeroes every layer's delta for the following backward().
     const LayerOutputs& forward_train(const Tensor& x);
     const LayerOutputs& forward_train(const float* x, const Shape& s);
-    // forward_train in two steps: load_train_input uploads the batch now (ahead of the work still
-    // queued, where the device offers it), forward_train_loaded then runs on it. A training loop loads
-    // batch i+1 while the device still runs step i, before it waits for step i's loss. Each loaded batch
-    // runs once; forward_train_loaded throws when no batch is loaded.
-    void load_train_input(const float* x, const Shape& s);
-    const LayerOutputs& forward_train_loaded();
     // The batch size of the last forward_train while its training state (outputs, deltas, input) is
     // intact; 0 once forward(), resize_input() or set_backend() replaced it, or forward_train failed.
     int train_batch() const { return train_batch_; }
@@ -172,7 +166,7 @@ private:
     // Into input_ (training: train_input_), checked.
     void load_input(const Tensor* x, const float* host, const Shape& s, bool training = false);
     const LayerOutputs& forward_loaded();     // forward() of input_
-    const LayerOutputs& run_forward_train();  // forward_train() of train_input_
+    const LayerOutputs& forward_train_loaded();
     void run_forward(const Shape& s);         // the layers of forward(), from input_
     bool replay_or_record(const Shape& s);    // true when the pass ran as a recording
     void forget_recording();                  // drops it; the next forwards of any shape may record again
@@ -199,7 +193,6 @@ private:
     std::deque<PendingCheck> pending_checks_;  // queued updates whose flag the host has not read
     Tensor spare_train_input_; // the one before, while the next batch may go up ahead (load_input)
     bool last_load_uploaded_ = false;  // the last load_input came from the host
-    bool train_input_loaded_ = false;  // load_train_input's batch, not run yet
     std::unique_ptr<Recording> recording_;  // the recorded forward of recording_shape_, if any
     Shape recording_shape_;
     int eager_runs_ = 0;                    // forwards of recording_shape_ so far, not recorded

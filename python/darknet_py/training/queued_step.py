@@ -3,8 +3,7 @@
 train.py's loop queues a whole step (every pass's forward, yolo loss, backward, then the update)
 without waiting for the device: the loss kernels fill the deltas and leave their statistics where
 they ran (_core.Net.queue_yolo_loss). The loop reads them at the top of the next iteration, after
-the step's update is queued and the next step's first batch is uploaded (LoadedBatch). On CUDA and
-OpenCL that read waits only for the loss kernels
+the step's update is queued. On CUDA and OpenCL that read waits only for the loss kernels
 (Device::download_marked), so the device runs the step's backward and update while the host
 prints, saves and queues the next step; elsewhere it waits for the queued work, once per step
 instead of in the middle of it.
@@ -35,17 +34,6 @@ SYNC_ENV = "DARKNET_PY_SYNC_STATS"
 def read_at_once() -> bool:
     """Whether DARKNET_PY_SYNC_STATS=1 asks for the synchronous order (read before the backward)."""
     return os.environ.get(SYNC_ENV, "") == "1"
-
-
-@dataclass
-class LoadedBatch:
-    """A step's first batch, already uploaded (_core.Net.load_train_input) and not yet run: the loop loads
-    step N + 1's before it reads step N's loss, so that the host stages it while the device still runs
-    step N's forward."""
-
-    t0: float  # when the loop started on the step (perf_counter)
-    truths: List[Any]  # the batch's labels
-    load_seconds: float  # waiting for the loader
 
 
 @dataclass

@@ -49,7 +49,7 @@ from ..distributed.plan import plan_ranks
 from .checkpoint import remove_stale_temporaries, save_weights_atomic
 from .lr_policy import LrSchedule
 from .phase_hook import phase
-from .queued_step import LoadedBatch, QueuedStep, read_at_once
+from .queued_step import QueuedStep, read_at_once
 from .weights_transfer import load_start_weights, weights_layers_in_file  # noqa: F401 (public here too)
 from .train_rate import ThroughputMeter, default_train_workers, use_processes
 
@@ -428,17 +428,16 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
     count = 0  # iterations in this run (Darknet's `count`, for the multi-scale cadence)
     # The device never waits for the host mid-step: a step is queued whole (forward, loss, backward
     # and update of every pass) and its loss is read, checked and reported at the top of the next
-    # iteration, before that one queues anything but its first batch's upload (queued_step.py). So
-    # the NaN/Inf stop comes after the diverged step's update was queued; it still comes before any
+    # iteration, before that one queues anything (queued_step.py). So the NaN/Inf stop now comes
+    # after the diverged step's update was queued (no longer before it); it still comes before any
     # save, all of which happen in this report or after it, and the report of the last step is read
     # before the loop ends. Callbacks still see the weights of their iteration, before the next step.
     at_once = read_at_once()
     unchecked: List[QueuedStep] = []  # the step whose update ran but whose loss is not checked yet
 
-    def load_step() -> Optional[LoadedBatch]:
-        """Iteration + 1's size and first batch, uploaded (ahead of the work queued, on CUDA); None at
-        max_batches."""
-        nonlocal count
+    def queue_step() -> Optional[QueuedStep]:
+        """Queues iteration + 1 whole, or returns None at max_batches."""
+        nonlocal iteration, count
         if iteration >= total:
             return None
         # random=1: a new size every 10 iterations; the largest at the start and for the last 100
@@ -454,26 +453,13 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
                 say(f"Resizing to {w} x {h}")
         count += 1
         phase("iteration", f"begin {iteration + 1}")
-        t0 = time.perf_counter()
-        images, truths = loader.next_batch()
-        raw.load_train_input(images)
-        return LoadedBatch(t0, truths, loader.last_wait)
 
-    def queue_step(first: Optional[LoadedBatch]) -> Optional[QueuedStep]:
-        """Queues iteration + 1 whole from its loaded first batch, or returns None at max_batches."""
-        nonlocal iteration
-        if first is None:
-            return None
+        t0 = time.perf_counter()
         step = QueuedStep(iteration + 1, at_once)
         for p in range(plan.passes):
-            if p == 0:
-                truths = first.truths
-                step.load_seconds += first.load_seconds
-                raw.forward_train_loaded([])
-            else:
-                images, truths = loader.next_batch()
-                step.load_seconds += loader.last_wait
-                raw.forward_train(images, [])
+            images, truths = loader.next_batch()
+            step.load_seconds += loader.last_wait
+            raw.forward_train(images, [])
             step.add_pass(raw.queue_yolo_loss([darknet_truth(t) for t in truths]))
             # the last pass's gradients are summed over the ranks while its backward runs
             raw.backward(all_reduce=group is not None and p == plan.passes - 1)
@@ -486,7 +472,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
             step.add_update(raw.queue_update(step.rate, plan.update_batch, iteration))
             raw.seen = iteration * batch
             unchecked[:] = [step]
-        step.seconds = time.perf_counter() - first.t0
+        step.seconds = time.perf_counter() - t0
         return step
 
     def learn_update(step: QueuedStep) -> None:
@@ -499,13 +485,9 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
     queued: Optional[QueuedStep] = None
     before: Optional[QueuedStep] = None  # the step reported last: its update's check is read one step late
     try:
-        queued = queue_step(load_step())
+        queued = queue_step()
         while queued is not None:  # the report of the step queued last (`iteration` is its number)
             step, queued = queued, None
-            # The next batch goes up while the device runs this step, before its loss is waited for (the
-            # host's staging then hides under the step's forward, not only under its backward). Not with
-            # a callback, which may run the network itself (on its batch, or at another size).
-            loaded = load_step() if callback is None else None
             t_read = time.perf_counter()
             passes = step.read()
             loss_sum = step.loss_sum(passes)
@@ -594,7 +576,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
                 result.stopped = True
                 say(f"stopped by the callback at iteration {iteration}")
                 break
-            queued = queue_step(loaded if callback is None else load_step())
+            queued = queue_step()
     except KeyboardInterrupt:
         con.close()
         # a step whose update ran but whose loss is unchecked: it too must be finite to save its weights
