@@ -141,6 +141,18 @@ def test_throughput_meter_and_loader_choice():
     assert "the loader limits training: raise --workers" in m.summary("threads x2")
     m.add(64, 10.0, 0.0)
     assert "the training step limits training" in m.summary("processes x4")
+    # on a GPU the loop's wait for each step's loss says whether the device or the host's work limits
+    g = ThroughputMeter(queued_device=True)
+    for _ in range(3):
+        g.add(64, 0.025, 0.0, 0.008)
+    assert g.device_wait_share == pytest.approx(0.32)
+    assert g.line() == "2560 images/s, 0% waiting for data, 32% for the device"
+    assert "the training step limits training" in g.summary("processes x14")
+    h = ThroughputMeter(queued_device=True)
+    for _ in range(3):
+        h.add(64, 0.030, 0.0, 0.0001)
+    assert "the host's own work per step limits training" in h.summary("processes x14")
+    assert "for the device" not in m.line()  # the CPU: no device wait to see
     cores = os.cpu_count() or 1
     assert default_train_workers("cpu") == min(4, cores) and default_train_workers("cuda") == max(1, min(8, cores - 1))
     assert use_processes("auto", "cuda:0", 4) and not use_processes("auto", "cpu", 4)

@@ -91,6 +91,7 @@ class TrainResult:
     seconds: float = 0.0
     images_per_second: float = 0.0  # training images per second over this run's iterations
     data_wait_share: float = 0.0  # the share of those iterations' time spent waiting for the loader
+    device_wait_share: float = 0.0  # ... and for the device (GPU devices; near 0: the host's work limits)
     loader: str = ""  # how the batches were prepared: "threads x4", "processes x8", "this thread"
     skipped_steps: int = 0  # fp16: steps skipped because the gradients overflowed (loss scaling)
     net: Any = field(default=None, repr=False)  # the trained darknet_py._core.Net (its last input size)
@@ -382,7 +383,8 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
 
     result = TrainResult(iteration=start, start_iteration=start, max_batches=total, seed=seed, backup_dir=backup,
                          net=raw, loader=result_loader)
-    rate_meter = ThroughputMeter()
+    # (on the CPU a step runs as it is queued, and DARKNET_PY_SYNC_STATS=1 reads mid-step: no device wait to see)
+    rate_meter = ThroughputMeter(queued_device=not device.startswith("cpu") and not read_at_once())
     ch = Chart(os.path.join(backup, CHART_NAME), total, title=f"{base}  batch {batch}") if chart else None
     if ch is not None:
         result.chart = ch.save()
@@ -489,7 +491,8 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
         while queued is not None:  # the report of the step queued last (`iteration` is its number)
             step, queued = queued, None
             t_read = time.perf_counter()
-            passes = step.read()
+            passes = step.read()  # waits for the step's loss kernels: the loop's wait for the device
+            device_wait = time.perf_counter() - t_read
             loss_sum = step.loss_sum(passes)
             if group is not None:  # every rank sees the step's loss (and stops together on NaN)
                 loss_sum = float(group.all_reduce(np.array([loss_sum], np.float32))[0])
@@ -508,7 +511,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
             if before is not None:  # its update ran before this step's loss kernels: no wait
                 learn_update(before)
             before = step
-            rate_meter.add(batch, seconds, load_seconds)
+            rate_meter.add(batch, seconds, load_seconds, device_wait)
             avg_loss = loss if avg_loss < 0 else avg_loss
             avg_loss = avg_loss * 0.9 + loss * 0.1
             ema_seconds = seconds if ema_seconds is None else 0.95 * ema_seconds + 0.05 * seconds
@@ -590,6 +593,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
         loader.close()
         result.seconds = time.perf_counter() - t_start
         result.images_per_second, result.data_wait_share = rate_meter.images_per_second, rate_meter.wait_share
+        result.device_wait_share = rate_meter.device_wait_share
         if ch is not None:
             try:
                 ch.save()

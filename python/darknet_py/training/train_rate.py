@@ -1,11 +1,16 @@
-"""Training throughput as a user sees it: images per second and the share of the time the training
-step waited for the loader, so that the log says which side limits the run (train.py)."""
+"""Training throughput as a user sees it: images per second, the share of the time the training loop
+waited for the loader and, on a device that runs the queued step beside the loop, the share it waited
+for the device, so that the log says which side limits the run: the data, the device, or the host's
+own work per step (train.py)."""
 from __future__ import annotations
 
 import os
 
 # below this share of waiting, the device (or the CPU engine) is the limit, not the data
 WAIT_WORTH_MENTIONING = 0.05
+# below this share of waiting for the device, the loop's own work is the limit: the device idles between
+# steps (a device-bound loop waits for each step's loss, a few ms of each step)
+DEVICE_WAIT_BELOW = 0.02
 
 
 def default_train_workers(device: str) -> int:
@@ -26,42 +31,56 @@ def use_processes(loader_kind: str, device: str, workers: int) -> bool:
 
 
 class ThroughputMeter:
-    """Iteration times and data waits. The first iteration (the loader starting, the device's
-    first-call work) is left out of the totals once there are others."""
+    """Iteration times, data waits and device waits. The first iteration (the loader starting, the
+    device's first-call work) is left out of the totals once there are others. queued_device: the
+    device runs a queued step beside the loop (GPU devices, statistics read one step late), so the
+    loop's wait for a step's loss is its wait for the device; elsewhere that wait means nothing."""
 
-    def __init__(self) -> None:
+    def __init__(self, queued_device: bool = False) -> None:
+        self.queued_device = queued_device
         self.iterations = 0
-        self.first = (0, 0.0, 0.0)
-        self.images, self.seconds, self.wait = 0, 0.0, 0.0
+        self.first = (0, 0.0, 0.0, 0.0)
+        self.totals = (0, 0.0, 0.0, 0.0)  # images, seconds, data wait, device wait
 
-    def add(self, images: int, seconds: float, wait: float) -> None:
+    def add(self, images: int, seconds: float, wait: float, device_wait: float = 0.0) -> None:
         self.iterations += 1
         if self.iterations == 1:
-            self.first = (images, seconds, wait)
+            self.first = (images, seconds, wait, device_wait)
         else:
-            self.images, self.seconds, self.wait = self.images + images, self.seconds + seconds, self.wait + wait
+            self.totals = tuple(a + b for a, b in zip(self.totals, (images, seconds, wait, device_wait)))
 
     def _totals(self):
-        return (self.images, self.seconds, self.wait) if self.iterations > 1 else self.first
+        return self.totals if self.iterations > 1 else self.first
 
     @property
     def images_per_second(self) -> float:
-        images, seconds, _ = self._totals()
+        images, seconds, _, _ = self._totals()
         return images / seconds if seconds > 0 else 0.0
 
     @property
     def wait_share(self) -> float:
-        _, seconds, wait = self._totals()
+        _, seconds, wait, _ = self._totals()
+        return min(1.0, wait / seconds) if seconds > 0 else 0.0
+
+    @property
+    def device_wait_share(self) -> float:
+        _, seconds, _, wait = self._totals()
         return min(1.0, wait / seconds) if seconds > 0 else 0.0
 
     def line(self) -> str:
-        return f"{self.images_per_second:.0f} images/s, {100 * self.wait_share:.0f}% waiting for data"
+        text = f"{self.images_per_second:.0f} images/s, {100 * self.wait_share:.0f}% waiting for data"
+        return text + (f", {100 * self.device_wait_share:.0f}% for the device" if self.queued_device else "")
 
     def summary(self, loader: str) -> str:
         text = (f"throughput: {self.images_per_second:.1f} images/s over {max(1, self.iterations - 1)} iterations, "
                 f"{100 * self.wait_share:.1f}% of the time waiting for data (loader: {loader})")
+        if self.queued_device:
+            text += f", {100 * self.device_wait_share:.1f}% waiting for the device"
         if self.wait_share >= WAIT_WORTH_MENTIONING:
             text += f"; the loader limits training: raise --workers (this machine has {os.cpu_count()} cores)"
+        elif self.queued_device and self.device_wait_share < DEVICE_WAIT_BELOW:
+            text += ("; the host's own work per step limits training (copying each batch for the device, queuing "
+                     "the step): the device waits for it; loader workers share the cores with it")
         else:
             text += "; the training step limits training, not the data"
         return text
