@@ -114,9 +114,6 @@ std::vector<std::vector<TruthBox>> truth_boxes(const Network& n, const std::vect
     return boxes;
 }
 
-// Takes the network's call lock with the GIL released: the thread holding the lock may need the GIL
-// to finish its call, so waiting for the lock while holding the GIL could deadlock. Every method of
-// Net takes it first, so calls on one network from many threads are serialized (any order).
 // Net.pin_memory: a copy of `a` in the device's page-locked host memory (Device::host_alloc), given back
 // to the device when the array goes; `a` itself where the device has none.
 py::array pin_memory(const std::shared_ptr<Device>& device, const FloatArray& a) {
@@ -133,6 +130,9 @@ py::array pin_memory(const std::shared_ptr<Device>& device, const FloatArray& a)
     return py::array_t<float>(std::vector<py::ssize_t>(a.shape(), a.shape() + a.ndim()), static_cast<float*>(p), owner);
 }
 
+// Takes the network's call lock with the GIL released: the thread holding the lock may need the GIL
+// to finish its call, so waiting for the lock while holding the GIL could deadlock. Every method of
+// Net takes it first, so calls on one network from many threads are serialized (any order).
 std::unique_lock<std::mutex> lock_net(const Network& n) {
     std::unique_lock<std::mutex> lk(n.call_mutex, std::try_to_lock);
     if (lk.owns_lock()) return lk;
