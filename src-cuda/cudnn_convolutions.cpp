@@ -122,28 +122,28 @@ long long CudnnConvolutions::workspace_for(const ConvParams& p, ConvPass pass, b
             if (q.status != 0 || q.memory > kMaxWorkspace) return false;
             return tf32_ || s.half || q.math_type == CudnnApi::kFmaMath || q.math_type == CudnnApi::kDefaultMath;
         };
-        int pick = -1;  // perf is best first: alone, the first usable
-        for (int i = 0; i < n && pick < 0; ++i)
-            if (usable(perf[i])) pick = i;
+        constexpr int kMaths = 4, kSlots = 16 * kMaths;  // an (algorithm, math type) pair's slot
+        auto slot = [](const CudnnApi::AlgoPerf& q) { return q.algo * kMaths + q.math_type; };
+        int agreed = -1;
         if (agree) {
             // Every rank's time of each (algorithm, math type), summed; one unusable anywhere counts
             // as unusable (its sum stays >= kNever). The least sum wins on every rank alike.
-            constexpr int kMaths = 4, kSlots = 16 * kMaths;
             constexpr float kNever = 1e30f;
             std::vector<float> total(kSlots, kNever);
             for (int i = 0; i < n; ++i) {
-                int slot = perf[i].algo * kMaths + perf[i].math_type;
-                if (usable(perf[i]) && slot >= 0 && slot < kSlots) total[slot] = std::min(total[slot], perf[i].time);
+                int at = slot(perf[i]);
+                if (usable(perf[i]) && at >= 0 && at < kSlots) total[at] = std::min(total[at], perf[i].time);
             }
             agree_(total.data(), total.size());
-            int best = -1;
-            for (int slot = 0; slot < kSlots; ++slot)
-                if (total[slot] < kNever && (best < 0 || total[slot] < total[best])) best = slot;
-            pick = -1;
-            for (int i = 0; i < n && pick < 0 && best >= 0; ++i)
-                if (usable(perf[i]) && perf[i].algo * kMaths + perf[i].math_type == best) pick = i;
+            for (int at = 0; at < kSlots; ++at)
+                if (total[at] < kNever && (agreed < 0 || total[at] < total[agreed])) agreed = at;
             s.agreed[k] = true;
         }
+        // perf is best first: alone, the first usable; agreed, the first of the agreed slot (none if no
+        // slot was usable on every rank)
+        int pick = -1;
+        for (int i = 0; i < n && pick < 0; ++i)
+            if (usable(perf[i]) && (!agree || slot(perf[i]) == agreed)) pick = i;
         if (pick >= 0) {
             s.algo[k] = perf[pick].algo;
             s.workspace[k] = perf[pick].memory;

@@ -341,11 +341,9 @@ namespace {
 // Elsewhere (rank 0's --map, a user's inference) each device chooses alone.
 class ChoiceAgreement {
 public:
-    ChoiceAgreement(const std::shared_ptr<Device>& device, GradientHook* hook)
-        : device_(device && hook ? device.get() : nullptr) {
-        auto sum = device_ ? hook->sum_over_ranks() : nullptr;
-        if (!sum) device_ = nullptr;
-        if (device_) device_->set_choice_agreement(std::move(sum));
+    ChoiceAgreement(const std::shared_ptr<Device>& device, GradientHook* hook) {
+        auto sum = device && hook ? hook->sum_over_ranks() : nullptr;
+        if (sum) device_ = device.get(), device_->set_choice_agreement(std::move(sum));
     }
     ~ChoiceAgreement() {
         if (device_) device_->set_choice_agreement(nullptr);
@@ -354,7 +352,7 @@ public:
     ChoiceAgreement& operator=(const ChoiceAgreement&) = delete;
 
 private:
-    Device* device_;
+    Device* device_ = nullptr;  // the device told to agree, which is told to stop at the end
 };
 }  // namespace
 
