@@ -15,7 +15,7 @@ struct CudnnApi {
     using TensorDesc = struct cudnnTensorStruct*;
     using FilterDesc = struct cudnnFilterStruct*;
     using ConvDesc = struct cudnnConvolutionStruct*;
-    enum : int { kNchw = 0, kCrossCorrelation = 1 };  // format, mode
+    enum : int { kNchw = 0, kNhwc = 1, kCrossCorrelation = 1 };  // formats, mode
     enum : int { kFloat = 0, kHalf = 2, kBfloat16 = 9 };  // cudnnDataType_t
     // cudnnMathType_t: FMA = plain fp32, no TF32; tensor op = tensor cores (half data, fp32 accumulation)
     enum : int { kDefaultMath = 0, kTensorOpMath = 1, kFmaMath = 3 };

@@ -61,8 +61,8 @@ void CudnnConvolutions::check(int status, const char* what) const {
 }
 
 CudnnConvolutions::Shape& CudnnConvolutions::shape(const ConvParams& p) {
-    std::array<int, 16> key{p.x.n, p.x.c, p.x.h, p.x.w, p.y.n, p.y.c, p.y.h, p.y.w, p.kh, p.kw,
-                            p.stride_y, p.stride_x, p.pad, p.dilation, p.groups, (int)p.dtype};
+    std::array<int, 17> key{p.x.n, p.x.c, p.x.h, p.x.w, p.y.n, p.y.c, p.y.h, p.y.w, p.kh, p.kw,
+                            p.stride_y, p.stride_x, p.pad, p.dilation, p.groups, (int)p.dtype, p.nhwc ? 1 : 0};
     auto it = shapes_.find(key);
     if (it != shapes_.end()) return *it->second;
     auto s = std::make_unique<Shape>(api_);
@@ -73,9 +73,12 @@ CudnnConvolutions::Shape& CudnnConvolutions::shape(const ConvParams& p) {
     check(a.cudnnCreateConvolutionDescriptor(&s->conv), "a convolution descriptor");
     // Half data (fp16 / bf16) with fp32 compute: cuDNN's "pseudo half" configurations.
     const int data = p.dtype == DType::f16 ? CudnnApi::kHalf : p.dtype == DType::bf16 ? CudnnApi::kBfloat16 : CudnnApi::kFloat;
-    check(a.cudnnSetTensor4dDescriptor(s->x, CudnnApi::kNchw, data, p.x.n, p.x.c, p.x.h, p.x.w), "x");
-    check(a.cudnnSetTensor4dDescriptor(s->y, CudnnApi::kNchw, data, p.y.n, p.y.c, p.y.h, p.y.w), "y");
-    check(a.cudnnSetFilter4dDescriptor(s->w, data, CudnnApi::kNchw, p.y.c, p.x.c / p.groups, p.kh, p.kw), "weights");
+    // NHWC tensors (tensor.h Layout) with KRSC filters: what the tensor-core kernels read without the
+    // transposes cuDNN puts around them for NCHW half data
+    const int format = p.nhwc ? CudnnApi::kNhwc : CudnnApi::kNchw;
+    check(a.cudnnSetTensor4dDescriptor(s->x, format, data, p.x.n, p.x.c, p.x.h, p.x.w), "x");
+    check(a.cudnnSetTensor4dDescriptor(s->y, format, data, p.y.n, p.y.c, p.y.h, p.y.w), "y");
+    check(a.cudnnSetFilter4dDescriptor(s->w, data, format, p.y.c, p.x.c / p.groups, p.kh, p.kw), "weights");
     // Darknet pads symmetrically; its output size formula is cuDNN's.
     check(a.cudnnSetConvolution2dDescriptor(s->conv, p.pad, p.pad, p.stride_y, p.stride_x, p.dilation, p.dilation,
                                             CudnnApi::kCrossCorrelation, CudnnApi::kFloat),

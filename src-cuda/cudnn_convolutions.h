@@ -55,7 +55,7 @@ private:
     CudnnApi::Handle handle_;
     bool tf32_;
     Choice choice_;
-    std::map<std::array<int, 16>, std::unique_ptr<Shape>> shapes_;
+    std::map<std::array<int, 17>, std::unique_ptr<Shape>> shapes_;
     std::function<void(float*, size_t)> agree_;
 };
 

@@ -54,21 +54,29 @@ public:
     // The device whose memory holds this backend's tensors; null = host memory (cpu, reference).
     virtual std::shared_ptr<Device> device() const { return nullptr; }
     // A tensor in this backend's memory (zeroed on the host, unspecified on a device).
-    Tensor alloc(Shape s, DType dtype = DType::f32) const {
-        return Tensor(s, std::make_shared<Buffer>(device(), s.size(), dtype));
+    Tensor alloc(Shape s, DType dtype = DType::f32, Layout layout = Layout::nchw) const {
+        return Tensor(s, std::make_shared<Buffer>(device(), s.size(), dtype, layout));
     }
-    // Gives t shape s and storage type dtype in this backend's memory; reallocates only when t lives
-    // elsewhere, has another storage type or is too small.
-    void resize(Tensor& t, Shape s, DType dtype = DType::f32) const {
-        if (t.buffer() && t.device() == device().get() && t.dtype() == dtype) t.resize(s);
-        else t = alloc(s, dtype);
+    // Gives t shape s, storage type dtype and layout in this backend's memory; reallocates only when t
+    // lives elsewhere, has another storage type or layout, or is too small.
+    void resize(Tensor& t, Shape s, DType dtype = DType::f32, Layout layout = Layout::nchw) const {
+        if (t.buffer() && t.device() == device().get() && t.dtype() == dtype && t.layout() == layout) t.resize(s);
+        else t = alloc(s, dtype, layout);
+    }
+    // The layout this backend's ops run fastest on for activations in storage type t: NCHW on the
+    // host; NHWC where a device's tensor-core convolutions want it (src-lib/gpu/PRECISION.md, "Layout").
+    // Ops take either on a GPU device; Network keeps its activations in this one.
+    virtual Layout preferred_layout(DType t) const {
+        (void)t;
+        return Layout::nchw;
     }
 
     // ---- storage types (src-lib/gpu/PRECISION.md) ----------------------------------------------
     // The storage types this backend's ops take: fp32 everywhere; fp16 / bf16 on GPU devices that
     // run them. An op given a tensor in another type throws DarknetError naming it.
     virtual std::vector<DType> storage_types() const { return {DType::f32}; }
-    // y = x converted to y's storage type (same size). The host backends hold fp32 only: a copy.
+    // y = x converted to y's storage type and layout (same size). The host backends hold fp32 NCHW
+    // only: a copy.
     virtual void convert(const Tensor& x, Tensor& y) { copy_tensor(x, y); }
     // t in this backend's memory: t itself when it is there already, otherwise a copy.
     Tensor adopt(const Tensor& t) const {

@@ -41,6 +41,7 @@ void Network::build_layers(const CfgFile& cfg) {
     if (layers.empty()) throw DarknetError(cfg.path + ": the cfg has no layers after [net]");
     resolve_layer_training(layers);
     warn_unused_options(cfg, warnings);
+    choose_layout();
 }
 
 void Network::allocate_params() {
@@ -118,10 +119,33 @@ void Network::set_precision(DType t) {
     precision_ = t;
     loss_scaler.reset(t);
     outputs_.clear();
-    input_half_ = Tensor();
-    train_input_half_ = Tensor();
+    input_converted_ = Tensor();
+    train_input_converted_ = Tensor();
     forget_recording();
     drop_training_state("set_precision() changed the activations' storage type");
+    choose_layout();
+}
+
+void Network::choose_layout() {
+    Layout chosen = backend_->preferred_layout(precision_);
+    if (const char* env = std::getenv("DARKNET_PY_LAYOUT"); env && *env && std::string(env) != "auto") {
+        if (std::string(env) != "nchw" && std::string(env) != "nhwc")
+            throw DarknetError(std::string("DARKNET_PY_LAYOUT='") + env + "': use nchw, nhwc or auto");
+        chosen = backend_->device() && std::string(env) == "nhwc" ? Layout::nhwc : Layout::nchw;
+    }
+    for (auto& l : layers)
+        if (!l->runs_channels_last()) chosen = Layout::nchw;
+    if (chosen == layout_) return;
+    layout_ = chosen;
+    outputs_.clear();
+    input_converted_ = Tensor();
+    train_input_converted_ = Tensor();
+    forget_recording();
+    drop_training_state("the activations' layout changed");
+}
+
+Layout Network::output_layout(size_t layer) const {
+    return dynamic_cast<const YoloLayer*>(layers[layer].get()) ? Layout::nchw : layout_;
 }
 
 DType Network::output_type(size_t layer) const {
@@ -135,8 +159,8 @@ void Network::set_backend(std::unique_ptr<Backend> backend) {
     backend_ = std::move(backend);
     precision_ = DType::f32;
     loss_scaler.reset(precision_);
-    input_half_ = Tensor();
-    train_input_half_ = Tensor();
+    input_converted_ = Tensor();
+    train_input_converted_ = Tensor();
     for (auto& l : layers)
         for (Param& p : l->params) {
             p.value = backend_->adopt(p.value);
@@ -151,6 +175,7 @@ void Network::set_backend(std::unique_ptr<Backend> backend) {
     input_ = train_input_ = spare_train_input_ = Tensor();
     forget_recording();
     drop_training_state("set_backend() moved the network");
+    choose_layout();
 }
 
 void Network::resize_input(int width, int height) {
@@ -275,15 +300,15 @@ const LayerOutputs& Network::forward_loaded() {
 
 void Network::run_forward(const Shape& s) {
     const Tensor* in = &input_;
-    if (precision_ != DType::f32) {  // the input goes up in fp32 and is converted on the device
-        backend_->resize(input_half_, s, precision_);
-        backend_->convert(input_, input_half_);
-        in = &input_half_;
+    if (converts_input()) {  // the input goes up in fp32 NCHW and is converted on the device
+        backend_->resize(input_converted_, s, precision_, layout_);
+        backend_->convert(input_, input_converted_);
+        in = &input_converted_;
     }
     for (size_t i = 0; i < layers.size(); ++i) {
         auto t0 = std::chrono::steady_clock::now();
         Layer& l = *layers[i];
-        backend_->resize(outputs_[i], Shape{s.n, l.out.c, l.out.h, l.out.w}, output_type(i));
+        backend_->resize(outputs_[i], Shape{s.n, l.out.c, l.out.h, l.out.w}, output_type(i), output_layout(i));
         run_layer(i, [&] { l.forward(*backend_, *in, outputs_[i], outputs_); });
         in = &outputs_[i];
         layer_ms_[i] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -364,16 +389,16 @@ const LayerOutputs& Network::forward_train_loaded() {
     drop_training_state("the last forward_train() failed");  // until every layer has run
     outputs_.resize(layers.size());
     deltas_.resize(layers.size());
-    if (precision_ != DType::f32) {  // as run_forward: the input goes up in fp32, converted on the device
-        backend_->resize(train_input_half_, s, precision_);
-        backend_->convert(train_input_, train_input_half_);
+    if (converts_input()) {  // as run_forward: the input goes up in fp32 NCHW, converted on the device
+        backend_->resize(train_input_converted_, s, precision_, layout_);
+        backend_->convert(train_input_, train_input_converted_);
     }
     const Tensor* in = &train_input();
     for (size_t i = 0; i < layers.size(); ++i) {
         Layer& l = *layers[i];
         Shape os{s.n, l.out.c, l.out.h, l.out.w};
-        backend_->resize(outputs_[i], os, output_type(i));
-        backend_->resize(deltas_[i], os, output_type(i));
+        backend_->resize(outputs_[i], os, output_type(i), output_layout(i));
+        backend_->resize(deltas_[i], os, output_type(i), output_layout(i));
         backend_->fill(deltas_[i], 0.0f);
         run_layer(i, [&] { l.forward_train(*backend_, *in, outputs_[i], outputs_); });
         in = &outputs_[i];

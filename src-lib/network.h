@@ -119,6 +119,12 @@ public:
     // optimizer state; fp16 with dynamic loss scaling (loss_scaler).
     void set_precision(DType t);
     DType precision() const { return precision_; }
+    // How the device holds the activations (tensor.h Layout): the backend's preferred layout for the
+    // precision (NHWC for bf16 on CUDA with cuDNN, src-lib/gpu/PRECISION.md "Layout"), where every
+    // layer has a channels-last path (conv, max, local_avg, route, upsample, yolo); NCHW otherwise.
+    // DARKNET_PY_LAYOUT=nchw or nhwc (read when the layout is chosen: set_precision, set_backend, the
+    // build) overrides the preference on a GPU device. Invisible to callers: every host copy is NCHW.
+    Layout layout() const { return layout_; }
 
     // Moves parameters and optimizer state to another backend (and its device); the precision goes
     // back to fp32 (set_precision after it for half).
@@ -176,12 +182,16 @@ private:
     std::vector<double> layer_ms_;
     std::vector<std::set<std::string>> fallback_ops_;
     Tensor input_;             // forward()'s input (a recorded forward reads it from here)
-    Tensor input_half_;        // input_ converted to precision_ by the forward itself (recorded with it)
+    Tensor input_converted_;   // input_ in precision_ and layout_, converted by the forward itself (recorded with it)
     DType precision_ = DType::f32;
     DType output_type(size_t layer) const;  // precision_, but fp32 for the [yolo] heads
+    Layout layout_ = Layout::nchw;
+    Layout output_layout(size_t layer) const;  // layout_, but NCHW for the [yolo] heads (decoded as such)
+    void choose_layout();                      // layout_ for this backend, precision and set of layers
+    bool converts_input() const { return precision_ != DType::f32 || layout_ != Layout::nchw; }
     Tensor train_input_;       // forward_train()'s (backward of layer 0 reads it)
-    Tensor train_input_half_;  // train_input_ converted to precision_ (then layer 0 reads this one)
-    const Tensor& train_input() const { return precision_ == DType::f32 ? train_input_ : train_input_half_; }
+    Tensor train_input_converted_;  // train_input_ in precision_ and layout_ (then layer 0 reads this one)
+    const Tensor& train_input() const { return converts_input() ? train_input_converted_ : train_input_; }
     // fp16: every gradient unscaled and checked into a fresh 1-element flag, which is returned
     Tensor queue_overflow_check();
     struct PendingCheck {

@@ -1,6 +1,8 @@
 // Tensor: an NCHW array = a shape plus a buffer that knows where it lives (host memory or one
-// device's memory) and its storage type (fp32; fp16 or bf16 on a GPU device, see src-lib/gpu/PRECISION.md). Buffers are shared (reference-counted) so that layers can hand their
-// outputs to later layers without copies. Elements are reachable only on the host (data());
+// device's memory), its storage type (fp32; fp16 or bf16 on a GPU device, see src-lib/gpu/PRECISION.md)
+// and its layout in that memory (NCHW; NHWC on a GPU device that prefers it, behind the ops: the
+// shape, every op's meaning and every host copy stay NCHW). Buffers are shared (reference-counted) so
+// that layers can hand their outputs to later layers without copies. Elements are reachable only on the host (data());
 // a device tensor crosses to the host through the explicit copies at the end of this file.
 #pragma once
 #include <cstddef>
@@ -34,18 +36,26 @@ const char* dtype_name(DType t);  // "fp32", "fp16", "bf16": the names of the `p
 // DType of a precision name; throws DarknetError naming the three for anything else.
 DType parse_dtype(const std::string& name);
 
-// One allocation of `count` elements of `dtype`: zeroed host memory (fp32 only), or memory of
+// How a device buffer orders an NCHW tensor's elements. nhwc ("channels last") is what tensor-core
+// convolutions read (cuDNN transposes NCHW half tensors around them otherwise): a device that
+// prefers it (Backend::preferred_layout) keeps a network's activations so. Host memory is NCHW only;
+// the host copies below transpose. src-lib/gpu/PRECISION.md, "Layout".
+enum class Layout : uint8_t { nchw, nhwc };
+const char* layout_name(Layout l);  // "nchw", "nhwc"
+
+// One allocation of `count` elements of `dtype`: zeroed host memory (fp32, NCHW only), or memory of
 // `device` (contents unspecified).
 class Buffer {
 public:
     explicit Buffer(size_t count) : count_(count), host_(count, 0.0f) {}
-    Buffer(std::shared_ptr<Device> device, size_t count, DType dtype = DType::f32);
+    Buffer(std::shared_ptr<Device> device, size_t count, DType dtype = DType::f32, Layout layout = Layout::nchw);
     ~Buffer();
     Buffer(const Buffer&) = delete;
     Buffer& operator=(const Buffer&) = delete;
 
     size_t count() const { return count_; }
     DType dtype() const { return dtype_; }
+    Layout layout() const { return layout_; }
     float* host() { return device_ ? nullptr : host_.data(); }
     Device* device() const { return device_.get(); }
     const std::shared_ptr<Device>& device_ptr() const { return device_; }
@@ -54,6 +64,7 @@ public:
 private:
     size_t count_;
     DType dtype_ = DType::f32;
+    Layout layout_ = Layout::nchw;
     std::vector<float> host_;
     std::shared_ptr<Device> device_;
     DeviceMemory* memory_ = nullptr;
@@ -70,6 +81,7 @@ public:
     bool empty() const { return !buffer_ || shape_.size() == 0; }
     bool on_host() const { return !buffer_ || !buffer_->device(); }
     DType dtype() const { return buffer_ ? buffer_->dtype() : DType::f32; }
+    Layout layout() const { return buffer_ ? buffer_->layout() : Layout::nchw; }
     Device* device() const { return buffer_ ? buffer_->device() : nullptr; }
     DeviceMemory* memory() const { return buffer_ ? buffer_->memory() : nullptr; }
     const std::shared_ptr<Buffer>& buffer() const { return buffer_; }
@@ -82,7 +94,7 @@ public:
     float& operator[](size_t i) { return data()[checked(i)]; }
     float operator[](size_t i) const { return data()[checked(i)]; }
 
-    // New shape in the same memory space and storage type (host stays host, a device tensor stays on
+    // New shape in the same memory space, storage type and layout (host stays host, a device tensor stays on
     // its device); reallocates only when the element count grows; contents are unspecified afterwards.
     void resize(Shape s);
 
@@ -97,13 +109,14 @@ private:
 };
 
 // ---- explicit host <-> device copies (plain memcpy where both sides are host memory) --------
-// The host side is always fp32; a half device tensor is converted on the host (half_convert.h,
-// round to nearest even) on the way up and widened on the way down, so every host view and every
-// CPU fallback sees fp32. Offsets and counts are in elements.
+// The host side is always fp32 NCHW; a half device tensor is converted on the host (half_convert.h,
+// round to nearest even) on the way up and widened on the way down, and an NHWC one transposed, so
+// every host view and every CPU fallback sees fp32 NCHW. Offsets and counts are in elements (NCHW
+// order; a part of an NHWC tensor is refused: only whole NHWC tensors cross).
 void copy_from_host(const float* src, Tensor& dst);   // dst.size() floats
 void copy_to_host(const Tensor& src, float* dst);     // src.size() floats
 void copy_to_host(const Tensor& src, size_t offset, size_t count, float* dst);  // floats [offset, offset + count)
-void copy_tensor(const Tensor& src, Tensor& dst);     // same size, any memory spaces and storage types
+void copy_tensor(const Tensor& src, Tensor& dst);     // same size, any memory spaces, storage types, layouts
 // Throws DarknetError "<what> between tensors of different sizes: <a> -> <b>" unless a and b hold as many
 // elements (the elementwise operations between two tensors of any shapes: copy, convert, add_scaled).
 void require_same_size(const char* what, const Tensor& a, const Tensor& b);

@@ -134,18 +134,18 @@ public:
     }
 
     bool conv2d(const ConvParams& p, const DeviceMemory* x, const DeviceMemory* w, DeviceMemory* y) override {
-        if (p.dtype != DType::f32) return false;  // MPS in half: not yet (src-lib/gpu/PRECISION.md)
+        if (p.dtype != DType::f32 || p.nhwc) return false;  // MPS in half, NHWC: not yet (src-lib/gpu/PRECISION.md)
         return conv(MpsPath::conv2d, GraphOp::conv2d, p, {mtl(x), mtl(w), mtl(y)}, nullptr, 0);
     }
     bool conv2d_backward_data(const ConvParams& p, const DeviceMemory* dy, const DeviceMemory* w,
                               DeviceMemory* dx) override {
-        if (p.dtype != DType::f32) return false;  // MPS in half: not yet, our kernels run
+        if (p.dtype != DType::f32 || p.nhwc) return false;  // MPS in half, NHWC: not yet, our kernels run
         return conv(MpsPath::conv2d_backward, GraphOp::conv2d_backward_data, p, {mtl(dy), mtl(w), mtl(dx)}, mtl(dx),
                     p.x.size());
     }
     bool conv2d_backward_weights(const ConvParams& p, const DeviceMemory* x, const DeviceMemory* dy,
                                  DeviceMemory* dw) override {
-        if (p.dtype != DType::f32) return false;  // (and a half dw would be overwritten, device.h)
+        if (p.dtype != DType::f32 || p.nhwc) return false;  // (and a half dw would be overwritten, device.h)
         size_t w_size = (size_t)p.y.c * (p.x.c / (p.groups ? p.groups : 1)) * p.kh * p.kw;
         return conv(MpsPath::conv2d_backward, GraphOp::conv2d_backward_weights, p, {mtl(x), mtl(dy), mtl(dw)},
                     mtl(dw), w_size);

@@ -202,6 +202,14 @@ class Network:
         self._net.precision = str(name)
 
     @property
+    def layout(self) -> str:
+        """How the device holds the activations: "nchw", or "nhwc" (channels last) where its tensor-core
+        convolutions read that without transposes (bf16 on CUDA with cuDNN; the environment variable
+        DARKNET_PY_LAYOUT=nchw|nhwc|auto, read when the network is made or its precision or device set,
+        overrides it). Every array the network hands out is NCHW either way."""
+        return self._net.layout
+
+    @property
     def precisions(self) -> List[str]:
         """The precisions this network's device runs: ["fp32"] on the CPU, all three on GPU devices."""
         return list(self._net.precisions)

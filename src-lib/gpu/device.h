@@ -50,6 +50,9 @@ struct ConvParams {
     NchwShape x, y;
     int kh = 1, kw = 1, stride_y = 1, stride_x = 1, pad = 0, dilation = 1, groups = 1;
     DType dtype = DType::f32;  // of x, w and y (a path that lacks it returns false)
+    // x, y (and dx, dy) channels last (tensor.h Layout), w then [out][kh][kw][in] and so a weight
+    // gradient the pass writes (a path without NHWC returns false)
+    bool nhwc = false;
 };
 
 // A local pooling as the fast paths get it: Darknet's geometry (backend.h PoolGeom): the window of

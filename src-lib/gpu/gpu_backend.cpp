@@ -24,6 +24,13 @@ void HostStage::upload_outputs() {
 GpuBackend::GpuBackend(std::shared_ptr<Device> device) : device_(std::move(device)), name_(device_->info().id) {}
 
 KernelArg GpuBackend::any_buf(const Tensor& t) const {
+    if (t.layout() != Layout::nchw)
+        throw DarknetError("an NHWC " + t.shape().str() + " tensor was passed to an op that runs on NCHW tensors only on " +
+                           name_ + " (the ops with an NHWC path: src-lib/gpu/PRECISION.md, \"Layout\")");
+    return flat_buf(t);
+}
+
+KernelArg GpuBackend::flat_buf(const Tensor& t) const {
     if (t.device() != device_.get())
         throw DarknetError("a " + t.shape().str() + " tensor on " + (t.on_host() ? "the host" : t.device()->info().id) +
                            " was passed to an op on " + name_ + " (move it with Backend::adopt first)");
@@ -67,9 +74,9 @@ void GpuBackend::fallback(const char* name, const std::function<void(Backend&, H
     h.upload_outputs();
 }
 
-Tensor& GpuBackend::scratch(int slot, size_t n, DType dtype) {
-    Tensor& t = scratch_[{slot, dtype}];
-    if (t.empty() || t.buffer()->count() < n) t = alloc(Shape{1, 1, 1, (int)n}, dtype);
+Tensor& GpuBackend::scratch(int slot, size_t n, DType dtype, Layout layout) {
+    Tensor& t = scratch_[{slot, dtype, layout}];
+    if (t.empty() || t.buffer()->count() < n) t = alloc(Shape{1, 1, 1, (int)n}, dtype, layout);
     return t;
 }
 

@@ -12,9 +12,11 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "../backend.h"
+#include "../kernels/args_forward.h"
 #include "../kernels/args_training.h"
 #include "device.h"
 
@@ -44,6 +46,20 @@ inline NchwShape nchw(const Tensor& t) {
 inline PoolParams pool_params(const Tensor& x, const Tensor& y, const PoolGeom& g, bool max) {
     return PoolParams{nchw(x), nchw(y), g.size, g.stride_y, g.stride_x, g.padding, max, x.dtype()};
 }
+// An NHWC tensor as the channel-wise kernels see it (tensor.h Layout): an NCHW tensor of N*H*W images
+// of C channels of 1x1, in the same memory. Per-channel kernels (bias, affine, channel copies, the yolo
+// entries) then run on it unchanged. An NCHW tensor is returned as it is.
+inline Tensor channel_view(const Tensor& t) {
+    if (t.layout() == Layout::nchw) return t;
+    const Shape& s = t.shape();
+    return Tensor(Shape{(int)((size_t)s.n * s.plane()), s.c, 1, 1}, t.buffer());
+}
+
+// The kernels' arguments of a pooling of x into y and of a resampling (upsample, downsample_sum) of x
+// into y, in their layout (both alike, or DarknetError); n = the elements of y, or of x for the
+// backward passes' one thread per input element (gpu_ops_forward.cpp).
+PoolArgs pool_args(const Tensor& x, const PoolGeom& g, const Tensor& y, size_t n);
+ResampleArgs resample_args(const Tensor& x, int stride, float scale, const Tensor& y, size_t n);
 
 class GpuBackend final : public Backend {
 public:
@@ -63,10 +79,18 @@ public:
     static std::string storage_kernel(const char* base, DType t);
     // The storage type shared by tensors of one op; throws DarknetError naming op and both types otherwise.
     static DType same_storage(const char* op, std::initializer_list<const Tensor*> tensors);
-    // Parameter p (fp32 master values) as a device tensor of storage type t: p itself for fp32, else a
-    // copy kept per parameter buffer and converted again on every call (one elementwise pass over the
-    // parameter), so that changed values (training, load_weights, NumPy views) are always seen.
-    const Tensor& param_in(const Tensor& p, DType t);
+    // Parameter p (fp32 NCHW master values) as a device tensor of storage type t and layout l: p itself
+    // for fp32 NCHW, else a copy kept per parameter buffer and converted again on every call (one
+    // elementwise pass over the parameter), so that changed values (training, load_weights, NumPy
+    // views) are always seen. (Convolution weights [out, in, kh, kw] in NHWC: cuDNN's KRSC filters.)
+    const Tensor& param_in(const Tensor& p, DType t, Layout l = Layout::nchw);
+    // The layout shared by tensors of one op; throws DarknetError naming op and both layouts otherwise.
+    static Layout same_layout(const char* op, std::initializer_list<const Tensor*> tensors);
+    // y = x in y's layout, x and y of one storage type and size (the relayout kernel).
+    void relayout(const Tensor& x, Tensor& y);
+    // t in NCHW: t itself, or an NCHW copy in scratch slot `slot` (a copy of its contents when `copy`):
+    // the way an op with no NHWC path of its own runs on NHWC tensors.
+    Tensor nchw_scratch(const Tensor& t, int slot, bool copy);
     // x in fp32: x itself, or a copy widened into scratch slot 5 (the widenings' own slot), valid
     // until the next widening.
     Tensor widened(const Tensor& x);
@@ -117,6 +141,7 @@ public:
                            const Tensor& shift, Activation a, Tensor& y) override;
     void conv2d_backward_weights(const Tensor& x, const Tensor& dy, const ConvGeom& g, Tensor& dw) override;
     void conv2d_backward_data(const Tensor& dy, const Tensor& w, const ConvGeom& g, Tensor& dx) override;
+    void conv2d_backward_weights_nhwc(const Tensor& x, const Tensor& dy, const ConvGeom& g, Tensor& dw);
 
     // ---- training (gpu_ops_training.cpp) ----
     void bias_backward(const Tensor& dy, Tensor& db) override;
@@ -155,10 +180,14 @@ public:
                          Tensor& counts) override;
 
     // ---- launching (used by the op files) ----
-    // The kernel argument of tensor t, which must live on this backend's device and be fp32.
+    // The kernel argument of tensor t, which must live on this backend's device and be fp32 NCHW.
     KernelArg buf(const Tensor& t) const;
-    // The same for a kernel that takes t's storage type, whatever it is (storage_kernels.h).
+    // The same for a kernel that takes t's storage type, whatever it is (storage_kernels.h); NCHW.
     KernelArg any_buf(const Tensor& t) const;
+    // The same in either layout: for kernels that index elements flatly (elementwise) or are told the
+    // layout (layout_index.h, channel_view, the NHWC batchnorm kernels). An op that has not been
+    // written for NHWC takes any_buf, which refuses an NHWC tensor with a clear error, never garbage.
+    KernelArg flat_buf(const Tensor& t) const;
     // One thread per element: `threads` rounded up to whole groups of the kernel's group size.
     template <class Args>
     void launch(const char* kernel, size_t threads, std::vector<KernelArg> args, const Args& a) {
@@ -190,17 +219,21 @@ public:
     // Runs `op` on the CPU backend over host copies (see HostStage), counted under `name`.
     void fallback(const char* name, const std::function<void(Backend& cpu, HostStage& h)>& op);
 
-    // A device temporary of at least n elements of dtype, reused across calls (im2col columns etc.).
-    Tensor& scratch(int slot, size_t n, DType dtype = DType::f32);
+    // A device temporary of at least n elements of dtype (and layout: what its buffer says it holds),
+    // reused across calls (im2col columns etc.).
+    Tensor& scratch(int slot, size_t n, DType dtype = DType::f32, Layout layout = Layout::nchw);
 
 private:
     // batchnorm_train (a = linear) and batchnorm_activate_train; op: the name their errors give
     void batchnorm_train_act(const char* op, Tensor& y, Tensor& mean, Tensor& var, Tensor& x_norm, const Tensor& scale,
                              const Tensor& bias, float eps, Activation a);
-    // What batchnorm_backward and batchnorm_activate_backward share after their partial sums: the
-    // combine into dscale, dbias, and dy's data gradient.
+    // What batchnorm_backward and batchnorm_activate_backward share after their partial sums (in
+    // scratch slot 3): the combine into dscale, dbias, and dy's data gradient.
     void batchnorm_backward_finish(Tensor& dy, const Tensor& x_norm, const Tensor& scale, const Tensor& var, float eps,
-                                   Tensor& dscale, Tensor& dbias, const Tensor& partial, const ChannelSplitArgs& split);
+                                   Tensor& dscale, Tensor& dbias, const ChannelSplitArgs& split);
+    // batchnorm's per-channel partial sums and elementwise passes in either layout (gpu_ops_training.cpp)
+    ChannelSplitArgs channel_partials(const char* base, const Tensor& like, std::vector<KernelArg> args, Activation act);
+    void channel_pass(const char* base, const Tensor& like, std::vector<KernelArg> args, BatchnormTrainArgs a);
 
     uint32_t group_size(const char* kernel);
     uint32_t reduction_group_size(const char* kernel);
@@ -212,15 +245,15 @@ private:
     mutable std::map<std::string, int> counts_;  // fallbacks_ and the device's failed fast paths
     std::map<std::string, uint32_t, std::less<>> group_sizes_;  // transparent: no string per launch
     uint32_t group_limit_ = 256;
-    // by (slot, storage type); a map, so that a new slot leaves references to the others valid
-    std::map<std::pair<int, DType>, Tensor> scratch_;
+    // by (slot, storage type, layout); a map, so that a new slot leaves references to the others valid
+    std::map<std::tuple<int, DType, Layout>, Tensor> scratch_;
     // param_in's copies: by parameter buffer, with a weak reference that tells a freed buffer from a
     // new one at the same address
     struct ParamCopy {
         std::weak_ptr<Buffer> of;
         Tensor copy;
     };
-    std::map<std::pair<const Buffer*, DType>, ParamCopy> param_copies_;
+    std::map<std::tuple<const Buffer*, DType, Layout>, ParamCopy> param_copies_;
     // The optimizer kernels always read a skip flag: this zero one where the caller passes none.
     const Tensor& never_skip();
     Tensor never_skip_;

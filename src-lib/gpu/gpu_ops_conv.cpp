@@ -78,7 +78,8 @@ const Tensor& column_matrix(GpuBackend& be, const Tensor& x, const Shape& ys, co
 }
 
 ConvParams conv_params(const Tensor& x, const Tensor& y, const ConvGeom& g) {
-    return ConvParams{nchw(x), nchw(y), g.kh, g.kw, g.stride_y, g.stride_x, g.pad, g.dilation, g.groups, x.dtype()};
+    const bool nhwc = GpuBackend::same_layout("convolution", {&x, &y}) == Layout::nhwc;
+    return ConvParams{nchw(x), nchw(y), g.kh, g.kw, g.stride_y, g.stride_x, g.pad, g.dilation, g.groups, x.dtype(), nhwc};
 }
 
 // The fp32 parameter tensor a half backward pass writes: the weight gradient.
@@ -124,9 +125,16 @@ void GpuBackend::gemm(bool ta, bool tb, int M, int N, int K, float alpha, const 
 }
 
 void GpuBackend::conv2d(const Tensor& x, const Tensor& w_param, const ConvGeom& g, Tensor& y) {
-    // half activations take a half copy of the fp32 weights; everything below runs in their type
-    const Tensor& w = param_in(w_param, same_storage("conv2d", {&x, &y}));
-    if (dev().conv2d(conv_params(x, y, g), x.memory(), w.memory(), y.memory())) return;  // cuDNN, MPS
+    // half activations take a half copy of the fp32 weights (NHWC ones a KRSC copy); everything below
+    // runs in their type
+    const ConvParams p = conv_params(x, y, g);
+    const Tensor& w = param_in(w_param, same_storage("conv2d", {&x, &y}), x.layout());
+    if (dev().conv2d(p, x.memory(), w.memory(), y.memory())) return;  // cuDNN, MPS
+    if (p.nhwc) {  // no NHWC convolution on this device: on NCHW copies (a layout it would not choose)
+        Tensor y_nchw = nchw_scratch(y, 7, false);
+        conv2d(nchw_scratch(x, 6, true), w_param, g, y_nchw);
+        return relayout(y_nchw, y);
+    }
     const Shape &xs = x.shape(), &ys = y.shape();
     ConvSlice s = conv_slice(xs, ys, g);
     const int P = s.out_plane, most = run_length(s, g.groups, xs.n);
@@ -152,9 +160,9 @@ void GpuBackend::conv2d(const Tensor& x, const Tensor& w_param, const ConvGeom& 
 void GpuBackend::conv2d_affine_act(const Tensor& x, const Tensor& w, const ConvGeom& g, const Tensor* scale,
                                    const Tensor& shift, Activation a, Tensor& y) {
     conv2d(x, w, g, y);
-    const Shape& s = y.shape();
+    const Shape s = channel_view(y).shape();
     bool elementwise = activation_is_elementwise(a);
-    launch(storage_kernel("affine_act", y.dtype()).c_str(), y.size(), {any_buf(y), buf(scale ? *scale : shift), buf(shift)},
+    launch(storage_kernel("affine_act", y.dtype()).c_str(), y.size(), {flat_buf(y), buf(scale ? *scale : shift), buf(shift)},
            AffineActArgs{(int32_t)y.size(), s.c, (int32_t)s.plane(), scale ? 1 : 0, elementwise ? (int32_t)a : 0});
     if (!elementwise) activate(y, a);
 }
@@ -163,6 +171,7 @@ void GpuBackend::conv2d_backward_weights(const Tensor& x, const Tensor& dy, cons
     // x, dy in storage S; dw fp32 in every precision (src-lib/gpu/PRECISION.md)
     const DType t = same_storage("conv2d_backward_weights", {&x, &dy});
     require_f32_param("conv2d_backward_weights", "dw", dw);
+    if (conv_params(x, dy, g).nhwc) return conv2d_backward_weights_nhwc(x, dy, g, dw);
     if (t == DType::f32) {
         if (dev().conv2d_backward_weights(conv_params(x, dy, g), x.memory(), dy.memory(), dw.memory())) return;
     } else if (t == DType::bf16) {
@@ -204,11 +213,36 @@ void GpuBackend::conv2d_backward_weights(const Tensor& x, const Tensor& dy, cons
     }
 }
 
+// NHWC: the device's pass writes the gradient in its filter layout, KRSC, into a scratch of dy's type
+// (overwritten in half, added to zeros in fp32: device.h), which goes to KCRS and is added into the fp32
+// dw. Not in fp16 (see above), nor where the device has no NHWC convolution: on NCHW copies.
+void GpuBackend::conv2d_backward_weights_nhwc(const Tensor& x, const Tensor& dy, const ConvGeom& g, Tensor& dw) {
+    const DType t = x.dtype();
+    if (t != DType::f16) {
+        Tensor krsc(dw.shape(), scratch(3, dw.size(), t, Layout::nhwc).buffer());
+        if (t == DType::f32) fill(krsc, 0.0f);
+        if (dev().conv2d_backward_weights(conv_params(x, dy, g), x.memory(), dy.memory(), krsc.memory())) {
+            Tensor kcrs(dw.shape(), scratch(8, dw.size(), t).buffer());
+            relayout(krsc, kcrs);
+            launch(storage_kernel("add_into_f32", t).c_str(), dw.size(), {buf(dw), any_buf(kcrs)},
+                   CountArgs{(int32_t)dw.size()});
+            return;
+        }
+    }
+    conv2d_backward_weights(nchw_scratch(x, 6, true), nchw_scratch(dy, 7, true), g, dw);
+}
+
 void GpuBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w_param, const ConvGeom& g, Tensor& dx) {
     // dy, dx in storage S; half gradients take the half copy of the fp32 weights that conv2d takes
     const DType t = same_storage("conv2d_backward_data", {&dy, &dx});
-    const Tensor& w = param_in(w_param, t);
-    if (dev().conv2d_backward_data(conv_params(dx, dy, g), dy.memory(), w.memory(), dx.memory())) return;
+    const ConvParams p = conv_params(dx, dy, g);
+    const Tensor& w = param_in(w_param, t, dx.layout());
+    if (dev().conv2d_backward_data(p, dy.memory(), w.memory(), dx.memory())) return;
+    if (p.nhwc) {  // as conv2d: on NCHW copies, dx's added into
+        Tensor dx_nchw = nchw_scratch(dx, 7, true);
+        conv2d_backward_data(nchw_scratch(dy, 6, true), w_param, g, dx_nchw);
+        return relayout(dx_nchw, dx);
+    }
     // col[K, run * P] = W_g^T[K, cout_g] * dY_g[cout_g, run * P]; dx += col2im(col). The column
     // matrix is fp32 in every storage type, so a half dx is rounded once (in col2im), not also in col.
     const Shape &xs = dx.shape(), &ys = dy.shape();

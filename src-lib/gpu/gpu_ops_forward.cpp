@@ -14,14 +14,14 @@ int32_t i32(size_t v) { return (int32_t)v; }
 void GpuBackend::fill(Tensor& y, float value) {
     // 0.0f is all zero bits in fp32, fp16 and bf16 alike
     if (value == 0.0f && !std::signbit(value) &&
-        device_->zero(any_buf(y).buffer, y.size() * dtype_size(y.dtype())))
+        device_->zero(flat_buf(y).buffer, y.size() * dtype_size(y.dtype())))
         return;
-    launch(storage_kernel("fill", y.dtype()).c_str(), y.size(), {any_buf(y)}, FillArgs{i32(y.size()), value});
+    launch(storage_kernel("fill", y.dtype()).c_str(), y.size(), {flat_buf(y)}, FillArgs{i32(y.size()), value});
 }
 
 void GpuBackend::add_bias(Tensor& y, const Tensor& bias) {
-    const Shape& s = y.shape();
-    launch(storage_kernel("add_bias", y.dtype()).c_str(), y.size(), {any_buf(y), buf(bias)},
+    const Shape s = channel_view(y).shape();
+    launch(storage_kernel("add_bias", y.dtype()).c_str(), y.size(), {flat_buf(y), buf(bias)},
            ChannelArgs{i32(y.size()), s.c, i32(s.plane())});
 }
 
@@ -42,27 +42,30 @@ void GpuBackend::activate(Tensor& y, Activation a) {
     const Shape& s = y.shape();
     if (a == Activation::linear) return;
     if (activation_is_elementwise(a))
-        launch(storage_kernel("activate", y.dtype()).c_str(), y.size(), {any_buf(y)}, ActivateArgs{i32(y.size()), (int32_t)a});
+        launch(storage_kernel("activate", y.dtype()).c_str(), y.size(), {flat_buf(y)}, ActivateArgs{i32(y.size()), (int32_t)a});
     else
         launch("normalize_channels_f32", (size_t)s.n * s.plane(), {buf(y)},
                NormalizeChannelsArgs{i32((size_t)s.n * s.plane()), s.c, i32(s.plane()), (int32_t)a});
 }
 
-static PoolArgs pool_args(const Tensor& x, const PoolGeom& g, const Tensor& y) {
+PoolArgs pool_args(const Tensor& x, const PoolGeom& g, const Tensor& y, size_t n) {
     const Shape &xs = x.shape(), &ys = y.shape();
-    return PoolArgs{(int32_t)y.size(), xs.h, xs.w, ys.h, ys.w, g.size, g.stride_y, g.stride_x, g.padding};
+    return PoolArgs{(int32_t)n, xs.h, xs.w, ys.h, ys.w, g.size, g.stride_y, g.stride_x, g.padding, xs.c,
+                    GpuBackend::same_layout("pooling", {&x, &y}) == Layout::nhwc ? 1 : 0};
 }
 
 void GpuBackend::maxpool(const Tensor& x, const PoolGeom& g, Tensor& y) {
     DType t = same_storage("maxpool", {&x, &y});
-    if (dev().pool(pool_params(x, y, g, true), x.memory(), y.memory())) return;
-    launch(storage_kernel("maxpool", t).c_str(), y.size(), {any_buf(y), any_buf(x)}, pool_args(x, g, y));
+    PoolArgs a = pool_args(x, g, y, y.size());
+    if (!a.nhwc && dev().pool(pool_params(x, y, g, true), x.memory(), y.memory())) return;  // MPS: NCHW
+    launch(storage_kernel("maxpool", t).c_str(), y.size(), {flat_buf(y), flat_buf(x)}, a);
 }
 
 void GpuBackend::avgpool_local(const Tensor& x, const PoolGeom& g, Tensor& y) {
     DType t = same_storage("avgpool_local", {&x, &y});
-    if (dev().pool(pool_params(x, y, g, false), x.memory(), y.memory())) return;
-    launch(storage_kernel("avgpool_local", t).c_str(), y.size(), {any_buf(y), any_buf(x)}, pool_args(x, g, y));
+    PoolArgs a = pool_args(x, g, y, y.size());
+    if (!a.nhwc && dev().pool(pool_params(x, y, g, false), x.memory(), y.memory())) return;
+    launch(storage_kernel("avgpool_local", t).c_str(), y.size(), {flat_buf(y), flat_buf(x)}, a);
 }
 
 void GpuBackend::avgpool_global(const Tensor& x, Tensor& y) {
@@ -75,8 +78,10 @@ void GpuBackend::maxpool_depth(const Tensor& x, Tensor& y) {
            MaxpoolDepthArgs{i32(y.size()), x.shape().c, y.shape().c, i32(x.shape().plane())});
 }
 
+// In NHWC through channel_view: per pixel, channels [src_c0, src_c0 + count) are one run of x and of y.
 static CopyChannelsArgs copy_args(const Tensor& x, int src_c0, const Tensor& y, int dst_c0, int count, bool add) {
-    const Shape& xs = x.shape();
+    GpuBackend::same_layout(add ? "add_channels" : "copy_channels", {&x, &y});
+    const Shape xs = channel_view(x).shape();
     size_t n = (size_t)xs.n * count * xs.plane();
     return CopyChannelsArgs{(int32_t)n, (int32_t)xs.plane(), count, xs.c, src_c0, y.shape().c, dst_c0, add ? 1 : 0};
 }
@@ -84,18 +89,20 @@ static CopyChannelsArgs copy_args(const Tensor& x, int src_c0, const Tensor& y, 
 void GpuBackend::copy_channels(const Tensor& x, int src_c0, Tensor& y, int dst_c0, int count) {
     CopyChannelsArgs a = copy_args(x, src_c0, y, dst_c0, count, false);
     DType t = same_storage("copy_channels", {&x, &y});
-    // per image, channels [src_c0, src_c0 + count) are one contiguous run in x and in y
+    // NCHW: per image, channels [src_c0, src_c0 + count) are one contiguous run in x and in y. (NHWC's
+    // runs, one per pixel, are too short for the copy engine.)
     size_t plane = dtype_size(t) * x.shape().plane();
-    if (device_->copy_rows(any_buf(x).buffer, plane * src_c0, plane * x.shape().c, any_buf(y).buffer, plane * dst_c0,
+    if (x.layout() == Layout::nchw &&
+        device_->copy_rows(any_buf(x).buffer, plane * src_c0, plane * x.shape().c, any_buf(y).buffer, plane * dst_c0,
                            plane * y.shape().c, plane * count, x.shape().n))
         return;
-    launch(storage_kernel("copy_channels", t).c_str(), (size_t)a.n, {any_buf(y), any_buf(x)}, a);
+    launch(storage_kernel("copy_channels", t).c_str(), (size_t)a.n, {flat_buf(y), flat_buf(x)}, a);
 }
 
 void GpuBackend::add_channels(const Tensor& x, int src_c0, Tensor& y, int dst_c0, int count) {
     CopyChannelsArgs a = copy_args(x, src_c0, y, dst_c0, count, true);
     DType t = same_storage("add_channels", {&x, &y});
-    launch(storage_kernel("copy_channels", t).c_str(), (size_t)a.n, {any_buf(y), any_buf(x)}, a);
+    launch(storage_kernel("copy_channels", t).c_str(), (size_t)a.n, {flat_buf(y), flat_buf(x)}, a);
 }
 
 void GpuBackend::shortcut(const Tensor& x, const std::vector<const Tensor*>& from, const Tensor* weights,
@@ -114,16 +121,19 @@ void GpuBackend::shortcut(const Tensor& x, const std::vector<const Tensor*>& fro
     }
 }
 
-void GpuBackend::upsample(const Tensor& x, int stride, float scale, Tensor& y) {
+ResampleArgs resample_args(const Tensor& x, int stride, float scale, const Tensor& y, size_t n) {
     const Shape &xs = x.shape(), &ys = y.shape();
-    launch(storage_kernel("upsample", same_storage("upsample", {&x, &y})).c_str(), y.size(), {any_buf(y), any_buf(x)},
-           ResampleArgs{i32(y.size()), xs.w, xs.h, ys.w, ys.h, stride, scale});
+    return ResampleArgs{(int32_t)n, xs.w, xs.h, ys.w, ys.h, stride, scale, xs.c,
+                        GpuBackend::same_layout("resampling", {&x, &y}) == Layout::nhwc ? 1 : 0};
+}
+
+void GpuBackend::upsample(const Tensor& x, int stride, float scale, Tensor& y) {
+    launch(storage_kernel("upsample", same_storage("upsample", {&x, &y})).c_str(), y.size(), {flat_buf(y), flat_buf(x)},
+           resample_args(x, stride, scale, y, y.size()));
 }
 
 void GpuBackend::downsample_sum(const Tensor& x, int stride, float scale, Tensor& y) {
-    const Shape &xs = x.shape(), &ys = y.shape();
-    launch("downsample_sum_f32", y.size(), {buf(y), buf(x)},
-           ResampleArgs{i32(y.size()), xs.w, xs.h, ys.w, ys.h, stride, scale});
+    launch("downsample_sum_f32", y.size(), {buf(y), buf(x)}, resample_args(x, stride, scale, y, y.size()));
 }
 
 void GpuBackend::reorg(const Tensor& x, int w, int h, int c, int stride, bool forward, Tensor& y) {
@@ -152,9 +162,10 @@ void GpuBackend::softmax(const Tensor& x, int groups, float temperature, Tensor&
            SoftmaxArgs{i32(n), groups, i32(s.sample() / groups), i32(s.sample()), temperature});
 }
 
-void GpuBackend::yolo_activate(const Tensor& x, const YoloGeom& g, Tensor& y) {
+void GpuBackend::yolo_activate(const Tensor& x_in, const YoloGeom& g, Tensor& y) {
+    // x in any storage type and layout, y fp32 NCHW: the heads are decoded and given to the loss so
+    const Tensor x = nchw_scratch(x_in, 6, true);
     const Shape& s = x.shape();
-    // x in any storage type, y fp32: the heads are decoded and given to the loss in fp32
     launch(storage_kernel("yolo_activate", x.dtype()).c_str(), y.size(), {buf(y), any_buf(x)},
            YoloActivateArgs{i32(y.size()), i32(s.plane()), 5 + g.classes, g.new_coords ? 1 : 0, g.scale_x_y});
 }

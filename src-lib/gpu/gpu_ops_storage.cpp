@@ -1,5 +1,5 @@
-// GpuBackend's storage types (src-lib/gpu/PRECISION.md): conversions between them, the half copies
-// of fp32 parameters that a half op takes, and the checks that one op's tensors agree.
+// GpuBackend's storage types and layouts (src-lib/gpu/PRECISION.md): conversions between them, the
+// half (and NHWC) copies of fp32 parameters that an op takes, and the checks that one op's tensors agree.
 #include "../errors.h"
 #include "../kernels/args_forward.h"
 #include "gpu_backend.h"
@@ -19,15 +19,45 @@ DType GpuBackend::same_storage(const char* op, std::initializer_list<const Tenso
     return t;
 }
 
+Layout GpuBackend::same_layout(const char* op, std::initializer_list<const Tensor*> tensors) {
+    Layout l = (*tensors.begin())->layout();
+    for (const Tensor* x : tensors)
+        if (x->layout() != l)
+            throw DarknetError(std::string(op) + ": tensors in " + layout_name(l) + " and " + layout_name(x->layout()) +
+                               " (one op takes one layout; Backend::convert converts)");
+    return l;
+}
+
+void GpuBackend::relayout(const Tensor& x, Tensor& y) {
+    require_same_size("relayout", x, y);
+    const DType t = same_storage("relayout", {&x, &y});
+    const Shape& s = x.shape();
+    launch(storage_kernel("relayout", t).c_str(), x.size(), {flat_buf(y), flat_buf(x)},
+           RelayoutArgs{(int32_t)x.size(), s.c, (int32_t)s.plane(), y.layout() == Layout::nhwc ? 1 : 0});
+}
+
+Tensor GpuBackend::nchw_scratch(const Tensor& t, int slot, bool copy) {
+    if (t.layout() == Layout::nchw) return t;
+    Tensor n(t.shape(), scratch(slot, t.size(), t.dtype()).buffer());
+    if (copy) relayout(t, n);
+    return n;
+}
+
 void GpuBackend::convert(const Tensor& x, Tensor& y) {
     require_same_size("convert", x, y);
+    if (x.layout() != y.layout()) {  // the layout in x's type first (the input: fp32 NCHW -> NHWC), then the type
+        if (x.dtype() == y.dtype()) return relayout(x, y);
+        Tensor moved(x.shape(), scratch(6, x.size(), x.dtype(), y.layout()).buffer());
+        relayout(x, moved);
+        return convert(moved, y);
+    }
     CountArgs a{(int32_t)x.size()};
     if (x.dtype() == y.dtype()) {
         if (x.buffer() != y.buffer()) copy_tensor(x, y);
     } else if (x.dtype() == DType::f32) {
-        launch(storage_kernel("pack", y.dtype()).c_str(), x.size(), {any_buf(y), buf(x)}, a);
+        launch(storage_kernel("pack", y.dtype()).c_str(), x.size(), {flat_buf(y), flat_buf(x)}, a);
     } else if (y.dtype() == DType::f32) {
-        launch(storage_kernel("unpack", x.dtype()).c_str(), x.size(), {buf(y), any_buf(x)}, a);
+        launch(storage_kernel("unpack", x.dtype()).c_str(), x.size(), {flat_buf(y), flat_buf(x)}, a);
     } else {  // fp16 <-> bf16: through fp32
         convert(widened(x), y);
     }
@@ -35,19 +65,19 @@ void GpuBackend::convert(const Tensor& x, Tensor& y) {
 
 Tensor GpuBackend::widened(const Tensor& x) {
     if (x.dtype() == DType::f32) return x;
-    Tensor wide(x.shape(), scratch(5, x.size()).buffer());
+    Tensor wide(x.shape(), scratch(5, x.size(), DType::f32, x.layout()).buffer());
     convert(x, wide);
     return wide;
 }
 
-const Tensor& GpuBackend::param_in(const Tensor& p, DType t) {
-    if (p.dtype() == t) return p;
-    auto key = std::make_pair(p.buffer().get(), t);
+const Tensor& GpuBackend::param_in(const Tensor& p, DType t, Layout l) {
+    if (p.dtype() == t && p.layout() == l) return p;
+    auto key = std::make_tuple(p.buffer().get(), t, l);
     auto it = param_copies_.find(key);
     if (it == param_copies_.end() || it->second.of.lock() != p.buffer() || it->second.copy.size() != p.size()) {
         for (auto i = param_copies_.begin(); i != param_copies_.end();)  // drop the copies of freed parameters
             i = i->second.of.expired() ? param_copies_.erase(i) : std::next(i);
-        it = param_copies_.insert_or_assign(key, ParamCopy{p.buffer(), alloc(p.shape(), t)}).first;
+        it = param_copies_.insert_or_assign(key, ParamCopy{p.buffer(), alloc(p.shape(), t, l)}).first;
     }
     convert(p, it->second.copy);
     return it->second.copy;

@@ -23,13 +23,25 @@ ChannelSplitArgs channel_splits(const Shape& s) {
     const int target_groups = 1024;
     int splits = std::max(1, std::min(s.n, (target_groups + s.c - 1) / s.c));
     int per = (s.n + splits - 1) / splits;
-    return ChannelSplitArgs{s.n, s.c, i32(s.plane()), (s.n + per - 1) / per};
+    return ChannelSplitArgs{s.n, s.c, i32(s.plane()), (s.n + per - 1) / per, 0, 0};
+}
+
+// The same for the NHWC kernels (storage_training.h): blocks of `lanes` channels, each split over the
+// pixels; group_size = the kernel's (a power of two).
+ChannelSplitArgs channel_splits_nhwc(const Shape& s, uint32_t group_size) {
+    const int target_groups = 1024, lanes = (int)std::min<uint32_t>(group_size, 32);
+    const int pixels = i32((size_t)s.n * s.plane()), blocks = (s.c + lanes - 1) / lanes;
+    int splits = std::max(1, std::min(pixels, target_groups / blocks));
+    int per = (pixels + splits - 1) / splits;
+    return ChannelSplitArgs{pixels, s.c, 1, (pixels + per - 1) / per, 0, lanes};
 }
 }  // namespace
 
 void GpuBackend::bias_backward(const Tensor& dy, Tensor& db) {
-    const Shape& s = dy.shape();
-    launch_groups(storage_kernel("bias_backward", dy.dtype()).c_str(), s.c, {any_buf(dy), buf(db)},
+    // NHWC through channel_view: right, though each group then reads its channel `channels` apart (the
+    // layers without batchnorm are the small heads)
+    const Shape s = channel_view(dy).shape();
+    launch_groups(storage_kernel("bias_backward", dy.dtype()).c_str(), s.c, {flat_buf(dy), buf(db)},
                   BiasBackwardArgs{s.n, s.c, i32(s.plane())});
 }
 
@@ -45,36 +57,60 @@ void GpuBackend::batchnorm_activate_train(Tensor& y, Tensor& mean, Tensor& var, 
     batchnorm_train_act("batchnorm_activate_train", y, mean, var, x_norm, scale, bias, eps, a);
 }
 
+// A per-channel reduction's first step over tensors shaped like `like` (kernels/reduce.h): the
+// storage-type kernel `base`, or its NHWC twin (base_nhwc); args get the partial sums' scratch
+// appended. Returns the split, which the combining kernel takes with the partial sums (scratch slot 3).
+ChannelSplitArgs GpuBackend::channel_partials(const char* base, const Tensor& like, std::vector<KernelArg> args,
+                                              Activation act) {
+    const Shape& s = like.shape();
+    const bool nhwc = like.layout() == Layout::nhwc;
+    const std::string kernel = storage_kernel(nhwc ? (std::string(base) + "_nhwc").c_str() : base, like.dtype());
+    ChannelSplitArgs split = nhwc ? channel_splits_nhwc(s, reduction_group_size(kernel.c_str())) : channel_splits(s);
+    split.act = (int32_t)act;
+    args.push_back(buf(scratch(3, 2 * (size_t)s.c * split.splits)));
+    size_t blocks = nhwc ? (size_t)(s.c + split.lanes - 1) / split.lanes : (size_t)s.c;
+    launch_groups(kernel.c_str(), blocks * split.splits, args, split);
+    return split;
+}
+
+// An elementwise batchnorm pass over tensors shaped like `like`: groups over each (sample, channel)
+// plane (NCHW, launch_planes), or a thread per channel and chunk of pixels (the _nhwc twin).
+void GpuBackend::channel_pass(const char* base, const Tensor& like, std::vector<KernelArg> args, BatchnormTrainArgs a) {
+    const Shape& s = like.shape();
+    if (like.layout() == Layout::nchw)
+        return launch_planes(storage_kernel(base, like.dtype()).c_str(), (size_t)s.n * s.c, s.plane(), args, a);
+    a.chunks = (int32_t)std::max<size_t>(1, ((size_t)s.n * s.plane() + 7) / 8);
+    launch(storage_kernel((std::string(base) + "_nhwc").c_str(), like.dtype()).c_str(), (size_t)s.c * a.chunks, args, a);
+}
+
 void GpuBackend::batchnorm_train_act(const char* op, Tensor& y, Tensor& mean, Tensor& var, Tensor& x_norm,
                                      const Tensor& scale, const Tensor& bias, float eps, Activation act) {
     DType t = same_storage(op, {&y, &x_norm});
-    // the device's own path (MPSGraph on Metal) takes fp32 data only, and has no activation: then a pass of its own
-    if (t == DType::f32 && dev().batchnorm_train(nchw(y), eps, y.memory(), mean.memory(), var.memory(),
-                                                 x_norm.memory(), scale.memory(), bias.memory()))
+    same_layout(op, {&y, &x_norm});
+    // the device's own path (MPSGraph on Metal) takes fp32 NCHW data only, and has no activation: then a
+    // pass of its own
+    if (t == DType::f32 && y.layout() == Layout::nchw &&
+        dev().batchnorm_train(nchw(y), eps, y.memory(), mean.memory(), var.memory(), x_norm.memory(), scale.memory(),
+                              bias.memory()))
         return activate(y, act);
     const Shape& s = y.shape();
-    BatchnormTrainArgs a{s.n, s.c, i32(s.plane()), eps, (int32_t)act, 1};
-    ChannelSplitArgs split = channel_splits(s);
-    Tensor& partial = scratch(3, 2 * (size_t)s.c * split.splits);
-    launch_groups(storage_kernel("batchnorm_partial_stats", t).c_str(), (size_t)s.c * split.splits,
-                  {any_buf(y), buf(partial)}, split);
-    launch("batchnorm_combine_stats_f32", s.c, {buf(partial), buf(mean), buf(var)}, split);
-    launch_planes(storage_kernel("batchnorm_normalize", t).c_str(), (size_t)s.n * s.c, s.plane(),
-                  {any_buf(y), any_buf(x_norm), buf(mean), buf(var), buf(scale), buf(bias)}, a);
+    ChannelSplitArgs split = channel_partials("batchnorm_partial_stats", y, {flat_buf(y)}, Activation::linear);
+    launch("batchnorm_combine_stats_f32", s.c, {buf(scratch(3, 0)), buf(mean), buf(var)}, split);
+    channel_pass("batchnorm_normalize", y, {flat_buf(y), flat_buf(x_norm), buf(mean), buf(var), buf(scale), buf(bias)},
+                 BatchnormTrainArgs{s.n, s.c, i32(s.plane()), eps, (int32_t)act, 1});
 }
 
 void GpuBackend::batchnorm_backward(Tensor& dy, const Tensor& x_norm, const Tensor& scale, const Tensor& var, float eps,
                                     Tensor& dscale, Tensor& dbias) {
     DType t = same_storage("batchnorm_backward", {&dy, &x_norm});
-    if (t == DType::f32 && dev().batchnorm_backward(nchw(dy), eps, dy.memory(), x_norm.memory(), scale.memory(),
-                                                    var.memory(), dscale.memory(), dbias.memory()))
+    same_layout("batchnorm_backward", {&dy, &x_norm});
+    if (t == DType::f32 && dy.layout() == Layout::nchw &&
+        dev().batchnorm_backward(nchw(dy), eps, dy.memory(), x_norm.memory(), scale.memory(), var.memory(),
+                                 dscale.memory(), dbias.memory()))
         return;
-    const Shape& s = dy.shape();
-    ChannelSplitArgs split = channel_splits(s);
-    Tensor& partial = scratch(3, 2 * (size_t)s.c * split.splits);
-    launch_groups(storage_kernel("batchnorm_backward_partial", t).c_str(), (size_t)s.c * split.splits,
-                  {any_buf(dy), any_buf(x_norm), buf(partial)}, split);
-    batchnorm_backward_finish(dy, x_norm, scale, var, eps, dscale, dbias, partial, split);
+    ChannelSplitArgs split =
+        channel_partials("batchnorm_backward_partial", dy, {flat_buf(dy), flat_buf(x_norm)}, Activation::linear);
+    batchnorm_backward_finish(dy, x_norm, scale, var, eps, dscale, dbias, split);
 }
 
 // The activation's gradient is applied in the partial sums' pass (storage_training.h), which leaves
@@ -85,30 +121,26 @@ void GpuBackend::batchnorm_activate_backward(Tensor& dy, const Tensor& y, const 
     require_gradient_from_output("batchnorm_activate_backward", a);
     if (a == Activation::linear) return batchnorm_backward(dy, x_norm, scale, var, eps, dscale, dbias);
     DType t = same_storage("batchnorm_activate_backward", {&dy, &y, &x_norm});
-    const Shape& s = dy.shape();
-    ChannelSplitArgs split = channel_splits(s);
-    split.act = (int32_t)a;
-    Tensor& partial = scratch(3, 2 * (size_t)s.c * split.splits);
-    launch_groups(storage_kernel("batchnorm_activate_backward_partial", t).c_str(), (size_t)s.c * split.splits,
-                  {any_buf(dy), any_buf(y), any_buf(x_norm), buf(partial)}, split);
-    // A device with its own batchnorm backward (MPSGraph on Metal, fp32) takes it from the gradient
+    same_layout("batchnorm_activate_backward", {&dy, &y, &x_norm});
+    ChannelSplitArgs split = channel_partials("batchnorm_activate_backward_partial", dy,
+                                              {flat_buf(dy), flat_buf(y), flat_buf(x_norm)}, a);
+    // A device with its own batchnorm backward (MPSGraph on Metal, fp32 NCHW) takes it from the gradient
     // left in dy (the partial sums just taken are then unused: one reduction more than the composition)
-    if (t == DType::f32 && dev().batchnorm_backward(nchw(dy), eps, dy.memory(), x_norm.memory(), scale.memory(),
-                                                    var.memory(), dscale.memory(), dbias.memory()))
+    if (t == DType::f32 && dy.layout() == Layout::nchw &&
+        dev().batchnorm_backward(nchw(dy), eps, dy.memory(), x_norm.memory(), scale.memory(), var.memory(),
+                                 dscale.memory(), dbias.memory()))
         return;
-    batchnorm_backward_finish(dy, x_norm, scale, var, eps, dscale, dbias, partial, split);
+    batchnorm_backward_finish(dy, x_norm, scale, var, eps, dscale, dbias, split);
 }
 
 void GpuBackend::batchnorm_backward_finish(Tensor& dy, const Tensor& x_norm, const Tensor& scale, const Tensor& var,
-                                           float eps, Tensor& dscale, Tensor& dbias, const Tensor& partial,
-                                           const ChannelSplitArgs& split) {
+                                           float eps, Tensor& dscale, Tensor& dbias, const ChannelSplitArgs& split) {
     // the per-channel sums (sum dy, sum dy * x_norm) pass from the reduction to the data gradient
     const Shape& s = dy.shape();
     Tensor& sums = scratch(1, 2 * (size_t)s.c);
-    launch("batchnorm_backward_combine_f32", s.c, {buf(partial), buf(dscale), buf(dbias), buf(sums)}, split);
-    launch_planes(storage_kernel("batchnorm_backward_data", dy.dtype()).c_str(), (size_t)s.n * s.c, s.plane(),
-                  {any_buf(dy), any_buf(x_norm), buf(scale), buf(var), buf(sums)},
-                  BatchnormTrainArgs{s.n, s.c, i32(s.plane()), eps, 0, 1});
+    launch("batchnorm_backward_combine_f32", s.c, {buf(scratch(3, 0)), buf(dscale), buf(dbias), buf(sums)}, split);
+    channel_pass("batchnorm_backward_data", dy, {flat_buf(dy), flat_buf(x_norm), buf(scale), buf(var), buf(sums)},
+                 BatchnormTrainArgs{s.n, s.c, i32(s.plane()), eps, 0, 1});
 }
 
 void GpuBackend::activate_backward(const Tensor& x, Tensor& dy, Activation a) {
@@ -116,37 +148,34 @@ void GpuBackend::activate_backward(const Tensor& x, Tensor& dy, Activation a) {
     DType t = same_storage("activate_backward", {&x, &dy});
     if (a == Activation::linear) return;
     if (activation_is_elementwise(a))
-        return launch(storage_kernel("activate_backward", t).c_str(), dy.size(), {any_buf(x), any_buf(dy)},
+        return launch(storage_kernel("activate_backward", t).c_str(), dy.size(), {flat_buf(x), flat_buf(dy)},
                       ActivateBackwardArgs{i32(dy.size()), (int32_t)a});
     size_t n = (size_t)s.n * s.plane();
     launch(storage_kernel("normalize_channels_backward", t).c_str(), n, {any_buf(x), any_buf(dy)},
            NormalizeChannelsBackwardArgs{i32(n), s.c, i32(s.plane()), a == Activation::normalize_channels_softmax});
 }
 
-static PoolArgs pool_backward_args(const Tensor& x, const Tensor& dy, const PoolGeom& g) {
-    const Shape &xs = x.shape(), &ys = dy.shape();
-    return PoolArgs{(int32_t)x.size(), xs.h, xs.w, ys.h, ys.w, g.size, g.stride_y, g.stride_x, g.padding};
-}
-
 void GpuBackend::maxpool_backward(const Tensor& x, const Tensor& dy, const PoolGeom& g, Tensor& dx) {
     DType t = same_storage("maxpool_backward", {&x, &dy, &dx});
-    if (dev().pool_backward(pool_params(x, dy, g, true), x.memory(), dy.memory(), dx.memory())) return;
-    PoolArgs a = pool_backward_args(x, dy, g);
+    PoolArgs a = pool_args(x, g, dy, x.size());
+    same_layout("maxpool_backward", {&x, &dx});
+    if (!a.nhwc && dev().pool_backward(pool_params(x, dy, g, true), x.memory(), dy.memory(), dx.memory())) return;
     if (g.stride_x >= g.size && g.stride_y >= g.size) {  // windows that do not overlap: one pass
         launch(storage_kernel("maxpool_backward_disjoint", t).c_str(), dy.size(),
-               {any_buf(x), any_buf(dy), any_buf(dx)}, a);
+               {flat_buf(x), flat_buf(dy), flat_buf(dx)}, a);
         return;
     }
-    Tensor& winner = scratch(4, dy.size());  // int32 per window: kernels/backward.h
-    launch(storage_kernel("maxpool_argmax", t).c_str(), dy.size(), {any_buf(x), buf(winner)}, a);
-    launch(storage_kernel("maxpool_backward", t).c_str(), dx.size(), {buf(winner), any_buf(dy), any_buf(dx)}, a);
+    Tensor& winner = scratch(4, dy.size());  // int32 per window (in dy's layout): kernels/backward.h
+    launch(storage_kernel("maxpool_argmax", t).c_str(), dy.size(), {flat_buf(x), buf(winner)}, a);
+    launch(storage_kernel("maxpool_backward", t).c_str(), dx.size(), {buf(winner), flat_buf(dy), flat_buf(dx)}, a);
 }
 
 void GpuBackend::avgpool_local_backward(const Tensor& x, const Tensor& dy, const PoolGeom& g, Tensor& dx) {
     DType t = same_storage("avgpool_local_backward", {&x, &dy, &dx});
-    if (dev().pool_backward(pool_params(x, dy, g, false), x.memory(), dy.memory(), dx.memory())) return;
-    launch(storage_kernel("avgpool_local_backward", t).c_str(), dx.size(), {any_buf(dy), any_buf(dx)},
-           pool_backward_args(x, dy, g));
+    PoolArgs a = pool_args(x, g, dy, x.size());
+    same_layout("avgpool_local_backward", {&x, &dx});
+    if (!a.nhwc && dev().pool_backward(pool_params(x, dy, g, false), x.memory(), dy.memory(), dx.memory())) return;
+    launch(storage_kernel("avgpool_local_backward", t).c_str(), dx.size(), {flat_buf(dy), flat_buf(dx)}, a);
 }
 
 void GpuBackend::avgpool_global_backward(const Tensor& dy, Tensor& dx) {
@@ -185,18 +214,13 @@ void GpuBackend::shortcut_backward(const Tensor& x, const std::vector<const Tens
     }
 }
 
-static ResampleArgs resample_backward_args(const Tensor& dy, int stride, float scale, const Tensor& dx) {
-    const Shape &xs = dx.shape(), &ys = dy.shape();
-    return ResampleArgs{(int32_t)dx.size(), xs.w, xs.h, ys.w, ys.h, stride, scale};
-}
-
 void GpuBackend::upsample_backward(const Tensor& dy, int stride, float scale, Tensor& dx) {
     launch(storage_kernel("upsample_backward", same_storage("upsample_backward", {&dy, &dx})).c_str(), dx.size(),
-           {any_buf(dy), any_buf(dx)}, resample_backward_args(dy, stride, scale, dx));
+           {flat_buf(dy), flat_buf(dx)}, resample_args(dx, stride, scale, dy, dx.size()));
 }
 
 void GpuBackend::downsample_sum_backward(const Tensor& dy, int stride, float scale, Tensor& dx) {
-    launch("downsample_sum_backward_f32", dx.size(), {buf(dy), buf(dx)}, resample_backward_args(dy, stride, scale, dx));
+    launch("downsample_sum_backward_f32", dx.size(), {buf(dy), buf(dx)}, resample_args(dx, stride, scale, dy, dx.size()));
 }
 
 void GpuBackend::reorg_backward(const Tensor& dy, int w, int h, int c, int stride, bool forward, Tensor& dx) {
@@ -228,9 +252,15 @@ void GpuBackend::softmax_backward(const Tensor& y, const Tensor& dy, int groups,
 
 void GpuBackend::add_scaled(const Tensor& x, float alpha, Tensor& y) {
     require_same_size("add_scaled", x, y);
-    // the kernel reads x in fp32: a half x is widened first (the [yolo] delta, the common case, is fp32)
+    // the kernel reads x in fp32 and y's layout: a half x is widened first, an NCHW one into NHWC y
+    // moved (the [yolo] delta, the common case, is fp32 NCHW)
     Tensor wide = widened(x);
-    launch(storage_kernel("add_scaled", y.dtype()).c_str(), y.size(), {any_buf(y), buf(wide)},
+    if (wide.layout() != y.layout()) {
+        Tensor moved(wide.shape(), scratch(7, wide.size(), DType::f32, y.layout()).buffer());
+        relayout(wide, moved);
+        wide = moved;
+    }
+    launch(storage_kernel("add_scaled", y.dtype()).c_str(), y.size(), {flat_buf(y), flat_buf(wide)},
            ScaledArgs{i32(y.size()), alpha});
 }
 

@@ -67,8 +67,12 @@ typedef struct {
 KSTATIC_ASSERT(sizeof(CopyChannelsArgs) == 32, "CopyChannelsArgs layout");
 
 // upsample and downsample_sum: n = elements of y; in_* is x's plane, out_* is y's
-typedef struct { int32_t n; int32_t in_w; int32_t in_h; int32_t out_w; int32_t out_h; int32_t stride; float scale; } ResampleArgs;
-KSTATIC_ASSERT(sizeof(ResampleArgs) == 28, "ResampleArgs layout");
+// channels and nhwc: layout_index.h (nhwc 0: NCHW, where channels is not read)
+typedef struct {
+    int32_t n; int32_t in_w; int32_t in_h; int32_t out_w; int32_t out_h; int32_t stride; float scale;
+    int32_t channels; int32_t nhwc;
+} ResampleArgs;
+KSTATIC_ASSERT(sizeof(ResampleArgs) == 36, "ResampleArgs layout");
 
 // reorg_cpu's loop dimensions w, h, c; n = elements of x; forward = 1: y[out] = x[in], 0: y[in] = x[out]
 typedef struct { int32_t n; int32_t w; int32_t h; int32_t c; int32_t stride; int32_t forward; } ReorgArgs;
@@ -84,12 +88,17 @@ typedef struct {
 } ShortcutArgs;
 KSTATIC_ASSERT(sizeof(ShortcutArgs) == 36, "ShortcutArgs layout");
 
-// maxpool and avgpool_local: n = elements of y; the window starts at -padding/2
+// maxpool and avgpool_local: n = elements of y; the window starts at -padding/2; channels and nhwc:
+// layout_index.h
 typedef struct {
     int32_t n; int32_t in_h; int32_t in_w; int32_t out_h; int32_t out_w;
-    int32_t size; int32_t stride_y; int32_t stride_x; int32_t padding;
+    int32_t size; int32_t stride_y; int32_t stride_x; int32_t padding; int32_t channels; int32_t nhwc;
 } PoolArgs;
-KSTATIC_ASSERT(sizeof(PoolArgs) == 36, "PoolArgs layout");
+KSTATIC_ASSERT(sizeof(PoolArgs) == 44, "PoolArgs layout");
+
+// relayout: n = elements; to_nhwc 1: x NCHW -> y NHWC, 0: the reverse
+typedef struct { int32_t n; int32_t channels; int32_t plane; int32_t to_nhwc; } RelayoutArgs;
+KSTATIC_ASSERT(sizeof(RelayoutArgs) == 16, "RelayoutArgs layout");
 
 // one group per (n, c) plane: no n, the grid is exactly N*C groups
 typedef struct { int32_t plane; } GlobalPoolArgs;

@@ -44,9 +44,10 @@ KSTATIC_ASSERT(sizeof(BatchnormTrainArgs) == 24, "BatchnormTrainArgs layout");
 
 // A per-channel reduction split over the batch (reduce.h): `splits` groups per channel. act: the
 // activation whose gradient batchnorm_activate_backward_partial applies where it reads dy; the other
-// reductions ignore it (left 0).
-typedef struct { int32_t batch; int32_t channels; int32_t plane; int32_t splits; int32_t act; } ChannelSplitArgs;
-KSTATIC_ASSERT(sizeof(ChannelSplitArgs) == 20, "ChannelSplitArgs layout");
+// reductions ignore it (left 0). lanes: the channels of one group of the NHWC kernels
+// (storage_training.h); the NCHW ones ignore it.
+typedef struct { int32_t batch; int32_t channels; int32_t plane; int32_t splits; int32_t act; int32_t lanes; } ChannelSplitArgs;
+KSTATIC_ASSERT(sizeof(ChannelSplitArgs) == 24, "ChannelSplitArgs layout");
 
 // n = elements; act = an elementwise Activation's enum value
 typedef struct { int32_t n; int32_t act; } ActivateBackwardArgs;

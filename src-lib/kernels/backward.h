@@ -9,6 +9,7 @@
 #pragma once
 #include "activation_math.h"
 #include "args_forward.h"
+#include "layout_index.h"
 #include "args_training.h"
 #include "group_sum.h"
 
@@ -20,8 +21,11 @@ KFN float normalize_channels_f(float v, int softmax) { return softmax ? exp(v) :
 // rows whose window holds input row iy: oy in [ceil((t - size + 1) / stride), t / stride], t = iy + padding/2.
 KFN int pool_first(int t, int size, int stride) { return t - size + 1 <= 0 ? 0 : (t - size + stride) / stride; }
 KFN int pool_last(int t, int stride, int out) { return t / stride < out - 1 ? t / stride : out - 1; }
-// Where the input plane of output window i starts: (sample * channels + channel) * in_h * in_w.
-KFN int pool_plane(uint i, KARGS_PARAM(PoolArgs) a) { return (int)(i / (uint)(a.out_w * a.out_h)) * a.in_h * a.in_w; }
+// Where pixel 0 of output window i's input plane lies (layout_index.h): its pixel p is at that +
+// p * layout_step(a.channels, a.nhwc).
+KFN int pool_plane(uint i, KARGS_PARAM(PoolArgs) a) {
+    return layout_base((int)i, a.channels, a.out_w * a.out_h, a.in_h * a.in_w, a.nhwc);
+}
 // maxpool backward runs in two passes, each a gather (maxpool_argmax_<type>, maxpool_backward_<type>).
 // Re-running every covering window's argmax per dx element costs size^4 reads per element
 // (yolov7-tiny's SPP pools of size 13: 28561, half of its training step); remembering each window's

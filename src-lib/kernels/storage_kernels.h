@@ -12,6 +12,7 @@
 #include "activation_math.h"
 #include "args_forward.h"
 #include "args_training.h"
+#include "layout_index.h"
 
 // y = x converted to storage S (pack) and back to fp32 (unpack): the input upload and fp32
 // parameters used by a half op (GpuBackend::convert).
@@ -60,12 +61,16 @@ KERNEL(S_NAME(copy_channels))(KBUF(S_T, y, 0), KCBUF(S_T, x, 1), KARGS(CopyChann
     S_ST(y, o, v);
 }
 
-// nearest-neighbour upsample: y[n,c,i,j] = scale * x[n,c,i/stride,j/stride]; threads = elements of y
+// nearest-neighbour upsample: y[n,c,i,j] = scale * x[n,c,i/stride,j/stride]; threads = elements of y;
+// either layout (layout_index.h)
 KERNEL(S_NAME(upsample))(KBUF(S_T, y, 0), KCBUF(S_T, x, 1), KARGS(ResampleArgs, a, 2) KTHREAD_IDS) {
     int i = (int)KGID;
     if (i >= a.n) return;
-    int ox = i % a.out_w, oy = (i / a.out_w) % a.out_h, nc = i / (a.out_w * a.out_h);
-    S_ST(y, i, a.scale * S_LD(x, (nc * a.in_h + oy / a.stride) * a.in_w + ox / a.stride));
+    int out_plane = a.out_w * a.out_h, pix = layout_pixel(i, a.channels, out_plane, a.nhwc);
+    int ox = pix % a.out_w, oy = pix / a.out_w;
+    int from = layout_base(i, a.channels, out_plane, a.in_h * a.in_w, a.nhwc) +
+               ((oy / a.stride) * a.in_w + ox / a.stride) * layout_step(a.channels, a.nhwc);
+    S_ST(y, i, a.scale * S_LD(x, from));
 }
 
 // Shortcut, one launch per input (so any number of `from` inputs), in order, each with threads =
@@ -89,9 +94,12 @@ KERNEL(S_NAME(shortcut))(KBUF(S_T, y, 0), KCBUF(S_T, in, 1), KCBUF(float, weight
 }
 
 // maxpool (is_max = 1) and avgpool_local (0): window of size x size from (oy*stride_y - padding/2,
-// ox*stride_x - padding/2), cells outside x skipped; average over the cells inside (0 if none).
+// ox*stride_x - padding/2), cells outside x skipped; average over the cells inside (0 if none). Either
+// layout (layout_index.h).
 KFN float S_NAME(pool_window)(KGLOBAL const S_T* x, int i, KARGS_PARAM(PoolArgs) a, int is_max) {
-    int ox = i % a.out_w, oy = (i / a.out_w) % a.out_h, nc = i / (a.out_w * a.out_h);
+    int out_plane = a.out_w * a.out_h, pix = layout_pixel(i, a.channels, out_plane, a.nhwc);
+    int ox = pix % a.out_w, oy = pix / a.out_w;
+    int base = layout_base(i, a.channels, out_plane, a.in_h * a.in_w, a.nhwc), step = layout_step(a.channels, a.nhwc);
     int off = -a.padding / 2;
     float best = -FLT_MAX_K, sum = 0.0f;
     int count = 0;
@@ -99,7 +107,7 @@ KFN float S_NAME(pool_window)(KGLOBAL const S_T* x, int i, KARGS_PARAM(PoolArgs)
         for (int kx = 0; kx < a.size; ++kx) {
             int iy = oy * a.stride_y + off + ky, ix = ox * a.stride_x + off + kx;
             if (iy < 0 || iy >= a.in_h || ix < 0 || ix >= a.in_w) continue;
-            float v = S_LD(x, (nc * a.in_h + iy) * a.in_w + ix);
+            float v = S_LD(x, base + (iy * a.in_w + ix) * step);
             best = v > best ? v : best;
             sum += v;
             ++count;
@@ -158,6 +166,16 @@ KERNEL(S_NAME(im2col))(KBUF(S_T, col, 0), KCBUF(S_T, im, 1), KARGS(Im2colImageAr
             out += row_stride;
         }
     }
+}
+
+// y = x reordered between NCHW and NHWC (a.to_nhwc 1: x NCHW, y NHWC; 0: the reverse), one thread per
+// element of x, in one storage type (GpuBackend::convert changes the type in a pass of its own).
+KERNEL(S_NAME(relayout))(KBUF(S_T, y, 0), KCBUF(S_T, x, 1), KARGS(RelayoutArgs, a, 2) KTHREAD_IDS) {
+    int i = (int)KGID;
+    if (i >= a.n) return;
+    int sample = a.channels * a.plane, n = i / sample, r = i - n * sample;
+    int c = a.to_nhwc ? r / a.plane : r % a.channels, p = a.to_nhwc ? r % a.plane : r / a.channels;
+    S_ST(y, n * sample + (a.to_nhwc ? p * a.channels + c : c * a.plane + p), S_LD(x, i));
 }
 
 // y[b][a][p] (+)= x[a][b][p]: one thread per element of x.

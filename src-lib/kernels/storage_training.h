@@ -13,6 +13,7 @@
 #include "args_forward.h"
 #include "args_training.h"
 #include "group_sum.h"
+#include "layout_index.h"
 
 KERNEL(S_NAME(fill))(KBUF(S_T, y, 0), KARGS(FillArgs, a, 1) KTHREAD_IDS) {
     int i = (int)KGID;
@@ -84,6 +85,13 @@ KERNEL(S_NAME(batchnorm_partial_stats))(KCBUF(S_T, y, 0), KBUF(float, partial, 1
               i = row_ * (uint)(a).plane + p_;                                             \
          p_ < (uint)(a).plane; p_ += step_, i += step_)
 
+KFN void S_NAME(normalize_at)(KGLOBAL S_T* y, KGLOBAL S_T* x_norm, int i, float m, float sd, float k, float b,
+                              int act) {
+    float xn = (S_LD(y, i) - m) / sd;
+    S_ST(x_norm, i, xn);
+    S_ST(y, i, act_forward(xn * k + b, act));
+}
+
 // Elementwise, after batchnorm_combine_stats_f32: x_norm = (y - mean) / sqrt(var + eps),
 // y = act(x_norm * scale + bias) (x_norm is rounded to S once; y is formed from the unrounded value
 // and rounded once). With a.act = ACT_LINEAR this is plain batchnorm; with another activation it is
@@ -94,11 +102,7 @@ KERNEL(S_NAME(batchnorm_normalize))(KBUF(S_T, y, 0), KBUF(S_T, x_norm, 1), KCBUF
                                     KARGS(BatchnormTrainArgs, a, 6) KTHREAD_IDS) {
     PLANE_CHANNEL(a, c)
     float m = mean[c], sd = sqrt(var[c] + a.eps), k = scale[c], b = bias[c];
-    FOR_PLANE_ELEMENTS(a, i) {
-        float xn = (S_LD(y, i) - m) / sd;
-        S_ST(x_norm, i, xn);
-        S_ST(y, i, act_forward(xn * k + b, a.act));
-    }
+    FOR_PLANE_ELEMENTS(a, i) S_NAME(normalize_at)(y, x_norm, (int)i, m, sd, k, b, a.act);
 }
 
 // First half of batchnorm_backward, step 1 (as the statistics): per split, partial[2g] = sum(dy) and
@@ -167,6 +171,121 @@ KERNEL(S_NAME(batchnorm_backward_data))(KBUF(S_T, dy, 0), KCBUF(S_T, x_norm, 1),
     FOR_PLANE_ELEMENTS(a, i) S_ST(dy, i, inv * (k * S_LD(dy, i) - gmean - S_LD(x_norm, i) * gx));
 }
 
+// ---- training batchnorm on channels-last (NHWC) tensors ------------------------------------------
+// A channel's values lie `channels` apart. The reductions take a block of a.lanes channels per group
+// (lane = KLID % lanes: consecutive threads read consecutive channels of a pixel) and the group's
+// rows of threads take every (group size / lanes)-th pixel of the split; the rows are then summed
+// per lane. The splits are of pixels (a.batch = N*H*W, a.plane = 1), so that
+// batchnorm_combine_stats_f32 and batchnorm_backward_combine_f32 combine them as they combine the
+// NCHW kernels' image splits: the partial sums of (channel c, split s) land where those put them.
+// Grid: ceil(channels / lanes) * splits groups, g = block * splits + s. Sums add in a fixed order.
+
+// v becomes, in every thread, the sum of v over the threads of its lane (a fixed tree; every thread
+// must reach it). lanes is a power of two <= the group size.
+#define LANE_SUM(partial, v, lanes)                                              \
+    partial[KLID] = v;                                                           \
+    KBARRIER();                                                                  \
+    for (uint half_ = KGROUP_SIZE / 2; half_ >= (uint)(lanes); half_ >>= 1) {    \
+        if (KLID < half_) partial[KLID] += partial[KLID + half_];                \
+        KBARRIER();                                                              \
+    }                                                                            \
+    v = partial[KLID % (uint)(lanes)];                                           \
+    KBARRIER();
+// This thread's channel c (-1 past the last channel: it adds nothing but reaches every barrier), its
+// split [p0_, p1_) of pixels, and the loop over its share of them, element i.
+#define LANE_SPLIT(a, c)                                                                                   \
+    int s_ = (int)KGROUP % (a).splits, rows_ = (int)KGROUP_SIZE / (a).lanes, row_ = (int)KLID / (a).lanes; \
+    int c = ((int)KGROUP / (a).splits) * (a).lanes + (int)KLID % (a).lanes;                             \
+    if (c >= (a).channels) c = -1;                                                                       \
+    int p0_ = split_start(a, s_), p1_ = split_start(a, s_ + 1);
+#define FOR_LANE_PIXELS(a, c, i) \
+    if (c >= 0)                  \
+        for (int p_ = p0_ + row_, i = p_ * (a).channels + c; p_ < p1_; p_ += rows_, i += rows_ * (a).channels)
+#define LANE_STORE(a, c, partial, first, second) \
+    if (row_ == 0 && c >= 0) {                   \
+        partial[2 * (c * (a).splits + s_)] = first;      \
+        partial[2 * (c * (a).splits + s_) + 1] = second; \
+    }
+
+KERNEL(S_NAME(batchnorm_partial_stats_nhwc))(KCBUF(S_T, y, 0), KBUF(float, partial, 1),
+                                             KARGS(ChannelSplitArgs, a, 2) KTHREAD_IDS) {
+    KSHARED float shared[256];
+    LANE_SPLIT(a, c)
+    float sum = 0.0f;
+    FOR_LANE_PIXELS(a, c, i) sum += S_LD(y, i);
+    LANE_SUM(shared, sum, a.lanes)
+    float m = sum / (float)(p1_ - p0_), sq = 0.0f;
+    FOR_LANE_PIXELS(a, c, i) {
+        float d = S_LD(y, i) - m;
+        sq += d * d;
+    }
+    LANE_SUM(shared, sq, a.lanes)
+    LANE_STORE(a, c, partial, m, sq)
+}
+
+KERNEL(S_NAME(batchnorm_backward_partial_nhwc))(KCBUF(S_T, dy, 0), KCBUF(S_T, x_norm, 1), KBUF(float, partial, 2),
+                                                KARGS(ChannelSplitArgs, a, 3) KTHREAD_IDS) {
+    KSHARED float shared[256];
+    LANE_SPLIT(a, c)
+    float sdy = 0.0f, sdyx = 0.0f;
+    FOR_LANE_PIXELS(a, c, i) {
+        float d = S_LD(dy, i);
+        sdy += d;
+        sdyx += d * S_LD(x_norm, i);
+    }
+    LANE_SUM(shared, sdy, a.lanes)
+    LANE_SUM(shared, sdyx, a.lanes)
+    LANE_STORE(a, c, partial, sdy, sdyx)
+}
+
+KERNEL(S_NAME(batchnorm_activate_backward_partial_nhwc))(KBUF(S_T, dy, 0), KCBUF(S_T, y, 1), KCBUF(S_T, x_norm, 2),
+                                                         KBUF(float, partial, 3), KARGS(ChannelSplitArgs, a, 4)
+                                                             KTHREAD_IDS) {
+    KSHARED float shared[256];
+    LANE_SPLIT(a, c)
+    float sdy = 0.0f, sdyx = 0.0f;
+    FOR_LANE_PIXELS(a, c, i) {
+        S_ST(dy, i, S_LD(dy, i) * act_gradient(S_LD(y, i), a.act));
+        float d = S_LD(dy, i);  // as stored, as in the NCHW kernel
+        sdy += d;
+        sdyx += d * S_LD(x_norm, i);
+    }
+    LANE_SUM(shared, sdy, a.lanes)
+    LANE_SUM(shared, sdyx, a.lanes)
+    LANE_STORE(a, c, partial, sdy, sdyx)
+}
+
+// The elementwise passes: thread t takes channel t % channels and every a.chunks-th pixel from
+// t / channels on (threads = channels * chunks, GpuBackend::launch_lanes), reading its channel's
+// constants once; consecutive threads touch consecutive elements.
+#define LANE_CHANNEL(a, c)                                  \
+    uint t_ = KGID;                                         \
+    if (t_ >= (uint)((a).channels * (a).chunks)) return;    \
+    int c = (int)(t_ % (uint)(a).channels);
+#define FOR_LANE_ELEMENTS(a, i)                                                                       \
+    for (uint i = t_, end_ = (uint)(a).batch * (uint)(a).plane * (uint)(a).channels,                 \
+              step_ = (uint)((a).channels * (a).chunks);                                              \
+         i < end_; i += step_)
+
+KERNEL(S_NAME(batchnorm_normalize_nhwc))(KBUF(S_T, y, 0), KBUF(S_T, x_norm, 1), KCBUF(float, mean, 2),
+                                         KCBUF(float, var, 3), KCBUF(float, scale, 4), KCBUF(float, bias, 5),
+                                         KARGS(BatchnormTrainArgs, a, 6) KTHREAD_IDS) {
+    LANE_CHANNEL(a, c)
+    float m = mean[c], sd = sqrt(var[c] + a.eps), k = scale[c], b = bias[c];
+    FOR_LANE_ELEMENTS(a, i) S_NAME(normalize_at)(y, x_norm, (int)i, m, sd, k, b, a.act);
+}
+
+KERNEL(S_NAME(batchnorm_backward_data_nhwc))(KBUF(S_T, dy, 0), KCBUF(S_T, x_norm, 1), KCBUF(float, scale, 2),
+                                             KCBUF(float, var, 3), KCBUF(float, sums, 4),
+                                             KARGS(BatchnormTrainArgs, a, 5) KTHREAD_IDS) {
+    LANE_CHANNEL(a, c)
+    float count = (float)a.batch * (float)a.plane;
+    float k = scale[c], inv = 1.0f / sqrt(var[c] + a.eps);
+    float gmean = k * sums[2 * c] / count;
+    float gx = k * sums[2 * c + 1] / (count > 1.0f ? count - 1.0f : 1.0f);
+    FOR_LANE_ELEMENTS(a, i) S_ST(dy, i, inv * (k * S_LD(dy, i) - gmean - S_LD(x_norm, i) * gx));
+}
+
 // ---- activations ---------------------------------------------------------------------------------
 // dy *= act'(x) for an elementwise activation (x = the pre-activation). n = elements.
 KERNEL(S_NAME(activate_backward))(KCBUF(S_T, x, 0), KBUF(S_T, dy, 1), KARGS(ActivateBackwardArgs, a, 2) KTHREAD_IDS) {
@@ -200,18 +319,19 @@ KERNEL(S_NAME(normalize_channels_backward))(KCBUF(S_T, x, 0), KBUF(S_T, dy, 1),
 
 // ---- pooling (gathers, see kernels/backward.h) --------------------------------------------------
 // The argmax of window i (first strictly greatest in row-major window order, as the reference), as
-// iy * in_w + ix within its plane (which starts at pool_plane(i), kernels/backward.h), or -1 for a window
-// with no input inside it.
+// the pixel iy * in_w + ix of its input plane (whose pixel 0 is at pool_plane(i), kernels/backward.h), or
+// -1 for a window with no input inside it. Either layout (layout_index.h), as every pooling kernel here.
 KFN int S_NAME(pool_argmax)(KGLOBAL const S_T* x, uint i, KARGS_PARAM(PoolArgs) a) {
-    int ox = (int)(i % (uint)a.out_w), oy = (int)((i / (uint)a.out_w) % (uint)a.out_h);
-    int plane0 = pool_plane(i, a);
+    int pix = layout_pixel((int)i, a.channels, a.out_w * a.out_h, a.nhwc);
+    int ox = pix % a.out_w, oy = pix / a.out_w;
+    int plane0 = pool_plane(i, a), step = layout_step(a.channels, a.nhwc);
     int off = -a.padding / 2, best_at = -1;
     float best = -FLT_MAX_K;
     for (int ky = 0; ky < a.size; ++ky)
         for (int kx = 0; kx < a.size; ++kx) {
             int y = oy * a.stride_y + off + ky, xx = ox * a.stride_x + off + kx;
             if (y < 0 || y >= a.in_h || xx < 0 || xx >= a.in_w) continue;
-            float v = S_LD(x, plane0 + y * a.in_w + xx);
+            float v = S_LD(x, plane0 + (y * a.in_w + xx) * step);
             if (v > best) best = v, best_at = y * a.in_w + xx;
         }
     return best_at;
@@ -232,8 +352,9 @@ KERNEL(S_NAME(maxpool_backward_disjoint))(KCBUF(S_T, x, 0), KCBUF(S_T, dy, 1), K
                                           KARGS(PoolArgs, a, 3) KTHREAD_IDS) {
     uint i = KGID;
     if (i >= (uint)(a.out_h * a.out_w) * (uint)(a.n / (a.in_h * a.in_w))) return;
-    int plane0 = pool_plane(i, a), best_at = S_NAME(pool_argmax)(x, i, a);
-    if (best_at >= 0) S_ST(dx, plane0 + best_at, S_LD(dx, plane0 + best_at) + S_LD(dy, i));
+    int best_at = S_NAME(pool_argmax)(x, i, a);
+    int at = pool_plane(i, a) + best_at * layout_step(a.channels, a.nhwc);
+    if (best_at >= 0) S_ST(dx, at, S_LD(dx, at) + S_LD(dy, i));
 }
 
 // Pass 2, one thread per dx element (n = elements of dx): the dy of every covering window this
@@ -242,13 +363,14 @@ KERNEL(S_NAME(maxpool_backward))(KCBUF(int, winner, 0), KCBUF(S_T, dy, 1), KBUF(
                                  KARGS(PoolArgs, a, 3) KTHREAD_IDS) {
     uint i = KGID;
     if (i >= (uint)a.n) return;
-    int ix = (int)(i % (uint)a.in_w), iy = (int)((i / (uint)a.in_w) % (uint)a.in_h);
-    int nc = (int)(i / (uint)(a.in_w * a.in_h));
-    int off = -a.padding / 2, ty = iy - off, tx = ix - off, me = iy * a.in_w + ix;
+    int in_plane = a.in_h * a.in_w, me = layout_pixel((int)i, a.channels, in_plane, a.nhwc);
+    int ix = me % a.in_w, iy = me / a.in_w, step = layout_step(a.channels, a.nhwc);
+    int obase = layout_base((int)i, a.channels, in_plane, a.out_h * a.out_w, a.nhwc);
+    int off = -a.padding / 2, ty = iy - off, tx = ix - off;
     float acc = S_LD(dx, i);
     for (int oy = pool_first(ty, a.size, a.stride_y); oy <= pool_last(ty, a.stride_y, a.out_h); ++oy)
         for (int ox = pool_first(tx, a.size, a.stride_x); ox <= pool_last(tx, a.stride_x, a.out_w); ++ox) {
-            int o = (nc * a.out_h + oy) * a.out_w + ox;
+            int o = obase + (oy * a.out_w + ox) * step;
             if (winner[o] == me) acc += S_LD(dy, o);
         }
     S_ST(dx, i, acc);
@@ -259,8 +381,9 @@ KERNEL(S_NAME(maxpool_backward))(KCBUF(int, winner, 0), KCBUF(S_T, dy, 1), KBUF(
 KERNEL(S_NAME(avgpool_local_backward))(KCBUF(S_T, dy, 0), KBUF(S_T, dx, 1), KARGS(PoolArgs, a, 2) KTHREAD_IDS) {
     uint i = KGID;
     if (i >= (uint)a.n) return;
-    int ix = (int)(i % (uint)a.in_w), iy = (int)((i / (uint)a.in_w) % (uint)a.in_h);
-    int nc = (int)(i / (uint)(a.in_w * a.in_h));
+    int in_plane = a.in_h * a.in_w, pix = layout_pixel((int)i, a.channels, in_plane, a.nhwc);
+    int ix = pix % a.in_w, iy = pix / a.in_w, step = layout_step(a.channels, a.nhwc);
+    int obase = layout_base((int)i, a.channels, in_plane, a.out_h * a.out_w, a.nhwc);
     int off = -a.padding / 2, ty = iy - off, tx = ix - off;
     float acc = S_LD(dx, i);
     for (int oy = pool_first(ty, a.size, a.stride_y); oy <= pool_last(ty, a.stride_y, a.out_h); ++oy)
@@ -269,7 +392,7 @@ KERNEL(S_NAME(avgpool_local_backward))(KCBUF(S_T, dy, 0), KBUF(S_T, dx, 1), KARG
             int y0 = oy * a.stride_y + off, x0 = ox * a.stride_x + off;
             int y1 = y0 + a.size < a.in_h ? y0 + a.size : a.in_h, x1 = x0 + a.size < a.in_w ? x0 + a.size : a.in_w;
             int count = (y1 - (y0 > 0 ? y0 : 0)) * (x1 - (x0 > 0 ? x0 : 0));
-            acc += S_LD(dy, (nc * a.out_h + oy) * a.out_w + ox) / (float)count;
+            acc += S_LD(dy, obase + (oy * a.out_w + ox) * step) / (float)count;
         }
     S_ST(dx, i, acc);
 }
@@ -280,13 +403,14 @@ KERNEL(S_NAME(avgpool_local_backward))(KCBUF(S_T, dy, 0), KBUF(S_T, dx, 1), KARG
 KERNEL(S_NAME(upsample_backward))(KCBUF(S_T, dy, 0), KBUF(S_T, dx, 1), KARGS(ResampleArgs, a, 2) KTHREAD_IDS) {
     uint i = KGID;
     if (i >= (uint)a.n) return;
-    int ix = (int)(i % (uint)a.in_w), iy = (int)((i / (uint)a.in_w) % (uint)a.in_h);
-    int nc = (int)(i / (uint)(a.in_w * a.in_h));
+    int in_plane = a.in_h * a.in_w, pix = layout_pixel((int)i, a.channels, in_plane, a.nhwc);
+    int ix = pix % a.in_w, iy = pix / a.in_w, step = layout_step(a.channels, a.nhwc);
+    int obase = layout_base((int)i, a.channels, in_plane, a.out_h * a.out_w, a.nhwc);
     float acc = S_LD(dx, i);
     for (int sy = 0; sy < a.stride; ++sy)
         for (int sx = 0; sx < a.stride; ++sx) {
             int y = iy * a.stride + sy, xx = ix * a.stride + sx;
-            if (y < a.out_h && xx < a.out_w) acc += a.scale * S_LD(dy, (nc * a.out_h + y) * a.out_w + xx);
+            if (y < a.out_h && xx < a.out_w) acc += a.scale * S_LD(dy, obase + (y * a.out_w + xx) * step);
         }
     S_ST(dx, i, acc);
 }

@@ -10,6 +10,8 @@ namespace {
 class Convolutional final : public Layer {
 public:
     const char* type() const override { return "conv"; }
+    // the channel-mixing activations (normalize_channels) read a pixel's channels as NCHW
+    bool runs_channels_last() const override { return activation_is_elementwise(activation); }
 
     void forward(Backend& be, const Tensor& x, Tensor& y, const LayerOutputs&) override {
         if (!batch_normalize) {

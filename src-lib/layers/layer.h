@@ -64,6 +64,9 @@ public:
     virtual std::string describe() const { return ""; }
     // Layer indices this layer reads besides its input (route, shortcut...), for the table.
     virtual std::vector<int> sources() const { return {}; }
+    // Whether every op the layer runs takes channels-last (NHWC) activations on a GPU device
+    // (Network::layout): a layer without that path keeps its whole network NCHW.
+    virtual bool runs_channels_last() const { return false; }
 
     int index = 0;
     int line = 0;
@@ -89,7 +92,7 @@ public:
     void forward(Backend& be, Tensor& y, Activation a) {
         if (a == Activation::linear) return;
         if (!activation_gradient_from_output(a)) {
-            be.resize(pre_, y.shape(), y.dtype());
+            be.resize(pre_, y.shape(), y.dtype(), y.layout());
             be.copy_channels(y, 0, pre_, 0, y.shape().c);
         }
         be.activate(y, a);

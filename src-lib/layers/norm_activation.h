@@ -21,7 +21,7 @@ public:
     void forward(Backend& be, Tensor& y, std::vector<Param>& p, const NormParams& k, Activation a) {
         if (k.batch_normalize()) {
             Shape per_channel{1, y.shape().c, 1, 1};
-            be.resize(x_norm_, y.shape(), y.dtype());  // the storage type of the activations
+            be.resize(x_norm_, y.shape(), y.dtype(), y.layout());  // the storage type and layout of the activations
             be.resize(mean_, per_channel);
             be.resize(var_, per_channel);
             if (fused(k, a))

@@ -11,6 +11,7 @@ public:
     enum Kind { max, local_avg, max_depth };
     explicit Pool(Kind k) : kind(k) {}
     const char* type() const override { return kind == local_avg ? "local_avg" : "max"; }
+    bool runs_channels_last() const override { return kind != max_depth; }
 
     void forward(Backend& be, const Tensor& x, Tensor& y, const LayerOutputs&) override {
         if (kind == max_depth) be.maxpool_depth(x, y);

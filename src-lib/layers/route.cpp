@@ -9,6 +9,7 @@ namespace {
 class Route final : public Layer {
 public:
     const char* type() const override { return "route"; }
+    bool runs_channels_last() const override { return true; }
 
     void forward(Backend& be, const Tensor&, Tensor& y, const LayerOutputs& outputs) override {
         int dst = 0;

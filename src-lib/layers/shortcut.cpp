@@ -28,7 +28,7 @@ public:
         std::vector<const Tensor*> inputs;
         std::vector<Tensor*> dfrom;
         for (int i : from) inputs.push_back(&outputs[i]), dfrom.push_back(&deltas[i]);
-        if (!dx) be.resize(scratch_, x.shape(), x.dtype());
+        if (!dx) be.resize(scratch_, x.shape(), x.dtype(), x.layout());
         be.shortcut_backward(x, inputs, weights(), weights_type, weights_norm, dy, dx ? *dx : scratch_, dfrom,
                              params.empty() ? nullptr : &params[0].grad);
     }

@@ -9,6 +9,7 @@ namespace {
 class Upsample final : public Layer {
 public:
     const char* type() const override { return reverse ? "downsample" : "upsample"; }
+    bool runs_channels_last() const override { return !reverse; }
     void forward(Backend& be, const Tensor& x, Tensor& y, const LayerOutputs&) override {
         if (reverse) be.downsample_sum(x, stride, scale, y);
         else be.upsample(x, stride, scale, y);

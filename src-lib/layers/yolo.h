@@ -29,6 +29,7 @@ struct YoloSpec {
 class YoloLayer final : public Layer {
 public:
     const char* type() const override { return "yolo"; }
+    bool runs_channels_last() const override { return true; }  // its output stays NCHW (Network::output_layout)
     void forward(Backend& be, const Tensor& x, Tensor& y, const LayerOutputs&) override;
     // The loss (yolo/loss.cpp) writes dL/d(head input) into this layer's delta, as Darknet's yolo layer
     // does (its logistic + BCE / MSE deltas are taken w.r.t. the logits), so backward passes it through:
@@ -36,7 +37,8 @@ public:
     void backward(Backend& be, const Tensor&, const Tensor&, Tensor& dy, Tensor* dx, const LayerOutputs&,
                   std::vector<Tensor>&) override {
         if (!dx) return;
-        if (delta_scale == 1.0f && dx->dtype() == dy.dtype()) be.add_channels(dy, 0, *dx, 0, dy.shape().c);
+        if (delta_scale == 1.0f && dx->dtype() == dy.dtype() && dx->layout() == dy.layout())
+            be.add_channels(dy, 0, *dx, 0, dy.shape().c);
         else be.add_scaled(dy, delta_scale, *dx);
     }
     float delta_scale = 1.0f;  // set by Network::backward

@@ -1,0 +1,20 @@
+// Where an element of an NCHW-shaped tensor lives in either layout (Layout in tensor.h): NCHW, or NHWC
+// where a device keeps its activations channels last (src-lib/gpu/PRECISION.md, "Layout"). The spatial
+// kernels (pooling, upsample, their backward passes) run in both through these helpers, from a flat
+// index i in the tensor's own order and a 0/1 `nhwc` flag. Channel-wise kernels need none of this: an
+// NHWC tensor is an NCHW one of N*H*W images of C channels of 1x1 (GpuBackend::channel_view).
+#pragma once
+#include "compat_cpu.h"
+
+// The pixel (y * width + x, within its plane of `plane` pixels) of element i.
+KFN int layout_pixel(int i, int channels, int plane, int nhwc) { return nhwc ? (i / channels) % plane : i % plane; }
+
+// Where pixel 0 of element i's image and channel lies in another tensor of the same images and
+// channels with `other_plane` pixels a plane (the input of a pooling window, the output of an upsample).
+// Pixel p of it is then at that + p * layout_step(channels, nhwc).
+KFN int layout_base(int i, int channels, int plane, int other_plane, int nhwc) {
+    return nhwc ? (i / (channels * plane)) * channels * other_plane + i % channels : (i / plane) * other_plane;
+}
+
+// The distance between neighbouring pixels of one channel.
+KFN int layout_step(int channels, int nhwc) { return nhwc ? channels : 1; }
