@@ -1,7 +1,7 @@
 """Where a training iteration's GPU time goes, by kernel, on CUDA (needs PyTorch for its profiler).
 
     python benchmarks/profile_gpu_training.py --model yolov7-tiny [--batch 64] [--steps 4] [--tf32]
-    python benchmarks/profile_gpu_training.py --model yolov4-tiny --precision bf16
+    python benchmarks/profile_gpu_training.py --model yolov4-tiny --precision bf16 [--host]
 
 Builds the shipped cfg at 416 with compare_gpu.py's seeded weights, warms up (cuDNN times its
 algorithms in the first iteration), then records --steps training iterations with torch.profiler,
@@ -33,6 +33,8 @@ def main(argv=None) -> int:
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--tf32", action="store_true", help="DARKNET_PY_TF32=1")
     ap.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "bf16"], help="the activations' storage type")
+    ap.add_argument("--host", action="store_true",
+                    help="also the CUDA runtime calls by host time (a synchronizing call, an allocation per step)")
     args = ap.parse_args(argv)
     if args.tf32:
         os.environ["DARKNET_PY_TF32"] = "1"
@@ -54,23 +56,32 @@ def main(argv=None) -> int:
     for _ in range(3):
         step()
     raw.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    activities = [ProfilerActivity.CUDA] + ([ProfilerActivity.CPU] if args.host else [])
+    with profile(activities=activities) as prof:
         t0 = time.perf_counter()
         for _ in range(args.steps):
             step()
         raw.synchronize()
         wall = (time.perf_counter() - t0) / args.steps
     total, count = defaultdict(float), defaultdict(int)
+    host, host_count = defaultdict(float), defaultdict(int)
     for e in prof.events():
         if e.device_type.name == "CUDA":
             total[e.name] += e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
             count[e.name] += 1
+        elif e.name.startswith("cu"):  # a CUDA runtime or driver call, from any library of the process
+            host[e.name] += e.cpu_time_total
+            host_count[e.name] += 1
     gpu = sum(total.values())
     print(f"{args.model} batch {args.batch} {args.precision}{' TF32' if args.tf32 else ''}: {1e3 * wall:.1f} ms wall per iteration, "
           f"{gpu / 1e3 / args.steps:.1f} ms of kernels and copies per iteration ({args.batch / wall:.0f} images/s)")
     print(f"{'ms/iter':>8} {'share':>6} {'calls':>6}  name")
     for name, us in sorted(total.items(), key=lambda kv: -kv[1])[:args.top]:
         print(f"{us / 1e3 / args.steps:8.2f} {100 * us / gpu:5.1f}% {count[name] // args.steps:6d}  {name[:110]}")
+    if args.host:
+        print(f"\nCUDA calls by host time:\n{'ms/iter':>8} {'calls':>6}  name")
+        for name, us in sorted(host.items(), key=lambda kv: -kv[1])[:12]:
+            print(f"{us / 1e3 / args.steps:8.2f} {host_count[name] // args.steps:6d}  {name}")
     return 0
 
 

@@ -379,12 +379,20 @@ public:
         return true;
     }
 
+    // bf16 activations NHWC: cuDNN's tensor-core convolutions read that as it is, and put transposes
+    // around NCHW half data (yolov4-tiny 416 batch 64, a bf16 training step on the H100: 4.9 of 23.7 ms
+    // in nchwToNhwc / nhwcToNchw). fp16 stays NCHW: its weight gradient is our GEMM's (fp32 sums, see
+    // GpuBackend::conv2d_backward_weights), which has no NHWC path. src-lib/gpu/PRECISION.md, "Layout".
+    Layout preferred_layout(DType t) const override {
+        return t == DType::bf16 && cudnn_ ? Layout::nhwc : Layout::nchw;
+    }
+
     // cuDNN convolutions (the Device contract in device.h; false = GpuBackend's own kernels run).
     bool conv2d(const ConvParams& p, const DeviceMemory* x, const DeviceMemory* w, DeviceMemory* y) override {
-        // One image: im2col + cuBLAS is faster than cuDNN's algorithms on these small convolutions
+        // One NCHW image: im2col + cuBLAS is faster than cuDNN's algorithms on these small convolutions
         // (yolov4-tiny 416 batch 1, recorded: 0.71 ms against 1.10 ms heuristic, 1.36 ms timed, H100).
-        // (In half too: im2col and cuBLAS's half GEMM.)
-        if (p.x.n == 1) return false;
+        // (In half too: im2col and cuBLAS's half GEMM.) NHWC has no im2col path of ours: cuDNN.
+        if (p.x.n == 1 && !p.nhwc) return false;
         return convolve(p, ConvPass::forward, x, w, y);
     }
     bool conv2d_backward_data(const ConvParams& p, const DeviceMemory* dy, const DeviceMemory* w,

@@ -1,6 +1,7 @@
 #include "cudnn_convolutions.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -45,7 +46,10 @@ std::unique_ptr<CudnnConvolutions> CudnnConvolutions::open(cudaStream_t stream, 
     api->cudnnSetStream(handle, stream);
     const char* mode = std::getenv("DARKNET_PY_CUDNN");
     Choice choice = mode && std::strcmp(mode, "heuristic") == 0 ? Choice::heuristic : Choice::measured;
-    return std::unique_ptr<CudnnConvolutions>(new CudnnConvolutions(api, handle, tf32, choice));
+    auto opened = std::unique_ptr<CudnnConvolutions>(new CudnnConvolutions(api, handle, tf32, choice));
+    const char* trace = std::getenv("DARKNET_PY_CUDNN_TRACE");
+    opened->trace_ = trace && *trace && std::strcmp(trace, "0") != 0;
+    return opened;
 }
 
 CudnnConvolutions::CudnnConvolutions(const CudnnApi* api, CudnnApi::Handle handle, bool tf32, Choice choice)
@@ -152,8 +156,21 @@ long long CudnnConvolutions::workspace_for(const ConvParams& p, ConvPass pass, b
             s.workspace[k] = perf[pick].memory;
             s.math[k] = perf[pick].math_type;
         }
+        if (trace_) trace(p, pass, perf, n, pick);
     }
     return s.algo[k] < 0 ? -1 : (long long)s.workspace[k];
+}
+
+// DARKNET_PY_CUDNN_TRACE=1: each choice on stderr, with every algorithm cuDNN offered (best first).
+void CudnnConvolutions::trace(const ConvParams& p, ConvPass pass, const CudnnApi::AlgoPerf* perf, int n, int pick) {
+    static const char* passes[] = {"forward", "backward_data", "backward_weights"};
+    std::fprintf(stderr, "cuDNN %s %s %s x %dx%dx%dx%d -> y %dx%dx%dx%d, %dx%d/%d g%d:", passes[(int)pass],
+                 dtype_name(p.dtype), p.nhwc ? "nhwc" : "nchw", p.x.n, p.x.c, p.x.h, p.x.w, p.y.n, p.y.c, p.y.h, p.y.w,
+                 p.kh, p.kw, p.stride_x, p.groups);
+    for (int i = 0; i < n; ++i)
+        std::fprintf(stderr, " %salgo %d math %d %.3f ms %zu B status %d%s", i ? "| " : "", perf[i].algo,
+                     perf[i].math_type, perf[i].time, perf[i].memory, perf[i].status, i == pick ? " (chosen)" : "");
+    std::fprintf(stderr, "\n");
 }
 
 void CudnnConvolutions::run(const ConvParams& p, ConvPass pass, const void* in_a, const void* in_b, void* out,

@@ -50,6 +50,7 @@ private:
     CudnnConvolutions(const CudnnApi* api, CudnnApi::Handle handle, bool tf32, Choice choice);
     Shape& shape(const ConvParams& p);
     void check(int status, const char* what) const;
+    void trace(const ConvParams& p, ConvPass pass, const CudnnApi::AlgoPerf* perf, int n, int pick);
 
     const CudnnApi* api_;
     CudnnApi::Handle handle_;
@@ -57,6 +58,7 @@ private:
     Choice choice_;
     std::map<std::array<int, 17>, std::unique_ptr<Shape>> shapes_;
     std::function<void(float*, size_t)> agree_;
+    bool trace_ = false;  // DARKNET_PY_CUDNN_TRACE: print every choice (cudnn_convolutions.cpp)
 };
 
 }  // namespace dn

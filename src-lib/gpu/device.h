@@ -104,6 +104,12 @@ public:
     // The storage types this device's tensors may have (src-lib/gpu/PRECISION.md). Every device
     // compiles storage_kernels.h for all three; a device lists fewer where a type cannot run there.
     virtual std::vector<DType> storage_types() const { return {DType::f32, DType::f16, DType::bf16}; }
+    // The layout the device's fast paths want activations of storage type t in (tensor.h Layout;
+    // Backend::preferred_layout): NCHW unless a device says otherwise.
+    virtual Layout preferred_layout(DType t) const {
+        (void)t;
+        return Layout::nchw;
+    }
 
     // ---- memory ----
     virtual DeviceMemory* alloc(size_t bytes) = 0;  // throws DarknetError when out of memory

@@ -24,7 +24,8 @@ void HostStage::upload_outputs() {
 GpuBackend::GpuBackend(std::shared_ptr<Device> device) : device_(std::move(device)), name_(device_->info().id) {}
 
 KernelArg GpuBackend::any_buf(const Tensor& t) const {
-    if (t.layout() != Layout::nchw)
+    // (an NHWC tensor of one channel or of 1x1 planes is ordered as NCHW: channel_view, flat matrices)
+    if (t.layout() == Layout::nhwc && t.shape().c > 1 && t.shape().plane() > 1)
         throw DarknetError("an NHWC " + t.shape().str() + " tensor was passed to an op that runs on NCHW tensors only on " +
                            name_ + " (the ops with an NHWC path: src-lib/gpu/PRECISION.md, \"Layout\")");
     return flat_buf(t);

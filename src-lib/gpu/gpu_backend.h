@@ -74,6 +74,7 @@ public:
 
     // ---- storage types (gpu_ops_storage.cpp, src-lib/gpu/PRECISION.md) ----
     std::vector<DType> storage_types() const override { return device_->storage_types(); }
+    Layout preferred_layout(DType t) const override { return device_->preferred_layout(t); }
     void convert(const Tensor& x, Tensor& y) override;
     // The kernel of storage_kernels.h for storage type t: ("maxpool", f16) -> "maxpool_f16".
     static std::string storage_kernel(const char* base, DType t);
@@ -182,7 +183,8 @@ public:
     // ---- launching (used by the op files) ----
     // The kernel argument of tensor t, which must live on this backend's device and be fp32 NCHW.
     KernelArg buf(const Tensor& t) const;
-    // The same for a kernel that takes t's storage type, whatever it is (storage_kernels.h); NCHW.
+    // The same for a kernel that takes t's storage type, whatever it is (storage_kernels.h); in NCHW
+    // order (NCHW, or an NHWC tensor where the two orders agree: one channel, or 1x1 planes).
     KernelArg any_buf(const Tensor& t) const;
     // The same in either layout: for kernels that index elements flatly (elementwise) or are told the
     // layout (layout_index.h, channel_view, the NHWC batchnorm kernels). An op that has not been

@@ -89,12 +89,11 @@ static CopyChannelsArgs copy_args(const Tensor& x, int src_c0, const Tensor& y, 
 void GpuBackend::copy_channels(const Tensor& x, int src_c0, Tensor& y, int dst_c0, int count) {
     CopyChannelsArgs a = copy_args(x, src_c0, y, dst_c0, count, false);
     DType t = same_storage("copy_channels", {&x, &y});
-    // NCHW: per image, channels [src_c0, src_c0 + count) are one contiguous run in x and in y. (NHWC's
-    // runs, one per pixel, are too short for the copy engine.)
-    size_t plane = dtype_size(t) * x.shape().plane();
-    if (x.layout() == Layout::nchw &&
-        device_->copy_rows(any_buf(x).buffer, plane * src_c0, plane * x.shape().c, any_buf(y).buffer, plane * dst_c0,
-                           plane * y.shape().c, plane * count, x.shape().n))
+    // per image (NHWC: per pixel), channels [src_c0, src_c0 + count) are one contiguous run in x and in y
+    const Shape xs = channel_view(x).shape();
+    size_t plane = dtype_size(t) * xs.plane();
+    if (device_->copy_rows(flat_buf(x).buffer, plane * src_c0, plane * xs.c, flat_buf(y).buffer, plane * dst_c0,
+                           plane * y.shape().c, plane * count, xs.n))
         return;
     launch(storage_kernel("copy_channels", t).c_str(), (size_t)a.n, {flat_buf(y), flat_buf(x)}, a);
 }

@@ -45,11 +45,11 @@ Tensor GpuBackend::nchw_scratch(const Tensor& t, int slot, bool copy) {
 
 void GpuBackend::convert(const Tensor& x, Tensor& y) {
     require_same_size("convert", x, y);
-    if (x.layout() != y.layout()) {  // the layout in x's type first (the input: fp32 NCHW -> NHWC), then the type
+    if (x.layout() != y.layout()) {  // the type first (the input: fp32 NCHW -> half NCHW, the smaller), then the layout
         if (x.dtype() == y.dtype()) return relayout(x, y);
-        Tensor moved(x.shape(), scratch(6, x.size(), x.dtype(), y.layout()).buffer());
-        relayout(x, moved);
-        return convert(moved, y);
+        Tensor typed(x.shape(), scratch(6, x.size(), y.dtype(), x.layout()).buffer());
+        convert(x, typed);
+        return relayout(typed, y);
     }
     CountArgs a{(int32_t)x.size()};
     if (x.dtype() == y.dtype()) {

@@ -95,7 +95,10 @@ void GpuBackend::batchnorm_train_act(const char* op, Tensor& y, Tensor& mean, Te
         return activate(y, act);
     const Shape& s = y.shape();
     ChannelSplitArgs split = channel_partials("batchnorm_partial_stats", y, {flat_buf(y)}, Activation::linear);
-    launch("batchnorm_combine_stats_f32", s.c, {buf(scratch(3, 0)), buf(mean), buf(var)}, split);
+    if (split.lanes)  // NHWC's many splits: a group per channel
+        launch_groups("batchnorm_combine_stats_tree_f32", s.c, {buf(scratch(3, 0)), buf(mean), buf(var)}, split);
+    else
+        launch("batchnorm_combine_stats_f32", s.c, {buf(scratch(3, 0)), buf(mean), buf(var)}, split);
     channel_pass("batchnorm_normalize", y, {flat_buf(y), flat_buf(x_norm), buf(mean), buf(var), buf(scale), buf(bias)},
                  BatchnormTrainArgs{s.n, s.c, i32(s.plane()), eps, (int32_t)act, 1});
 }
@@ -138,7 +141,11 @@ void GpuBackend::batchnorm_backward_finish(Tensor& dy, const Tensor& x_norm, con
     // the per-channel sums (sum dy, sum dy * x_norm) pass from the reduction to the data gradient
     const Shape& s = dy.shape();
     Tensor& sums = scratch(1, 2 * (size_t)s.c);
-    launch("batchnorm_backward_combine_f32", s.c, {buf(scratch(3, 0)), buf(dscale), buf(dbias), buf(sums)}, split);
+    std::vector<KernelArg> args{buf(scratch(3, 0)), buf(dscale), buf(dbias), buf(sums)};
+    if (split.lanes)  // NHWC's many splits: a group per channel
+        launch_groups("batchnorm_backward_combine_tree_f32", s.c, args, split);
+    else
+        launch("batchnorm_backward_combine_f32", s.c, args, split);
     channel_pass("batchnorm_backward_data", dy, {flat_buf(dy), flat_buf(x_norm), buf(scale), buf(var), buf(sums)},
                  BatchnormTrainArgs{s.n, s.c, i32(s.plane()), eps, 0, 1});
 }

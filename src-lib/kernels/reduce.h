@@ -57,3 +57,61 @@ KERNEL(batchnorm_backward_combine_f32)(KCBUF(float, partial, 0), KBUF(float, dsc
     dbias[c] += sdy;
     dscale[c] += sdyx;
 }
+
+// The same two steps 2 over many splits (the NHWC kernels split each channel's pixels in up to 1024):
+// one group per channel, thread t takes splits t, t + group size, ... in order, then the group combines
+// the threads' results as a fixed tree (the serial combines above took 80 us a call over 1024 splits on
+// an H100). Grid: channels groups.
+KERNEL(batchnorm_combine_stats_tree_f32)(KCBUF(float, partial, 0), KBUF(float, mean, 1), KBUF(float, var, 2),
+                                         KARGS(ChannelSplitArgs, a, 3) KTHREAD_IDS) {
+    KSHARED float counts[256];
+    KSHARED float means[256];
+    KSHARED float m2s[256];
+    int c = (int)KGROUP;
+    float count = 0.0f, m = 0.0f, m2 = 0.0f;
+    for (int s = (int)KLID; s < a.splits; s += (int)KGROUP_SIZE) {
+        int n0 = split_start(a, s), n1 = split_start(a, s + 1);
+        float count_s = (float)((n1 - n0) * a.plane), total = count + count_s;
+        float delta = partial[2 * (c * a.splits + s)] - m;
+        m += delta * (count_s / total);
+        m2 += partial[2 * (c * a.splits + s) + 1] + delta * delta * (count * count_s / total);
+        count = total;
+    }
+    counts[KLID] = count;
+    means[KLID] = m;
+    m2s[KLID] = m2;
+    KBARRIER();
+    for (uint half_ = KGROUP_SIZE / 2; half_ > 0; half_ >>= 1) {
+        if (KLID < half_ && counts[KLID + half_] > 0.0f) {  // Chan's update of (count, mean, M2) pairs
+            float ca = counts[KLID], cb = counts[KLID + half_], total = ca + cb;
+            float delta = means[KLID + half_] - means[KLID];
+            means[KLID] += delta * (cb / total);
+            m2s[KLID] += m2s[KLID + half_] + delta * delta * (ca * cb / total);
+            counts[KLID] = total;
+        }
+        KBARRIER();
+    }
+    if (KLID == 0) {
+        mean[c] = means[0];
+        var[c] = counts[0] > 1.0f ? m2s[0] / (counts[0] - 1.0f) : 0.0f;
+    }
+}
+
+KERNEL(batchnorm_backward_combine_tree_f32)(KCBUF(float, partial, 0), KBUF(float, dscale, 1), KBUF(float, dbias, 2),
+                                            KBUF(float, sums, 3), KARGS(ChannelSplitArgs, a, 4) KTHREAD_IDS) {
+    KSHARED float shared[256];
+    int c = (int)KGROUP;
+    float sdy = 0.0f, sdyx = 0.0f;
+    for (int s = (int)KLID; s < a.splits; s += (int)KGROUP_SIZE) {
+        sdy += partial[2 * (c * a.splits + s)];
+        sdyx += partial[2 * (c * a.splits + s) + 1];
+    }
+    GROUP_SUM(shared, sdy)
+    GROUP_SUM(shared, sdyx)
+    if (KLID == 0) {
+        sums[2 * c] = sdy;
+        sums[2 * c + 1] = sdyx;
+        dbias[c] += sdy;
+        dscale[c] += sdyx;
+    }
+}

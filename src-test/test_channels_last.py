@@ -1,0 +1,197 @@
+"""Activations held channels last (NHWC) on a GPU device, behind the ops (tensor.h Layout;
+src-lib/gpu/PRECISION.md, "Layout"): the network's outputs, deltas, gradients and training steps match
+the same network held NCHW on the same device, every host copy is NCHW, and the layout is chosen as
+documented (Network.layout).
+
+On pocl (CPU OpenCL, in CI) the NHWC kernels run (batchnorm's reductions and passes, both max pooling
+backward paths, average pooling, upsample, the route copies, bias, yolo activation, the relayouts) and
+the convolutions run on NCHW copies (pocl has no NHWC convolution); on Oclgrind the same kernels run
+under its race and bounds checker (conftest.py), with channel counts that are not a multiple of the
+kernels' 32 lanes; on CUDA cuDNN's NHWC convolutions with KRSC filters run too.
+
+Tolerances, of each tensor's largest magnitude: NCHW and NHWC sum batchnorm's statistics in different
+orders (and cuDNN its convolutions), so fp32 results differ by roundings (measured on pocl: 7e-6 after
+an update); in bf16 a value near a rounding boundary then rounds to the neighbouring bf16 value, 2^-8
+relative, which the next layers carry (measured in the first step: 0.17 % in the deltas on pocl, 0.6 %
+in a gradient on an H100), and after an update the two networks' weights differ by that too (2.0 % in
+the second step's gradients on pocl).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gpu_devices
+from darknet_py import DarknetError, _core
+from darknet_py.training.init_weights import darknet_init
+
+SIZE, BATCH = 32, 2
+# conv+bn+leaky, both maxpool backward paths (2/2 disjoint, 2/1 overlapping), a route of a channel
+# group and a concatenation, local average pooling, upsample, a biased head conv and two heads
+CFG = f"""[net]
+batch={BATCH}
+width={SIZE}
+height={SIZE}
+channels=3
+
+[convolutional]
+batch_normalize=1
+filters=8
+size=3
+stride=1
+pad=1
+activation=leaky
+
+[maxpool]
+size=2
+stride=2
+
+[convolutional]
+batch_normalize=1
+filters=16
+size=3
+stride=1
+pad=1
+activation=leaky
+
+[route]
+layers=-1
+groups=2
+group_id=1
+
+[convolutional]
+batch_normalize=1
+filters=8
+size=1
+stride=1
+pad=0
+activation=leaky
+
+[route]
+layers=-1,-3
+
+[maxpool]
+size=2
+stride=1
+
+[local_avgpool]
+size=3
+stride=1
+pad=1
+
+[convolutional]
+size=1
+stride=1
+pad=1
+filters=18
+activation=linear
+
+[yolo]
+mask=3,4,5
+anchors=4,4, 6,6, 8,8, 10,10, 14,14, 20,20
+classes=1
+num=6
+
+[route]
+layers=-3
+
+[upsample]
+stride=2
+
+[convolutional]
+size=1
+stride=1
+pad=1
+filters=18
+activation=linear
+
+[yolo]
+mask=0,1,2
+anchors=4,4, 6,6, 8,8, 10,10, 14,14, 20,20
+classes=1
+num=6
+"""
+# (the first step and before, after an update), of the tensor's largest magnitude (at least 1): see the docstring
+TOL = {"fp32": (2e-5, 2e-5), "bf16": (0.01, 0.05)}
+
+
+def _net(tmp_path, monkeypatch, device: str, precision: str, layout: str, cfg: str = CFG):
+    path = tmp_path / "layout.cfg"
+    path.write_text(cfg)
+    monkeypatch.setenv("DARKNET_PY_LAYOUT", layout)
+    net = _core.Net(str(path), device)
+    darknet_init(net, 3)
+    net.precision = precision
+    return net
+
+
+def _run(net, steps: int = 2, size: int = SIZE, batch: int = BATCH):
+    """Forward outputs, then per training step the loss, every delta and gradient, then the outputs."""
+    layers = list(range(len(net.layers())))
+    rng = np.random.default_rng(0)
+    got = {"forward": net.forward(rng.random((batch, 3, size, size), dtype=np.float32), layers)}
+    for step in range(steps):
+        x = rng.random((batch, 3, size, size), dtype=np.float32)
+        got[f"train {step}"] = net.forward_train(x, layers)
+        truths = [np.array([[0.5, 0.4, 0.3, 0.4, 0]], np.float32)] * batch
+        got[f"loss {step}"] = [np.float32([sum(h["loss"] for h in net.yolo_loss(truths))])]
+        net.backward()
+        got[f"deltas {step}"] = [net.delta(i) for i in layers]
+        got[f"gradients {step}"] = [g for i in layers for _, g in sorted(net.gradients(i).items())]
+        net.update(0.002, batch)
+    got["forward after"] = net.forward(x, layers)
+    assert not any(net.fallback_ops()), net.fallback_ops()
+    return got
+
+
+def _assert_close(nchw: dict, nhwc: dict, tols: tuple):
+    for key, want in nchw.items():
+        tol = tols[0] if key == "forward" or key.endswith(" 0") else tols[1]
+        for i, (a, b) in enumerate(zip(want, nhwc[key])):
+            assert a.shape == b.shape and a.dtype == b.dtype == np.float32, (key, i)
+            err, scale = float(np.abs(a - b).max(initial=0)), max(1.0, float(np.abs(a).max(initial=0)))
+            assert err <= tol * scale, f"{key}, tensor {i}: {err} of {scale}"
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("label", ["pocl", "cuda"])
+def test_nhwc_network_trains_as_nchw(tmp_path, monkeypatch, label, precision):
+    device = gpu_devices.device(label)
+    nchw = _net(tmp_path, monkeypatch, device, precision, "nchw")
+    nhwc = _net(tmp_path, monkeypatch, device, precision, "nhwc")
+    assert (nchw.layout, nhwc.layout) == ("nchw", "nhwc")
+    _assert_close(_run(nchw), _run(nhwc), TOL[precision])
+
+
+def test_nhwc_kernels_under_oclgrind(tmp_path, monkeypatch):
+    """The NHWC kernels with 5 and 40 channels (a partial block of 32 lanes; two blocks, the second
+    partial), one image of 8x8, under the race and bounds checker."""
+    cfg = CFG.replace(f"width={SIZE}", "width=8").replace(f"height={SIZE}", "height=8").replace(
+        f"batch={BATCH}", "batch=1").replace("filters=8\n", "filters=5\n").replace("filters=16\n", "filters=40\n")
+    device = gpu_devices.device("oclgrind")
+    nchw = _net(tmp_path, monkeypatch, device, "fp32", "nchw", cfg)
+    nhwc = _net(tmp_path, monkeypatch, device, "fp32", "nhwc", cfg)
+    _assert_close(_run(nchw, 1, 8, 1), _run(nhwc, 1, 8, 1), TOL["fp32"])
+
+
+def test_layout_is_chosen_per_device_precision_and_layers(tmp_path, monkeypatch):
+    pocl = gpu_devices.device("pocl")
+    monkeypatch.delenv("DARKNET_PY_LAYOUT", raising=False)
+    path = tmp_path / "layout.cfg"
+    path.write_text(CFG)
+    net = _core.Net(str(path), pocl)
+    net.precision = "bf16"
+    assert net.layout == "nchw"  # OpenCL prefers NCHW
+    assert _net(tmp_path, monkeypatch, pocl, "bf16", "nhwc").layout == "nhwc"
+    assert _net(tmp_path, monkeypatch, "cpu", "fp32", "nhwc").layout == "nchw"  # host memory is NCHW
+    # a layer without a channels-last path (shortcut) keeps the whole network NCHW
+    shortcut = CFG.replace("[route]\nlayers=-1,-3", "[shortcut]\nfrom=-3\nactivation=linear")
+    assert _net(tmp_path, monkeypatch, pocl, "fp32", "nhwc", shortcut).layout == "nchw"
+    with pytest.raises(DarknetError, match=r"DARKNET_PY_LAYOUT='NHWC': use nchw, nhwc or auto"):
+        _net(tmp_path, monkeypatch, pocl, "fp32", "NHWC")
+
+
+def test_cuda_holds_bf16_channels_last(tmp_path, monkeypatch):
+    cuda = gpu_devices.device("cuda")
+    assert [_net(tmp_path, monkeypatch, cuda, p, "auto").layout for p in ("fp32", "fp16", "bf16")] == [
+        "nchw", "nchw", "nhwc"]
