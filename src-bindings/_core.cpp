@@ -469,10 +469,12 @@ PYBIND11_MODULE(_core, m) {
                       },
                       "Storage type of the activations: 'fp32', 'fp16' or 'bf16' (half on GPU devices, for detection and "
                       "training; fp16 training scales its loss: loss_scale).")
-        .def_property_readonly("layout", [](const Network& n) { auto lk = lock_net(n); return std::string(layout_name(n.layout())); },
-                               "How the device holds the activations: 'nchw', or 'nhwc' where its tensor-core "
-                               "convolutions want it (bf16 on CUDA with cuDNN; DARKNET_PY_LAYOUT=nchw|nhwc|auto overrides). "
-                               "Every array the network hands out is NCHW either way.")
+        .def_property_readonly("layout", [](const Network& n) {
+            auto lk = lock_net(n);
+            return std::string(layout_name(n.layout(n.options.batch)));
+        }, "How the device holds the activations of a [net] batch: 'nchw', or 'nhwc' where its tensor-core "
+           "convolutions want it (bf16 on CUDA with cuDNN, beyond one image; DARKNET_PY_LAYOUT=nchw|nhwc|auto "
+           "overrides). Every array the network hands out is NCHW either way.")
         .def_property_readonly("precisions", [](const Network& n) {
             auto lk = lock_net(n);
             std::vector<std::string> names;

@@ -381,10 +381,11 @@ public:
 
     // bf16 activations NHWC: cuDNN's tensor-core convolutions read that as it is, and put transposes
     // around NCHW half data (yolov4-tiny 416 batch 64, a bf16 training step on the H100: 4.9 of 23.7 ms
-    // in nchwToNhwc / nhwcToNchw). fp16 stays NCHW: its weight gradient is our GEMM's (fp32 sums, see
-    // GpuBackend::conv2d_backward_weights), which has no NHWC path. src-lib/gpu/PRECISION.md, "Layout".
-    Layout preferred_layout(DType t) const override {
-        return t == DType::bf16 && cudnn_ ? Layout::nhwc : Layout::nchw;
+    // in nchwToNhwc / nhwcToNchw). fp16 stays NCHW: its 3x3 weight gradients are our GEMM's (fp32 sums,
+    // see GpuBackend::conv2d_backward_weights), which has no NHWC path. One image stays NCHW too: our
+    // im2col + cuBLAS path (conv2d below) beats cuDNN there. src-lib/gpu/PRECISION.md, "Layout".
+    Layout preferred_layout(DType t, int batch) const override {
+        return t == DType::bf16 && batch > 1 && cudnn_ ? Layout::nhwc : Layout::nchw;
     }
 
     // cuDNN convolutions (the Device contract in device.h; false = GpuBackend's own kernels run).

@@ -63,11 +63,12 @@ public:
         if (t.buffer() && t.device() == device().get() && t.dtype() == dtype && t.layout() == layout) t.resize(s);
         else t = alloc(s, dtype, layout);
     }
-    // The layout this backend's ops run fastest on for activations in storage type t: NCHW on the
-    // host; NHWC where a device's tensor-core convolutions want it (src-lib/gpu/PRECISION.md, "Layout").
+    // The layout this backend's ops run fastest on for a pass of `batch` images in storage type t: NCHW
+    // on the host; NHWC where a device's tensor-core convolutions want it (src-lib/gpu/PRECISION.md,
+    // "Layout").
     // Ops take either on a GPU device; Network keeps its activations in this one.
-    virtual Layout preferred_layout(DType t) const {
-        (void)t;
+    virtual Layout preferred_layout(DType t, int batch) const {
+        (void)t, (void)batch;
         return Layout::nchw;
     }
 

@@ -127,21 +127,20 @@ void Network::set_precision(DType t) {
 }
 
 void Network::choose_layout() {
-    Layout chosen = backend_->preferred_layout(precision_);
+    layout_override_.reset();
     if (const char* env = std::getenv("DARKNET_PY_LAYOUT"); env && *env && std::string(env) != "auto") {
         if (std::string(env) != "nchw" && std::string(env) != "nhwc")
             throw DarknetError(std::string("DARKNET_PY_LAYOUT='") + env + "': use nchw, nhwc or auto");
-        chosen = backend_->device() && std::string(env) == "nhwc" ? Layout::nhwc : Layout::nchw;
+        layout_override_ = std::string(env) == "nhwc" ? Layout::nhwc : Layout::nchw;
     }
+    channels_last_ok_ = backend_->device() != nullptr;  // host memory is NCHW only
     for (auto& l : layers)
-        if (!l->runs_channels_last()) chosen = Layout::nchw;
-    if (chosen == layout_) return;
-    layout_ = chosen;
-    outputs_.clear();
-    input_converted_ = Tensor();
-    train_input_converted_ = Tensor();
-    forget_recording();
-    drop_training_state("the activations' layout changed");
+        if (!l->runs_channels_last()) channels_last_ok_ = false;
+}
+
+Layout Network::layout(int batch) const {
+    if (!channels_last_ok_) return Layout::nchw;
+    return layout_override_ ? *layout_override_ : backend_->preferred_layout(precision_, batch);
 }
 
 Layout Network::output_layout(size_t layer) const {
@@ -293,6 +292,7 @@ const LayerOutputs& Network::forward_loaded() {
     outputs_.resize(layers.size());
     layer_ms_.assign(layers.size(), 0.0);
     deltas_.clear();  // a plain forward invalidates the training state of forward_train
+    layout_ = layout(s.n);
     last_replayed_ = replay_or_record(s);
     if (!last_replayed_) run_forward(s);
     return outputs_;
@@ -389,6 +389,7 @@ const LayerOutputs& Network::forward_train_loaded() {
     drop_training_state("the last forward_train() failed");  // until every layer has run
     outputs_.resize(layers.size());
     deltas_.resize(layers.size());
+    layout_ = layout(s.n);
     if (converts_input()) {  // as run_forward: the input goes up in fp32 NCHW, converted on the device
         backend_->resize(train_input_converted_, s, precision_, layout_);
         backend_->convert(train_input_, train_input_converted_);

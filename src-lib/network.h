@@ -4,6 +4,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -119,12 +120,13 @@ public:
     // optimizer state; fp16 with dynamic loss scaling (loss_scaler).
     void set_precision(DType t);
     DType precision() const { return precision_; }
-    // How the device holds the activations (tensor.h Layout): the backend's preferred layout for the
-    // precision (NHWC for bf16 on CUDA with cuDNN, src-lib/gpu/PRECISION.md "Layout"), where every
-    // layer has a channels-last path (conv, max, local_avg, route, upsample, yolo); NCHW otherwise.
-    // DARKNET_PY_LAYOUT=nchw or nhwc (read when the layout is chosen: set_precision, set_backend, the
-    // build) overrides the preference on a GPU device. Invisible to callers: every host copy is NCHW.
-    Layout layout() const { return layout_; }
+    // How the device holds the activations of a pass of `batch` images (tensor.h Layout): the
+    // backend's preferred layout for the precision and batch (NHWC for bf16 on CUDA with cuDNN beyond
+    // one image, src-lib/gpu/PRECISION.md "Layout"), where every layer has a channels-last path (conv,
+    // max, local_avg, route, upsample, yolo); NCHW otherwise. DARKNET_PY_LAYOUT=nchw or nhwc (read at
+    // the build, set_precision and set_backend) overrides the preference on a GPU device. Invisible to
+    // callers: every host copy is NCHW.
+    Layout layout(int batch) const;
 
     // Moves parameters and optimizer state to another backend (and its device); the precision goes
     // back to fp32 (set_precision after it for half).
@@ -185,9 +187,11 @@ private:
     Tensor input_converted_;   // input_ in precision_ and layout_, converted by the forward itself (recorded with it)
     DType precision_ = DType::f32;
     DType output_type(size_t layer) const;  // precision_, but fp32 for the [yolo] heads
-    Layout layout_ = Layout::nchw;
+    Layout layout_ = Layout::nchw;             // of the activations held now: layout(batch) of the last pass
     Layout output_layout(size_t layer) const;  // layout_, but NCHW for the [yolo] heads (decoded as such)
-    void choose_layout();                      // layout_ for this backend, precision and set of layers
+    void choose_layout();                      // reads DARKNET_PY_LAYOUT, checks the layers (layout())
+    std::optional<Layout> layout_override_;    // DARKNET_PY_LAYOUT
+    bool channels_last_ok_ = false;            // a device, and every layer runs channels last
     bool converts_input() const { return precision_ != DType::f32 || layout_ != Layout::nchw; }
     Tensor train_input_;       // forward_train()'s (backward of layer 0 reads it)
     Tensor train_input_converted_;  // train_input_ in precision_ and layout_ (then layer 0 reads this one)

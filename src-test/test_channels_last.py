@@ -13,8 +13,8 @@ Tolerances, of each tensor's largest magnitude: NCHW and NHWC sum batchnorm's st
 orders (and cuDNN its convolutions), so fp32 results differ by roundings (measured on pocl: 7e-6 after
 an update); in bf16 a value near a rounding boundary then rounds to the neighbouring bf16 value, 2^-8
 relative, which the next layers carry (measured in the first step: 0.17 % in the deltas on pocl, 0.6 %
-in a gradient on an H100), and after an update the two networks' weights differ by that too (2.0 % in
-the second step's gradients on pocl).
+in a gradient on an H100), and after an update the two networks' weights differ by that too (in the
+second step 2.0 % in a gradient on pocl, 5.3 % in a delta on an H100).
 """
 from __future__ import annotations
 
@@ -112,7 +112,7 @@ classes=1
 num=6
 """
 # (the first step and before, after an update), of the tensor's largest magnitude (at least 1): see the docstring
-TOL = {"fp32": (2e-5, 2e-5), "bf16": (0.01, 0.05)}
+TOL = {"fp32": (2e-5, 2e-5), "bf16": (0.01, 0.1)}
 
 
 def _net(tmp_path, monkeypatch, device: str, precision: str, layout: str, cfg: str = CFG):
@@ -191,7 +191,15 @@ def test_layout_is_chosen_per_device_precision_and_layers(tmp_path, monkeypatch)
         _net(tmp_path, monkeypatch, pocl, "fp32", "NHWC")
 
 
-def test_cuda_holds_bf16_channels_last(tmp_path, monkeypatch):
+def test_cuda_holds_bf16_batches_channels_last(tmp_path, monkeypatch):
     cuda = gpu_devices.device("cuda")
     assert [_net(tmp_path, monkeypatch, cuda, p, "auto").layout for p in ("fp32", "fp16", "bf16")] == [
         "nchw", "nchw", "nhwc"]
+    one = _net(tmp_path, monkeypatch, cuda, "bf16", "auto", CFG.replace(f"batch={BATCH}", "batch=1"))
+    assert one.layout == "nchw"  # one image: our im2col + cuBLAS path, NCHW, is the faster there
+    # one network, a pass of two images (NHWC) then of one (NCHW): each in its layout, the same heads
+    net = _net(tmp_path, monkeypatch, cuda, "bf16", "auto")
+    x = np.random.default_rng(0).random((2, 3, SIZE, SIZE), dtype=np.float32)
+    both, single = net.forward(x, [9, 13]), net.forward(x[:1], [9, 13])
+    for a, b in zip(both, single):
+        assert np.abs(a[:1] - b).max() <= TOL["bf16"][0] * max(1.0, float(np.abs(a).max()))

@@ -104,10 +104,10 @@ public:
     // The storage types this device's tensors may have (src-lib/gpu/PRECISION.md). Every device
     // compiles storage_kernels.h for all three; a device lists fewer where a type cannot run there.
     virtual std::vector<DType> storage_types() const { return {DType::f32, DType::f16, DType::bf16}; }
-    // The layout the device's fast paths want activations of storage type t in (tensor.h Layout;
-    // Backend::preferred_layout): NCHW unless a device says otherwise.
-    virtual Layout preferred_layout(DType t) const {
-        (void)t;
+    // The layout the device's fast paths want for a pass of `batch` images in storage type t (tensor.h
+    // Layout; Backend::preferred_layout): NCHW unless a device says otherwise.
+    virtual Layout preferred_layout(DType t, int batch) const {
+        (void)t, (void)batch;
         return Layout::nchw;
     }
 

@@ -74,7 +74,7 @@ public:
 
     // ---- storage types (gpu_ops_storage.cpp, src-lib/gpu/PRECISION.md) ----
     std::vector<DType> storage_types() const override { return device_->storage_types(); }
-    Layout preferred_layout(DType t) const override { return device_->preferred_layout(t); }
+    Layout preferred_layout(DType t, int batch) const override { return device_->preferred_layout(t, batch); }
     void convert(const Tensor& x, Tensor& y) override;
     // The kernel of storage_kernels.h for storage type t: ("maxpool", f16) -> "maxpool_f16".
     static std::string storage_kernel(const char* base, DType t);
