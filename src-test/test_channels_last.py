@@ -13,8 +13,9 @@ Tolerances, of each tensor's largest magnitude: NCHW and NHWC sum batchnorm's st
 orders (and cuDNN its convolutions), so fp32 results differ by roundings (measured on pocl: 7e-6 after
 an update); in bf16 a value near a rounding boundary then rounds to the neighbouring bf16 value, 2^-8
 relative, which the next layers carry (measured in the first step: 0.17 % in the deltas on pocl, 0.6 %
-in a gradient on an H100), and after an update the two networks' weights differ by that too (in the
-second step 2.0 % in a gradient on pocl, 5.3 % in a delta on an H100).
+in a gradient on an H100); after an update the two networks' weights differ by that too, and the next
+step then drifts as training does (2.0 % on pocl, 10 % on an H100 in the second step's deltas): bf16
+compares one step and the forward after it (0.8 % on pocl).
 """
 from __future__ import annotations
 
@@ -112,7 +113,8 @@ classes=1
 num=6
 """
 # (the first step and before, after an update), of the tensor's largest magnitude (at least 1): see the docstring
-TOL = {"fp32": (2e-5, 2e-5), "bf16": (0.01, 0.1)}
+TOL = {"fp32": (2e-5, 2e-5), "bf16": (0.01, 0.05)}
+STEPS = {"fp32": 2, "bf16": 1}
 
 
 def _net(tmp_path, monkeypatch, device: str, precision: str, layout: str, cfg: str = CFG):
@@ -160,7 +162,7 @@ def test_nhwc_network_trains_as_nchw(tmp_path, monkeypatch, label, precision):
     nchw = _net(tmp_path, monkeypatch, device, precision, "nchw")
     nhwc = _net(tmp_path, monkeypatch, device, precision, "nhwc")
     assert (nchw.layout, nhwc.layout) == ("nchw", "nhwc")
-    _assert_close(_run(nchw), _run(nhwc), TOL[precision])
+    _assert_close(_run(nchw, STEPS[precision]), _run(nhwc, STEPS[precision]), TOL[precision])
 
 
 def test_nhwc_kernels_under_oclgrind(tmp_path, monkeypatch):
@@ -194,7 +196,7 @@ def test_layout_is_chosen_per_device_precision_and_layers(tmp_path, monkeypatch)
 def test_cuda_holds_bf16_batches_channels_last(tmp_path, monkeypatch):
     cuda = gpu_devices.device("cuda")
     assert [_net(tmp_path, monkeypatch, cuda, p, "auto").layout for p in ("fp32", "fp16", "bf16")] == [
-        "nchw", "nchw", "nhwc"]
+        "nchw", "nchw", "nhwc"]  # (TF32, DARKNET_PY_TF32=1 before the device opens: NHWC too)
     one = _net(tmp_path, monkeypatch, cuda, "bf16", "auto", CFG.replace(f"batch={BATCH}", "batch=1"))
     assert one.layout == "nchw"  # one image: our im2col + cuBLAS path, NCHW, is the faster there
     # one network, a pass of two images (NHWC) then of one (NCHW): each in its layout, the same heads
