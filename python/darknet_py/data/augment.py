@@ -229,29 +229,15 @@ def correct_truth(boxes: np.ndarray, p: CropParams, ow: int, oh: int, net_w: int
     """Darknet's fill_truth_detection + correct_boxes: the boxes (class-first, normalised to the
     source image) in shuffled order, moved into the crop, mirrored when flipped, clipped to [0, 1],
     cut to `max_boxes`, then those narrower or lower than one network pixel dropped, with those wholly
-    outside the source image or at x = y = 0."""
+    outside the source image or at x = y = 0. The arithmetic after the shuffle is C++ (_core.correct_boxes,
+    src-lib/loader_boxes.cpp: the float32 steps NumPy took, in one pass instead of some 45 calls)."""
+    from .. import _core
+
     b = np.asarray(boxes, np.float32).reshape(-1, 5)
     if len(b) > 1:
         b = b[rng.permutation(len(b))]  # randomize_boxes: which boxes survive max_boxes is random
-    # x and y side by side in each (n, 2) array: the float32 operations of Darknet's per-coordinate
-    # code, in its order, in a third of the NumPy calls (each costs microseconds on arrays this small)
-    centre, half = b[:, 1:3], b[:, 3:5] / 2
-    low, high = centre - half, centre + half
-    invalid = ((centre[:, 0] == 0) & (centre[:, 1] == 0)) | (high < 0).any(axis=1) | (low > 1).any(axis=1)
-    scale = np.array([ow / p.swidth, oh / p.sheight], np.float32)  # 1 / (swidth / ow)
-    shift = np.array([(p.pleft / ow) / (p.swidth / ow), (p.ptop / oh) / (p.sheight / oh)], np.float32)
-    low, high = low * scale - shift, high * scale - shift  # left, top; right, bottom
-    if p.flip:
-        low[:, 0], high[:, 0] = 1 - high[:, 0], 1 - low[:, 0]
-    low, high = np.minimum(np.maximum(low, 0), 1), np.minimum(np.maximum(high, 0), 1)  # np.clip's bits, faster
-    out = np.empty((len(b), 5), np.float32)
-    out[:, 0] = b[:, 0]
-    out[:, 1:3] = (low + high) / 2
-    out[:, 3:5] = np.minimum(np.maximum(high - low, 0), 1)
-    out, invalid = out[:max_boxes], invalid[:max_boxes]  # Darknet cuts before filtering
-    keep = (~invalid & (out[:, 3] >= 1.0 / net_w) & (out[:, 4] >= 1.0 / net_h)
-            & (out[:, 1] > 0) & (out[:, 1] <= 1) & (out[:, 2] > 0) & (out[:, 2] <= 1))
-    return out[keep]
+    return _core.correct_boxes(np.ascontiguousarray(b), p.pleft, p.ptop, p.swidth, p.sheight, p.flip, ow, oh, net_w,
+                               net_h, max_boxes)
 
 
 def mean_colour(img: np.ndarray) -> List[float]:
