@@ -277,7 +277,7 @@ _LEVELS = np.arange(256, dtype=np.float64)
 def _hsv_lut(dhue: float, dsat: float, dexp: float) -> np.ndarray:
     """The 8-bit look-up table of the HSV step: H + 179 dhue, S * dsat, V * dexp, each rounded and
     saturated to [0, 255] as cv::Mat arithmetic does. Written column by column into one array (the same
-    float64 operations as stacking three new ones and clipping): 20 us a table instead of 26-41."""
+    float64 operations as stacking three new ones and clipping): 13 us a table instead of 21 (medians)."""
     lut = np.empty((256, 3))
     np.add(_LEVELS, 179 * dhue, out=lut[:, 0])
     np.multiply(_LEVELS, dsat, out=lut[:, 1])
