@@ -5,7 +5,8 @@
 //
 // The colour formulas are OpenCV's 8-bit ones (modules/imgproc/src/color_hsv.simd.hpp, RGB2HSV_b and
 // HSV2RGB_b), written as plain loops over one row that the compiler vectorises: the row is first
-// split into int planes (a stride-3 byte load does not vectorise), the two division tables OpenCV
+// split into int planes (a stride-3 byte load does not vectorise: byte shuffles do it with AVX2 and
+// NEON, split_row), the two division tables OpenCV
 // looks up are computed by a float division instead (the same integers for every entry, no gather:
 // src-test/test_loader_pixels.py runs 2^21 colours against cv2.cvtColor), and the jitter tables are
 // applied as arithmetic where that reproduces them (JitterColumn). HSV -> RGB truncates to 8 bits as
@@ -24,7 +25,6 @@
 #elif defined(__ARM_NEON)
 #include <arm_neon.h>
 #endif
-
 
 namespace dn {
 inline namespace DARKNET_ISA {  // isa.h: one copy per instruction set

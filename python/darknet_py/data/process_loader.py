@@ -52,8 +52,8 @@ def _portable_error(e: BaseException) -> BaseException:
 
 # OpenCV's threads per worker process. Its pool splits a 416x416 resize or colour conversion into pieces
 # too small to pay for the hand-over: with 2 threads a worker took 4.3 ms of CPU per image against 3.1 ms
-# with 1, at the same images/s (2-core AMD EPYC, one worker); on the 16-core host one worker (16 threads)
-# took 12.0 ms per image, 14 workers (1 thread each) 5.0 ms. The workers are the parallelism.
+# with 1, at the same images/s (2-core AMD EPYC, one worker); on the 16-core host (stop 27) one worker
+# (16 threads) took 12.0 ms per image, 14 workers (1 thread each) 5.0 ms. The workers are the parallelism.
 WORKER_CV_THREADS = 1
 
 
