@@ -11,7 +11,7 @@ buffer's pages allocated and mapped into the worker on first write) and after it
 beyond a whole sample() is its message handling.
 
 CPU time of this thread (time.thread_time, best of 3), OpenCV on one thread as in a worker process
-when there are as many workers as cores: figures that hold on a loaded machine better than wall time.
+(process_loader.WORKER_CV_THREADS): figures that hold on a loaded machine better than wall time.
 
     python benchmarks/loader_profile.py [--images 64]
 """

@@ -1,11 +1,15 @@
-// Bindings of the training loader's C++ pass (src-lib/cpu/loader_pixels.h): data/augment.py's
-// hsv_into_chw calls it for each sample, in the loader's worker threads or processes, without the GIL.
+// Bindings of the training loader's C++ parts: the colour pass (src-lib/cpu/loader_pixels.h), which
+// data/augment.py's hsv_into_chw calls for each sample without the GIL, and the box arithmetic
+// (src-lib/loader_boxes.h) of its correct_truth.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+
+#include <vector>
 
 #include "arg_checks.h"
 #include "bindings.h"
 #include "cpu/loader_pixels.h"
+#include "loader_boxes.h"
 
 using namespace dn;
 using namespace dn_py;
@@ -67,4 +71,29 @@ void bind_loader(py::module_& m) {
        "tables (256 x 3 uint8: the new hue, saturation and value of each level; None: no jitter) into `out`, "
        "float32 CxHxW RGB in [0, 1] (a batch row or a window of one), mirrored left to right with flip=True, in one "
        "pass without the GIL, in the copy of the CPU kernels cpu_isa() names.");
+
+    m.def("correct_boxes", [](const py::array& boxes, int pleft, int ptop, int swidth, int sheight, bool flip, int ow,
+                              int oh, int net_w, int net_h, int max_boxes) {
+        const std::string call = "correct_boxes";
+        if (boxes.dtype().kind() != 'f' || boxes.itemsize() != 4 || boxes.ndim() != 2 || boxes.shape(1) != 5 ||
+            !(boxes.flags() & py::array::c_style))
+            bad_arg(call, "boxes", "a C-contiguous float32 array of shape (n, 5)", described(boxes));
+        if (swidth < 1 || sheight < 1 || ow < 1 || oh < 1 || net_w < 1 || net_h < 1)
+            bad_arg(call, "sizes", "swidth, sheight, ow, oh, net_w and net_h of at least 1",
+                    std::to_string(swidth) + ", " + std::to_string(sheight) + ", " + std::to_string(ow) + ", " +
+                    std::to_string(oh) + ", " + std::to_string(net_w) + ", " + std::to_string(net_h));
+        int n = (int)boxes.shape(0);
+        std::vector<float> kept(5 * (size_t)n);
+        BoxCrop crop{pleft, ptop, swidth, sheight, flip, ow, oh, net_w, net_h};
+        int count = correct_boxes((const float*)boxes.data(), n, crop, max_boxes, kept.data());
+        py::array_t<float> out({(py::ssize_t)count, (py::ssize_t)5});
+        std::copy(kept.begin(), kept.begin() + 5 * (size_t)count, out.mutable_data());
+        return out;
+    }, py::arg("boxes"), py::arg("pleft"), py::arg("ptop"), py::arg("swidth"), py::arg("sheight"), py::arg("flip"),
+       py::arg("ow"), py::arg("oh"), py::arg("net_w"), py::arg("net_h"), py::arg("max_boxes"),
+       "Darknet's correct_boxes for one training image (data/augment.py's correct_truth after its shuffle): boxes, "
+       "(n, 5) float32 class, cx, cy, w, h normalised to the ow x oh source image, moved into the crop (pleft, ptop, "
+       "swidth, sheight in source pixels), mirrored with flip, clipped to [0, 1]; of the first max_boxes, those "
+       "kept (inside the image, not at x = y = 0, at least one net_w x net_h network pixel wide and high), as an "
+       "(m, 5) float32 array.");
 }

@@ -240,7 +240,7 @@ def test_crop_outside_the_image_takes_the_mean_colour():
 
 
 def test_mean_colour_is_cv2_mean_to_the_bit():
-    """The pad colour's mean from one reduce over the rows: cv::mean's double, bit for bit (a rounding
+    """The pad colour's mean from cv2.sumElems: cv::mean's double, bit for bit (a rounding
     half-way case would otherwise flip a level), colour and grey, odd sizes, 8-bit extremes."""
     rng = np.random.default_rng(3)
     images = [rng.integers(0, 256, (h, w, 3), np.uint8) for h, w in ((1, 1), (7, 13), (97, 130), (416, 416))]

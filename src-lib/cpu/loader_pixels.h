@@ -3,8 +3,9 @@
 // uint8 HWC image into its float32 planar RGB batch row (x / 255, as Darknet's mat_to_image).
 // One read of the image and one write of the row, instead of three OpenCV passes and a copy.
 // Built once per instruction set with the CPU kernels (loader_pixels.cpp, isa.h) and reached through
-// cpu_isa(): on a 2-core AMD EPYC, 0.62 ms at 416x416 in the AVX2 copy, 1.5 ms in the x86-64 baseline's
-// (SSE2), with the horizontal flip on the way (flip) for free.
+// cpu_isa(): on a 2-core AMD EPYC, 0.59-0.62 ms at 416x416 in the AVX2 copy (its bytes split into
+// channels with byte shuffles; 0.73-0.91 ms one byte at a time), 1.5 ms in the x86-64 baseline's (SSE2),
+// with the horizontal flip on the way (flip) for free.
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -50,18 +50,24 @@ def _portable_error(e: BaseException) -> BaseException:
         return RuntimeError(f"{type(e).__name__}: {e}")
 
 
-def _worker_main(maker: SampleMaker, jobs, results, current_gen, keep: int, cv_threads: int, parent: int) -> None:
+# OpenCV's threads per worker process. Its pool splits a 416x416 resize or colour conversion into pieces
+# too small to pay for the hand-over: with 2 threads a worker took 4.3 ms of CPU per image against 3.1 ms
+# with 1, at the same images/s (2-core AMD EPYC, one worker); on the 16-core host (stop 27) one worker
+# (16 threads) took 12.0 ms per image, 14 workers (1 thread each) 5.0 ms. The workers are the parallelism.
+WORKER_CV_THREADS = 1
+
+
+def _worker_main(maker: SampleMaker, jobs, results, current_gen, keep: int, parent: int) -> None:
     """A worker process: jobs (buffer name, batch shape, gen, k, rows j0..j1) -> the images into the buffer,
     one message back per job (the truths of its rows, or the first error).
-    It keeps the `keep` buffers it used last attached (the parent's ring). OpenCV gets `cv_threads`
-    threads: its share of the cores (each process would otherwise start a pool as large as the
-    machine, and 8 workers would run 8 x cores threads). Its results do not depend on the count.
+    It keeps the `keep` buffers it used last attached (the parent's ring). OpenCV runs on this one thread
+    (WORKER_CV_THREADS). Its results do not depend on the count.
     `parent`: the parent's pid, passed in (the parent may die while this process still starts).
     Samples run in this process's main thread, whose heap glibc trims after every image: the thresholds
     are raised first (heap.py; without it a 416x416 sample spends as much in page faults as in decoding)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent handles it
     keep_freed_memory()
-    cv2.setNumThreads(cv_threads)
+    cv2.setNumThreads(WORKER_CV_THREADS)
     maker.reporter = _ForwardingReporter(results)
     attached: Dict[str, shared_memory.SharedMemory] = {}
     while True:
@@ -179,8 +185,7 @@ class ProcessEngine:
         self.current_gen = ctx.RawValue("l", 0)
         workers = max(1, workers)
         self.rows_per_job = rows_per_job(self.batch_size, workers)
-        args = (maker, self.jobs, self.results, self.current_gen, len(self.ring), max(1, (os.cpu_count() or 1) // workers),
-                os.getpid())
+        args = (maker, self.jobs, self.results, self.current_gen, len(self.ring), os.getpid())
         self.procs = [ctx.Process(target=_worker_main, args=args, name=f"darknet_py-loader-{i}", daemon=True)
                       for i in range(workers)]
         for p in self.procs:
