@@ -35,14 +35,16 @@ struct Ops {
     }
     // Activations (not parameters) in `storage`: the ops of storage_kernels.h take fp16 / bf16 there
     // (src-lib/gpu/PRECISION.md); the host copies round to nearest even on the way up.
+    // ... and in `layout` (tensor.h Layout: the host copies transpose NHWC ones).
     DType storage = DType::f32;
+    Layout layout = Layout::nchw;
     Tensor act(const FloatArray& a) {
-        Tensor host = to_tensor(a), t = be->alloc(host.shape(), storage);
+        Tensor host = to_tensor(a), t = be->alloc(host.shape(), storage, layout);
         copy_tensor(host, t);
         return t;
     }
     Tensor act_out(Shape s) {
-        Tensor t = be->alloc(s, storage);
+        Tensor t = be->alloc(s, storage, layout);
         copy_tensor(Tensor(s), t);  // zeros
         return t;
     }
@@ -85,6 +87,16 @@ void bind_ops(py::module_& m) {
                       "their gradients in bias_backward, batchnorm_train/backward, batchnorm_activate_train/backward, "
                       "activate_backward, pool_backward, add_channels, shortcut_backward, upsample_backward, fill and "
                       "add_scaled's y (parameters, their gradients and statistics stay fp32).")
+        .def_property("layout", [](const Ops& o) { return std::string(layout_name(o.layout)); },
+                      [](Ops& o, const std::string& name) {
+                          if (name != "nchw" && name != "nhwc")
+                              throw DarknetError("layout '" + name + "': nchw or nhwc");
+                          if (name == "nhwc" && !o.be->device())
+                              throw DarknetError(std::string("layout nhwc: ") + o.be->name() + " holds NCHW only");
+                          o.layout = name == "nhwc" ? Layout::nhwc : Layout::nchw;
+                      },
+                      "Layout of the activation arguments and results that `storage` applies to ('nchw', or 'nhwc' "
+                      "on a GPU device): arrays in and out stay NCHW; an op without an NHWC path refuses them.")
         .def("fallback_counts", [](Ops& o) {
             const auto* c = o.be->fallback_counts();
             return c ? *c : std::map<std::string, int>{};

@@ -3,7 +3,9 @@ src-lib/gpu/PRECISION.md, "Layout"): the network's outputs, deltas, gradients an
 the same network held NCHW on the same device, every host copy is NCHW, and the layout is chosen as
 documented (Network.layout).
 
-On pocl (CPU OpenCL, in CI) the NHWC kernels run (batchnorm's reductions and passes, both max pooling
+Every op case of the parity harness (diagnostics/op_cases.py) whose activations can be NHWC
+(Ops.layout) runs so on pocl against the reference backend, or is refused with the error that names
+the op's missing NHWC path. On pocl (CPU OpenCL, in CI) the NHWC kernels run (batchnorm's reductions and passes, both max pooling
 backward paths, average pooling, upsample, the route copies, bias, yolo activation, the relayouts) and
 the convolutions run on NCHW copies (pocl has no NHWC convolution); on Oclgrind the same kernels run
 under its race and bounds checker (conftest.py), with channel counts that are not a multiple of the
@@ -26,6 +28,7 @@ import pytest
 
 import gpu_devices
 from darknet_py import DarknetError, _core
+from darknet_py.diagnostics.op_cases import CASES, TRAIN_CASES, check_case
 from darknet_py.training.init_weights import darknet_init
 
 SIZE, BATCH = 32, 2
@@ -208,3 +211,44 @@ def test_cuda_holds_bf16_batches_channels_last(tmp_path, monkeypatch):
     both, single = net.forward(x, [9, 13]), net.forward(x[:1], [9, 13])
     for a, b in zip(both, single):
         assert np.abs(a[:1] - b).max() <= TOL["bf16"][0] * max(1.0, float(np.abs(a).max()))
+
+
+# The ops whose activation arguments and results Ops.storage / Ops.layout apply to (_core_ops.cpp)
+ACTIVATION_OPS = {"conv2d", "conv2d_affine_act", "activate", "pool", "copy_channels", "shortcut", "upsample",
+                  "yolo_activate", "conv2d_backward_weights", "conv2d_backward_data", "bias_backward",
+                  "batchnorm_train", "batchnorm_backward", "batchnorm_activate_train", "batchnorm_activate_backward",
+                  "activate_backward", "pool_backward", "add_channels", "shortcut_backward", "upsample_backward", "fill",
+                  "add_scaled"}
+CHANNEL_MIXING = ("normalize_channels", "normalize_channels_softmax")
+
+
+def _refused_without_nhwc_path(case) -> bool:
+    """The cases an op may refuse in NHWC: shortcut, the pools that are not windows (global average,
+    depth maximum), and activations that mix a pixel's channels."""
+    if case.op in ("shortcut", "shortcut_backward"):
+        return True
+    if case.op in ("pool", "pool_backward"):
+        return case.args[0] not in ("max", "local_avg")
+    return any(isinstance(a, str) and a in CHANNEL_MIXING for a in case.args)
+
+
+def test_every_op_takes_nhwc_activations_or_refuses_them():
+    ref, ops = _core.Ops("reference"), _core.Ops(gpu_devices.device("pocl"))
+    ops.layout = "nhwc"
+    cases = [c for c in CASES + TRAIN_CASES if c.op in ACTIVATION_OPS]
+    failed, refused = [], []
+    for c in cases:
+        try:
+            r = check_case(ref, ops, c)
+        except DarknetError as e:
+            assert "was passed to an op that runs on NCHW tensors only" in str(e), (c.id, e)
+            refused.append(c)
+            continue
+        if not r.ok:
+            failed.append(f"{c.id}: {r.message}")
+    assert not failed, f"{len(failed)} of {len(cases)} cases:\n" + "\n".join(failed[:10])
+    # (an op without the path still runs a tensor whose two orders agree: 1x1 planes, one channel)
+    assert refused and all(_refused_without_nhwc_path(c) for c in refused), [c.id for c in refused]
+    assert len(cases) - len(refused) > 400 and not ops.fallback_counts(), ops.fallback_counts()
+    with pytest.raises(DarknetError, match=r"layout nhwc: cpu holds NCHW only"):
+        _core.Ops("cpu").layout = "nhwc"
