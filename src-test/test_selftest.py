@@ -19,7 +19,7 @@ def run_cli(tmp_path, *args):
 
 
 def every_op():
-    return {m for m in dir(_core.Ops) if not m.startswith("_")} - {"limit_group_size", "fallback_counts", "storage"}
+    return {m for m in dir(_core.Ops) if not m.startswith("_")} - {"limit_group_size", "fallback_counts", "storage", "layout"}
 
 
 @pytest.mark.parametrize("label", ["cpu", "pocl"])
