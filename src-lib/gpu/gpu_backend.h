@@ -142,7 +142,6 @@ public:
                            const Tensor& shift, Activation a, Tensor& y) override;
     void conv2d_backward_weights(const Tensor& x, const Tensor& dy, const ConvGeom& g, Tensor& dw) override;
     void conv2d_backward_data(const Tensor& dy, const Tensor& w, const ConvGeom& g, Tensor& dx) override;
-    void conv2d_backward_weights_nhwc(const Tensor& x, const Tensor& dy, const ConvGeom& g, Tensor& dw);
 
     // ---- training (gpu_ops_training.cpp) ----
     void bias_backward(const Tensor& dy, Tensor& db) override;
@@ -233,6 +232,8 @@ private:
     // scratch slot 3): the combine into dscale, dbias, and dy's data gradient.
     void batchnorm_backward_finish(Tensor& dy, const Tensor& x_norm, const Tensor& scale, const Tensor& var, float eps,
                                    Tensor& dscale, Tensor& dbias, const ChannelSplitArgs& split);
+    // conv2d_backward_weights of NHWC x and dy, not 1x1 (gpu_ops_conv.cpp)
+    void conv2d_backward_weights_nhwc(const Tensor& x, const Tensor& dy, const ConvGeom& g, Tensor& dw);
     // batchnorm's per-channel partial sums and elementwise passes in either layout (gpu_ops_training.cpp)
     ChannelSplitArgs channel_partials(const char* base, const Tensor& like, std::vector<KernelArg> args, Activation act);
     void channel_pass(const char* base, const Tensor& like, std::vector<KernelArg> args, BatchnormTrainArgs a);
