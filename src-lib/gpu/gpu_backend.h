@@ -234,8 +234,10 @@ private:
                                    Tensor& dscale, Tensor& dbias, const ChannelSplitArgs& split);
     // conv2d_backward_weights of NHWC x and dy, not 1x1 (gpu_ops_conv.cpp)
     void conv2d_backward_weights_nhwc(const Tensor& x, const Tensor& dy, const ConvGeom& g, Tensor& dw);
-    // batchnorm's per-channel partial sums and elementwise passes in either layout (gpu_ops_training.cpp)
+    // batchnorm's per-channel reductions (partial sums, their combine) and elementwise passes in either
+    // layout (gpu_ops_training.cpp)
     ChannelSplitArgs channel_partials(const char* base, const Tensor& like, std::vector<KernelArg> args, Activation act);
+    void channel_combine(const char* base, const ChannelSplitArgs& split, std::vector<KernelArg> args);
     void channel_pass(const char* base, const Tensor& like, std::vector<KernelArg> args, BatchnormTrainArgs a);
 
     uint32_t group_size(const char* kernel);

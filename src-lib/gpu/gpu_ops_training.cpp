@@ -58,8 +58,8 @@ void GpuBackend::batchnorm_activate_train(Tensor& y, Tensor& mean, Tensor& var, 
 }
 
 // A per-channel reduction's first step over tensors shaped like `like` (kernels/reduce.h): the
-// storage-type kernel `base`, or its NHWC twin (base_nhwc); args get the partial sums' scratch
-// appended. Returns the split, which the combining kernel takes with the partial sums (scratch slot 3).
+// storage-type kernel `base`, or its NHWC twin (base_nhwc); args get the partial sums' scratch (slot 3)
+// appended. Returns the split, which channel_combine then takes.
 ChannelSplitArgs GpuBackend::channel_partials(const char* base, const Tensor& like, std::vector<KernelArg> args,
                                               Activation act) {
     const Shape& s = like.shape();
@@ -71,6 +71,17 @@ ChannelSplitArgs GpuBackend::channel_partials(const char* base, const Tensor& li
     size_t blocks = nhwc ? (size_t)(s.c + split.lanes - 1) / split.lanes : (size_t)s.c;
     launch_groups(kernel.c_str(), blocks * split.splits, args, split);
     return split;
+}
+
+// The second step, over channel_partials' partial sums (scratch slot 3, bound first): base_f32, one
+// thread per channel over the splits; or over NHWC's many splits (split.lanes set) base_tree_f32, a
+// group per channel.
+void GpuBackend::channel_combine(const char* base, const ChannelSplitArgs& split, std::vector<KernelArg> args) {
+    args.insert(args.begin(), buf(scratch(3, 0)));
+    if (split.lanes)
+        launch_groups((std::string(base) + "_tree_f32").c_str(), (size_t)split.channels, args, split);
+    else
+        launch((std::string(base) + "_f32").c_str(), (size_t)split.channels, args, split);
 }
 
 // An elementwise batchnorm pass over tensors shaped like `like`: groups over each (sample, channel)
@@ -95,10 +106,7 @@ void GpuBackend::batchnorm_train_act(const char* op, Tensor& y, Tensor& mean, Te
         return activate(y, act);
     const Shape& s = y.shape();
     ChannelSplitArgs split = channel_partials("batchnorm_partial_stats", y, {flat_buf(y)}, Activation::linear);
-    if (split.lanes)  // NHWC's many splits: a group per channel
-        launch_groups("batchnorm_combine_stats_tree_f32", s.c, {buf(scratch(3, 0)), buf(mean), buf(var)}, split);
-    else
-        launch("batchnorm_combine_stats_f32", s.c, {buf(scratch(3, 0)), buf(mean), buf(var)}, split);
+    channel_combine("batchnorm_combine_stats", split, {buf(mean), buf(var)});
     channel_pass("batchnorm_normalize", y, {flat_buf(y), flat_buf(x_norm), buf(mean), buf(var), buf(scale), buf(bias)},
                  BatchnormTrainArgs{s.n, s.c, i32(s.plane()), eps, (int32_t)act, 1});
 }
@@ -141,11 +149,7 @@ void GpuBackend::batchnorm_backward_finish(Tensor& dy, const Tensor& x_norm, con
     // the per-channel sums (sum dy, sum dy * x_norm) pass from the reduction to the data gradient
     const Shape& s = dy.shape();
     Tensor& sums = scratch(1, 2 * (size_t)s.c);
-    std::vector<KernelArg> args{buf(scratch(3, 0)), buf(dscale), buf(dbias), buf(sums)};
-    if (split.lanes)  // NHWC's many splits: a group per channel
-        launch_groups("batchnorm_backward_combine_tree_f32", s.c, args, split);
-    else
-        launch("batchnorm_backward_combine_f32", s.c, args, split);
+    channel_combine("batchnorm_backward_combine", split, {buf(dscale), buf(dbias), buf(sums)});
     channel_pass("batchnorm_backward_data", dy, {flat_buf(dy), flat_buf(x_norm), buf(scale), buf(var), buf(sums)},
                  BatchnormTrainArgs{s.n, s.c, i32(s.plane()), eps, 0, 1});
 }

@@ -256,7 +256,7 @@ KERNEL(S_NAME(batchnorm_activate_backward_partial_nhwc))(KBUF(S_T, dy, 0), KCBUF
 }
 
 // The elementwise passes: thread t takes channel t % channels and every a.chunks-th pixel from
-// t / channels on (threads = channels * chunks, GpuBackend::launch_lanes), reading its channel's
+// t / channels on (threads = channels * chunks, GpuBackend::channel_pass), reading its channel's
 // constants once; consecutive threads touch consecutive elements.
 #define LANE_CHANNEL(a, c)                                  \
     uint t_ = KGID;                                         \
