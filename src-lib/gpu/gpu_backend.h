@@ -89,6 +89,10 @@ public:
     static Layout same_layout(const char* op, std::initializer_list<const Tensor*> tensors);
     // y = x in y's layout, x and y of one storage type and size (the relayout kernel).
     void relayout(const Tensor& x, Tensor& y);
+    // the arguments of the relayout kernels (storage_kernels.h) that move x into layout `to`
+    static RelayoutArgs relayout_args(const Tensor& x, Layout to);
+    // copy_channels and add_channels on NHWC tensors (their args from copy_args)
+    void copy_channels_nhwc(const Tensor& x, Tensor& y, const CopyChannelsArgs& a);
     // t in NCHW: t itself, or an NCHW copy in scratch slot `slot` (a copy of its contents when `copy`):
     // the way an op with no NHWC path of its own runs on NHWC tensors.
     Tensor nchw_scratch(const Tensor& t, int slot, bool copy);

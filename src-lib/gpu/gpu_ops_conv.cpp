@@ -239,18 +239,16 @@ void GpuBackend::conv2d_backward_weights(const Tensor& x, const Tensor& dy, cons
 }
 
 // NHWC: the device's pass writes the gradient in its filter layout, KRSC, into a scratch of dy's type
-// (overwritten in half, added to zeros in fp32: device.h), which goes to KCRS and is added into the fp32
-// dw. Not in fp16 (see above), nor where the device has no NHWC convolution: on NCHW copies.
+// (overwritten in half, added to zeros in fp32: device.h), which is added into the fp32 KCRS dw in the
+// same pass that reorders it. Not in fp16 (see above), nor where the device has no NHWC convolution: on NCHW copies.
 void GpuBackend::conv2d_backward_weights_nhwc(const Tensor& x, const Tensor& dy, const ConvGeom& g, Tensor& dw) {
     const DType t = x.dtype();
     if (t != DType::f16) {
         Tensor krsc(dw.shape(), scratch(3, dw.size(), t, Layout::nhwc).buffer());
         if (t == DType::f32) fill(krsc, 0.0f);
         if (dev().conv2d_backward_weights(conv_params(x, dy, g), x.memory(), dy.memory(), krsc.memory())) {
-            Tensor kcrs(dw.shape(), scratch(8, dw.size(), t).buffer());
-            relayout(krsc, kcrs);
-            launch(storage_kernel("add_into_f32", t).c_str(), dw.size(), {buf(dw), any_buf(kcrs)},
-                   CountArgs{(int32_t)dw.size()});
+            launch(storage_kernel("add_relayout_into_f32", t).c_str(), dw.size(), {buf(dw), flat_buf(krsc)},
+                   relayout_args(krsc, Layout::nchw));
             return;
         }
     }

@@ -28,12 +28,15 @@ Layout GpuBackend::same_layout(const char* op, std::initializer_list<const Tenso
     return l;
 }
 
+RelayoutArgs GpuBackend::relayout_args(const Tensor& x, Layout to) {
+    const Shape& s = x.shape();
+    return RelayoutArgs{(int32_t)x.size(), s.c, (int32_t)s.plane(), to == Layout::nhwc ? 1 : 0};
+}
+
 void GpuBackend::relayout(const Tensor& x, Tensor& y) {
     require_same_size("relayout", x, y);
     const DType t = same_storage("relayout", {&x, &y});
-    const Shape& s = x.shape();
-    launch(storage_kernel("relayout", t).c_str(), x.size(), {flat_buf(y), flat_buf(x)},
-           RelayoutArgs{(int32_t)x.size(), s.c, (int32_t)s.plane(), y.layout() == Layout::nhwc ? 1 : 0});
+    launch(storage_kernel("relayout", t).c_str(), x.size(), {flat_buf(y), flat_buf(x)}, relayout_args(x, y.layout()));
 }
 
 Tensor GpuBackend::nchw_scratch(const Tensor& t, int slot, bool copy) {
@@ -45,8 +48,12 @@ Tensor GpuBackend::nchw_scratch(const Tensor& t, int slot, bool copy) {
 
 void GpuBackend::convert(const Tensor& x, Tensor& y) {
     require_same_size("convert", x, y);
-    if (x.layout() != y.layout()) {  // the type first (the input: fp32 NCHW -> half NCHW, the smaller), then the layout
+    if (x.layout() != y.layout()) {
         if (x.dtype() == y.dtype()) return relayout(x, y);
+        if (x.dtype() == DType::f32)  // fp32 weights or input into their half copy: one pass
+            return launch(storage_kernel("pack_relayout", y.dtype()).c_str(), x.size(), {flat_buf(y), flat_buf(x)},
+                          relayout_args(x, y.layout()));
+        // else the type first (the smaller copy), then the layout
         Tensor typed(x.shape(), scratch(6, x.size(), y.dtype(), x.layout()).buffer());
         convert(x, typed);
         return relayout(typed, y);

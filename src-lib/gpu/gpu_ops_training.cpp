@@ -90,7 +90,7 @@ void GpuBackend::channel_pass(const char* base, const Tensor& like, std::vector<
     const Shape& s = like.shape();
     if (like.layout() == Layout::nchw)
         return launch_planes(storage_kernel(base, like.dtype()).c_str(), (size_t)s.n * s.c, s.plane(), args, a);
-    a.chunks = (int32_t)std::max<size_t>(1, ((size_t)s.n * s.plane() + 7) / 8);
+    a.chunks = (int32_t)std::max<size_t>(1, ((size_t)s.n * s.plane() + NHWC_PASS_ELEMENTS - 1) / NHWC_PASS_ELEMENTS);
     launch(storage_kernel((std::string(base) + "_nhwc").c_str(), like.dtype()).c_str(), (size_t)s.c * a.chunks, args, a);
 }
 

@@ -18,3 +18,11 @@ KFN int layout_base(int i, int channels, int plane, int other_plane, int nhwc) {
 
 // The distance between neighbouring pixels of one channel.
 KFN int layout_step(int channels, int nhwc) { return nhwc ? channels : 1; }
+
+// Element i of an NCHW-shaped tensor in one layout is element relayout_at(...) of it in the other
+// (to_nhwc 1: from NCHW to NHWC; 0: the reverse).
+KFN int relayout_at(int i, int channels, int plane, int to_nhwc) {
+    int sample = channels * plane, n = i / sample, r = i - n * sample;
+    int c = to_nhwc ? r / plane : r % channels, p = to_nhwc ? r % plane : r / channels;
+    return n * sample + (to_nhwc ? p * channels + c : c * plane + p);
+}

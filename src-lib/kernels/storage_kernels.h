@@ -61,6 +61,26 @@ KERNEL(S_NAME(copy_channels))(KBUF(S_T, y, 0), KCBUF(S_T, x, 1), KARGS(CopyChann
     S_ST(y, o, v);
 }
 
+// The same on NHWC tensors seen as rows of pixels (channel_view: plane 1, a.n = rows * count): thread t
+// takes channel t % count of the run and the rows t / count + k * chunks, k < NHWC_PASS_ELEMENTS.
+// threads = count * chunks, chunks = ceil(rows / NHWC_PASS_ELEMENTS).
+KERNEL(S_NAME(copy_channels_nhwc))(KBUF(S_T, y, 0), KCBUF(S_T, x, 1), KARGS(CopyChannelsArgs, a, 2) KTHREAD_IDS) {
+    uint t = KGID, rows = (uint)(a.n / a.count), chunks = (rows + NHWC_PASS_ELEMENTS - 1) / NHWC_PASS_ELEMENTS;
+    if (t >= (uint)a.count * chunks) return;
+    uint j = t % (uint)a.count, r0 = t / (uint)a.count;
+    float v[NHWC_PASS_ELEMENTS];
+    for (int k = 0; k < NHWC_PASS_ELEMENTS; ++k) {
+        uint r = r0 + (uint)k * chunks;
+        if (r >= rows) continue;
+        v[k] = S_LD(x, r * (uint)a.src_channels + (uint)a.src_c0 + j);
+        if (a.accumulate) v[k] += S_LD(y, r * (uint)a.dst_channels + (uint)a.dst_c0 + j);
+    }
+    for (int k = 0; k < NHWC_PASS_ELEMENTS; ++k) {
+        uint r = r0 + (uint)k * chunks;
+        if (r < rows) S_ST(y, r * (uint)a.dst_channels + (uint)a.dst_c0 + j, v[k]);
+    }
+}
+
 // nearest-neighbour upsample: y[n,c,i,j] = scale * x[n,c,i/stride,j/stride]; threads = elements of y;
 // either layout (layout_index.h)
 KERNEL(S_NAME(upsample))(KBUF(S_T, y, 0), KCBUF(S_T, x, 1), KARGS(ResampleArgs, a, 2) KTHREAD_IDS) {
@@ -168,14 +188,26 @@ KERNEL(S_NAME(im2col))(KBUF(S_T, col, 0), KCBUF(S_T, im, 1), KARGS(Im2colImageAr
     }
 }
 
-// y = x reordered between NCHW and NHWC (a.to_nhwc 1: x NCHW, y NHWC; 0: the reverse), one thread per
-// element of x, in one storage type (GpuBackend::convert changes the type in a pass of its own).
+// The relayout kernels, one thread per element i of x, which is element relayout_at(i, ...) of y
+// (layout_index.h). y = x reordered, in one storage type:
 KERNEL(S_NAME(relayout))(KBUF(S_T, y, 0), KCBUF(S_T, x, 1), KARGS(RelayoutArgs, a, 2) KTHREAD_IDS) {
     int i = (int)KGID;
     if (i >= a.n) return;
-    int sample = a.channels * a.plane, n = i / sample, r = i - n * sample;
-    int c = a.to_nhwc ? r / a.plane : r % a.channels, p = a.to_nhwc ? r % a.plane : r / a.channels;
-    S_ST(y, n * sample + (a.to_nhwc ? p * a.channels + c : c * a.plane + p), S_LD(x, i));
+    S_ST(y, relayout_at(i, a.channels, a.plane, a.to_nhwc), S_LD(x, i));
+}
+
+// y = x reordered and stored in S, x fp32 (a half NHWC copy of fp32 weights or input in one pass)
+KERNEL(S_NAME(pack_relayout))(KBUF(S_T, y, 0), KCBUF(float, x, 1), KARGS(RelayoutArgs, a, 2) KTHREAD_IDS) {
+    int i = (int)KGID;
+    if (i >= a.n) return;
+    S_ST(y, relayout_at(i, a.channels, a.plane, a.to_nhwc), x[i]);
+}
+
+// y += x reordered, y fp32 (a KRSC weight gradient added into the fp32 KCRS one)
+KERNEL(S_NAME(add_relayout_into_f32))(KBUF(float, y, 0), KCBUF(S_T, x, 1), KARGS(RelayoutArgs, a, 2) KTHREAD_IDS) {
+    int i = (int)KGID;
+    if (i >= a.n) return;
+    y[relayout_at(i, a.channels, a.plane, a.to_nhwc)] += S_LD(x, i);
 }
 
 // y[b][a][p] (+)= x[a][b][p]: one thread per element of x.

@@ -198,29 +198,42 @@ KERNEL(S_NAME(batchnorm_backward_data))(KBUF(S_T, dy, 0), KCBUF(S_T, x_norm, 1),
     int c = ((int)KGROUP / (a).splits) * (a).lanes + (int)KLID % (a).lanes;                             \
     if (c >= (a).channels) c = -1;                                                                       \
     int p0_ = split_start(a, s_), p1_ = split_start(a, s_ + 1);
-#define FOR_LANE_PIXELS(a, c, i) \
-    if (c >= 0)                  \
-        for (int p_ = p0_ + row_, i = p_ * (a).channels + c; p_ < p1_; p_ += rows_, i += rows_ * (a).channels)
+// A thread's pixels LANE_UNROLL at a time: the batch's loads are issued together (one 2-byte load in
+// flight per thread leaves much of a large GPU's bandwidth unused). Pixel k of the batch at element i
+// is element LANE_AT(a, i, k); it exists when LANE_HAS(k).
+#define LANE_UNROLL 4
+#define FOR_LANE_PIXEL_BATCHES(a, c, i)                                                  \
+    if (c >= 0)                                                                          \
+        for (int p_ = p0_ + row_, i = p_ * (a).channels + c; p_ < p1_;                   \
+             p_ += LANE_UNROLL * rows_, i += LANE_UNROLL * rows_ * (a).channels)
+#define LANE_AT(a, i, k) ((i) + (k) * rows_ * (a).channels)
+#define LANE_HAS(k) (p_ + (k) * rows_ < p1_)
 #define LANE_STORE(a, c, partial, first, second) \
     if (row_ == 0 && c >= 0) {                   \
         partial[2 * (c * (a).splits + s_)] = first;      \
         partial[2 * (c * (a).splits + s_) + 1] = second; \
     }
 
+// One pass: the sums of d = y - shift and of d * d, shift = the split's first value of the channel,
+// which keeps the sum of squares from cancelling (the "shifted data" algorithm); then the split's
+// mean = shift + S1 / n and M2 = S2 - S1^2 / n, as batchnorm_combine_stats expects.
 KERNEL(S_NAME(batchnorm_partial_stats_nhwc))(KCBUF(S_T, y, 0), KBUF(float, partial, 1),
                                              KARGS(ChannelSplitArgs, a, 2) KTHREAD_IDS) {
     KSHARED float shared[256];
     LANE_SPLIT(a, c)
-    float sum = 0.0f;
-    FOR_LANE_PIXELS(a, c, i) sum += S_LD(y, i);
-    LANE_SUM(shared, sum, a.lanes)
-    float m = sum / (float)(p1_ - p0_), sq = 0.0f;
-    FOR_LANE_PIXELS(a, c, i) {
-        float d = S_LD(y, i) - m;
-        sq += d * d;
+    float shift = c >= 0 ? S_LD(y, p0_ * a.channels + c) : 0.0f, s1 = 0.0f, s2 = 0.0f;
+    FOR_LANE_PIXEL_BATCHES(a, c, i) {
+        float d[LANE_UNROLL];
+        for (int k = 0; k < LANE_UNROLL; ++k) d[k] = LANE_HAS(k) ? S_LD(y, LANE_AT(a, i, k)) - shift : 0.0f;
+        for (int k = 0; k < LANE_UNROLL; ++k) {
+            s1 += d[k];
+            s2 += d[k] * d[k];
+        }
     }
-    LANE_SUM(shared, sq, a.lanes)
-    LANE_STORE(a, c, partial, m, sq)
+    LANE_SUM(shared, s1, a.lanes)
+    LANE_SUM(shared, s2, a.lanes)
+    float n = (float)(p1_ - p0_);
+    LANE_STORE(a, c, partial, shift + s1 / n, fmax(s2 - s1 * s1 / n, 0.0f))
 }
 
 KERNEL(S_NAME(batchnorm_backward_partial_nhwc))(KCBUF(S_T, dy, 0), KCBUF(S_T, x_norm, 1), KBUF(float, partial, 2),
@@ -228,10 +241,16 @@ KERNEL(S_NAME(batchnorm_backward_partial_nhwc))(KCBUF(S_T, dy, 0), KCBUF(S_T, x_
     KSHARED float shared[256];
     LANE_SPLIT(a, c)
     float sdy = 0.0f, sdyx = 0.0f;
-    FOR_LANE_PIXELS(a, c, i) {
-        float d = S_LD(dy, i);
-        sdy += d;
-        sdyx += d * S_LD(x_norm, i);
+    FOR_LANE_PIXEL_BATCHES(a, c, i) {
+        float d[LANE_UNROLL], xn[LANE_UNROLL];
+        for (int k = 0; k < LANE_UNROLL; ++k) {
+            d[k] = LANE_HAS(k) ? S_LD(dy, LANE_AT(a, i, k)) : 0.0f;
+            xn[k] = LANE_HAS(k) ? S_LD(x_norm, LANE_AT(a, i, k)) : 0.0f;
+        }
+        for (int k = 0; k < LANE_UNROLL; ++k) {
+            sdy += d[k];
+            sdyx += d[k] * xn[k];
+        }
     }
     LANE_SUM(shared, sdy, a.lanes)
     LANE_SUM(shared, sdyx, a.lanes)
@@ -244,35 +263,53 @@ KERNEL(S_NAME(batchnorm_activate_backward_partial_nhwc))(KBUF(S_T, dy, 0), KCBUF
     KSHARED float shared[256];
     LANE_SPLIT(a, c)
     float sdy = 0.0f, sdyx = 0.0f;
-    FOR_LANE_PIXELS(a, c, i) {
-        S_ST(dy, i, S_LD(dy, i) * act_gradient(S_LD(y, i), a.act));
-        float d = S_LD(dy, i);  // as stored, as in the NCHW kernel
-        sdy += d;
-        sdyx += d * S_LD(x_norm, i);
+    FOR_LANE_PIXEL_BATCHES(a, c, i) {
+        float g[LANE_UNROLL], yy[LANE_UNROLL], xn[LANE_UNROLL];
+        for (int k = 0; k < LANE_UNROLL; ++k) {
+            g[k] = LANE_HAS(k) ? S_LD(dy, LANE_AT(a, i, k)) : 0.0f;
+            yy[k] = LANE_HAS(k) ? S_LD(y, LANE_AT(a, i, k)) : 0.0f;
+            xn[k] = LANE_HAS(k) ? S_LD(x_norm, LANE_AT(a, i, k)) : 0.0f;
+        }
+        for (int k = 0; k < LANE_UNROLL; ++k) {
+            if (!LANE_HAS(k)) continue;
+            S_ST(dy, LANE_AT(a, i, k), g[k] * act_gradient(yy[k], a.act));
+            float d = S_LD(dy, LANE_AT(a, i, k));  // as stored, as in the NCHW kernel
+            sdy += d;
+            sdyx += d * xn[k];
+        }
     }
     LANE_SUM(shared, sdy, a.lanes)
     LANE_SUM(shared, sdyx, a.lanes)
     LANE_STORE(a, c, partial, sdy, sdyx)
 }
 
-// The elementwise passes: thread t takes channel t % channels and every a.chunks-th pixel from
-// t / channels on (threads = channels * chunks, GpuBackend::channel_pass), reading its channel's
-// constants once; consecutive threads touch consecutive elements.
-#define LANE_CHANNEL(a, c)                                  \
-    uint t_ = KGID;                                         \
-    if (t_ >= (uint)((a).channels * (a).chunks)) return;    \
-    int c = (int)(t_ % (uint)(a).channels);
-#define FOR_LANE_ELEMENTS(a, i)                                                                       \
-    for (uint i = t_, end_ = (uint)(a).batch * (uint)(a).plane * (uint)(a).channels,                 \
-              step_ = (uint)((a).channels * (a).chunks);                                              \
-         i < end_; i += step_)
+// The elementwise passes: thread t takes channel t % channels and the NHWC_PASS_ELEMENTS pixels
+// t / channels + k * chunks (threads = channels * chunks, GpuBackend::channel_pass), reading its
+// channel's constants once and all its elements before it writes any (their loads in flight
+// together); consecutive threads touch consecutive elements. Element k is LANE_ELEMENT(k), present
+// when < end_.
+#define LANE_CHANNEL(a, c)                                                                   \
+    uint t_ = KGID;                                                                          \
+    if (t_ >= (uint)((a).channels * (a).chunks)) return;                                     \
+    int c = (int)(t_ % (uint)(a).channels);                                                  \
+    uint end_ = (uint)(a).batch * (uint)(a).plane * (uint)(a).channels, step_ = (uint)((a).channels * (a).chunks);
+#define LANE_ELEMENT(k) (t_ + (uint)(k) * step_)
+#define FOR_LANE_ELEMENT(k) \
+    for (int k = 0; k < NHWC_PASS_ELEMENTS; ++k) /* a constant count: unrolled, v[] in registers */ \
+        if (LANE_ELEMENT(k) < end_)
 
 KERNEL(S_NAME(batchnorm_normalize_nhwc))(KBUF(S_T, y, 0), KBUF(S_T, x_norm, 1), KCBUF(float, mean, 2),
                                          KCBUF(float, var, 3), KCBUF(float, scale, 4), KCBUF(float, bias, 5),
                                          KARGS(BatchnormTrainArgs, a, 6) KTHREAD_IDS) {
     LANE_CHANNEL(a, c)
     float m = mean[c], sd = sqrt(var[c] + a.eps), k = scale[c], b = bias[c];
-    FOR_LANE_ELEMENTS(a, i) S_NAME(normalize_at)(y, x_norm, (int)i, m, sd, k, b, a.act);
+    float v[NHWC_PASS_ELEMENTS];
+    FOR_LANE_ELEMENT(e) v[e] = S_LD(y, LANE_ELEMENT(e));
+    FOR_LANE_ELEMENT(e) {
+        float xn = (v[e] - m) / sd;  // normalize_at's arithmetic
+        S_ST(x_norm, LANE_ELEMENT(e), xn);
+        S_ST(y, LANE_ELEMENT(e), act_forward(xn * k + b, a.act));
+    }
 }
 
 KERNEL(S_NAME(batchnorm_backward_data_nhwc))(KBUF(S_T, dy, 0), KCBUF(S_T, x_norm, 1), KCBUF(float, scale, 2),
@@ -283,7 +320,12 @@ KERNEL(S_NAME(batchnorm_backward_data_nhwc))(KBUF(S_T, dy, 0), KCBUF(S_T, x_norm
     float k = scale[c], inv = 1.0f / sqrt(var[c] + a.eps);
     float gmean = k * sums[2 * c] / count;
     float gx = k * sums[2 * c + 1] / (count > 1.0f ? count - 1.0f : 1.0f);
-    FOR_LANE_ELEMENTS(a, i) S_ST(dy, i, inv * (k * S_LD(dy, i) - gmean - S_LD(x_norm, i) * gx));
+    float d[NHWC_PASS_ELEMENTS], xn[NHWC_PASS_ELEMENTS];
+    FOR_LANE_ELEMENT(e) {
+        d[e] = S_LD(dy, LANE_ELEMENT(e));
+        xn[e] = S_LD(x_norm, LANE_ELEMENT(e));
+    }
+    FOR_LANE_ELEMENT(e) S_ST(dy, LANE_ELEMENT(e), inv * (k * d[e] - gmean - xn[e] * gx));
 }
 
 // ---- activations ---------------------------------------------------------------------------------
