@@ -17,7 +17,9 @@ an update); in bf16 a value near a rounding boundary then rounds to the neighbou
 relative, which the next layers carry (measured in the first step: 0.17 % in the deltas on pocl, 0.6 %
 in a gradient on an H100); after an update the two networks' weights differ by that too, and the next
 step then drifts as training does (2.0 % on pocl, 10 % on an H100 in the second step's deltas): bf16
-compares one step and the forward after it (0.8 % on pocl).
+compares one step and the forward after it (0.8 % on pocl). A bf16 tensor that differs by more than its
+bound (a value two roundings apart carried to the first layer's delta: 1.5 bf16 steps, 1.0 % on an H100)
+passes only if NHWC is as close as NCHW, within 1.5x, to the same network run in fp32.
 """
 from __future__ import annotations
 
@@ -151,12 +153,23 @@ def _run(net, steps: int = 2, size: int = SIZE, batch: int = BATCH):
     return got
 
 
-def _assert_close(nchw: dict, nhwc: dict, tols: tuple):
+def _max_diff(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.abs(a - b).max(initial=0))
+
+
+def _assert_close(nchw: dict, nhwc: dict, tols: tuple, fp32: dict = None):
+    """NHWC within the tolerance of NCHW; else (with fp32 given) no farther than 1.5x NCHW from fp32's run."""
     for key, want in nchw.items():
         tol = tols[0] if key == "forward" or key.endswith(" 0") else tols[1]
         for i, (a, b) in enumerate(zip(want, nhwc[key])):
             assert a.shape == b.shape and a.dtype == b.dtype == np.float32, (key, i)
-            err, scale = float(np.abs(a - b).max(initial=0)), max(1.0, float(np.abs(a).max(initial=0)))
+            err, scale = _max_diff(a, b), max(1.0, float(np.abs(a).max(initial=0)))
+            if err > tol * scale and fp32 is not None:
+                truth = fp32[key][i]
+                from_nchw, from_nhwc = _max_diff(a, truth), _max_diff(b, truth)
+                assert from_nhwc <= 1.5 * from_nchw, (f"{key}, tensor {i}: {err} of {scale} from NCHW; from fp32: "
+                                                      f"NHWC {from_nhwc}, NCHW {from_nchw}")
+                continue
             assert err <= tol * scale, f"{key}, tensor {i}: {err} of {scale}"
 
 
@@ -167,7 +180,8 @@ def test_nhwc_network_trains_as_nchw(tmp_path, monkeypatch, label, precision):
     nchw = _net(tmp_path, monkeypatch, device, precision, "nchw")
     nhwc = _net(tmp_path, monkeypatch, device, precision, "nhwc")
     assert (nchw.layout, nhwc.layout) == ("nchw", "nhwc")
-    _assert_close(_run(nchw, STEPS[precision]), _run(nhwc, STEPS[precision]), TOL[precision])
+    fp32 = None if precision == "fp32" else _run(_net(tmp_path, monkeypatch, device, "fp32", "nchw"), STEPS[precision])
+    _assert_close(_run(nchw, STEPS[precision]), _run(nhwc, STEPS[precision]), TOL[precision], fp32)
 
 
 def test_nhwc_kernels_under_oclgrind(tmp_path, monkeypatch):
