@@ -29,8 +29,8 @@ struct PixelsIntoBatch {
     const uint8_t* tables;
     // `channels` planes of h rows of w values, in R, G, B order for 3 channels; rows `dst_row_stride`
     // values apart, planes `dst_plane_stride` (a batch row, or a window of one: a mosaic quadrant).
-    // dst_type fp32: floats; fp16 / bf16: uint16 holding the half of each float (half_convert.h's
-    // f32_to_half, round to nearest even: the bits the device's own conversion of the float row gives).
+    // dst_type fp32: floats; fp16 / bf16: uint16 holding the half of each float (half_convert.h's rounding,
+    // to nearest even: the bits the device's own conversion of the float row gives).
     void* dst;
     ptrdiff_t dst_row_stride, dst_plane_stride;
     DType dst_type = DType::f32;
