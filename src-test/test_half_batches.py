@@ -79,6 +79,19 @@ def test_worker_processes_write_the_same_half_batches(shapes):
         assert b.dtype == np.uint16 and np.array_equal(a, b)
 
 
+def test_pixel_pass_rounds_every_level_as_the_engine(shapes):
+    """The pass's vectorised rounding of level / 255 against half_bits (half_convert.cpp) for all 256 levels
+    (test_loader_pixels.py checks that every copy of the CPU kernels writes the same half bits)."""
+    levels = np.arange(256, dtype=np.uint8).reshape(16, 16)
+    want = np.zeros((1, 16, 16), np.float32)
+    _core.pixels_into_batch(levels, want)
+    assert np.array_equal(want[0], levels / np.float32(255))
+    for storage, dtype in HALF.items():
+        got = np.zeros((1, 16, 16), dtype)
+        _core.pixels_into_batch(levels, got)
+        assert np.array_equal(got.view(np.uint16), _core.half_bits(want, storage)), storage
+
+
 def test_pixel_pass_writes_half_into_a_window(shapes):
     """A mosaic quadrant's window of a half batch row: the strides in 2-byte units, nothing outside written."""
     rng = np.random.default_rng(2)
