@@ -120,7 +120,7 @@ std::vector<std::vector<TruthBox>> truth_boxes(const Network& n, const std::vect
 // (float32, or a half batch: float16, uint16); any other becomes float32, as forward() takes it.
 py::array pin_memory(const std::shared_ptr<Device>& device, const py::array& x) {
     py::array a = batch_storage(x) ? py::array::ensure(x, py::array::c_style) : py::array(FloatArray::ensure(x));
-    if (!a) throw py::error_already_set();
+    if (!a) bad_arg("pin_memory", "array", "numbers (float32)", std::string(py::str(x.dtype())));
     size_t bytes = (size_t)a.nbytes();
     void* p = device && bytes ? device->host_alloc(bytes) : nullptr;
     if (!p) return a;
@@ -148,7 +148,7 @@ InputBatch input_batch(const Network& n, const std::string& call, const py::arra
     std::optional<DType> t = batch_storage(x);
     if (!t || *t == DType::f32) {
         FloatArray a = FloatArray::ensure(x);
-        if (!a) throw py::error_already_set();
+        if (!a) bad_arg(call, "x", "numbers (float32)", std::string(py::str(x.dtype())));
         return InputBatch{a, DType::f32, nchw(call, "x", a, 0)};  // the batch and CxHxW are the network's to check
     }
     if (*t != n.precision())
@@ -157,9 +157,7 @@ InputBatch input_batch(const Network& n, const std::string& call, const py::arra
                                : "float32 or " + batch_dtype_name(n.precision()) + ": the network runs " +
                                      dtype_name(n.precision()),
                 std::string(py::str(x.dtype())) + " (" + dtype_name(*t) + " values)");
-    py::array a = py::array::ensure(x, py::array::c_style);
-    if (!a) throw py::error_already_set();
-    return InputBatch{a, *t, nchw(call, "x", a, 0)};
+    return InputBatch{py::array::ensure(x, py::array::c_style), *t, nchw(call, "x", x, 0)};
 }
 
 // Takes the network's call lock with the GIL released: the thread holding the lock may need the GIL
