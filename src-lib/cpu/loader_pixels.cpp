@@ -169,7 +169,8 @@ void apply_column(const JitterColumn& c, int* __restrict x, int n) {
 }
 
 // What a level (0..255) becomes in a batch row: level / 255 (as Darknet's mat_to_image and
-// augment.to_chw divide), or the level itself (int: a half row looks its value up afterwards).
+// augment.to_chw divide), or the level itself (int: a half row rounds level / 255 afterwards,
+// levels_to_half_row).
 template <class T>
 inline T level_value(int level);
 template <>
@@ -226,7 +227,7 @@ void cpu_pixels_into_batch(const PixelsIntoBatch& p) {
     const int w = p.w;
     const bool half = p.dst_type != DType::f32;
     // one row as three int planes (the source levels, then H, S, V), and for a half row three more (its
-    // R, G, B levels before the lookup)
+    // R, G, B levels before levels_to_half_row)
     std::vector<int> buffer((half ? 6 : 3) * (size_t)w);
     int *p0 = buffer.data(), *p1 = p0 + w, *p2 = p1 + w;
     JitterColumn hue, sat, val;

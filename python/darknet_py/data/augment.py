@@ -26,7 +26,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import cv2
 import numpy as np
 
-from .batch_storage import into_storage
+from .batch_storage import into_half
 from .darknet_files import DataFileError
 
 DEFAULT_OPTIONS: Dict[str, float] = {
@@ -438,7 +438,7 @@ def mixup(first: Tuple[np.ndarray, np.ndarray], second: Tuple[np.ndarray, np.nda
     half_out = out is not None and out.dtype != np.float32
     blended = np.add(np.float32(0.5) * a, np.float32(0.5) * b, out=None if half_out else out, dtype=np.float32)
     if half_out:
-        blended = into_storage(blended, out)
+        blended = into_half(blended, out)
     truth = np.concatenate([ta.reshape(-1, 5), tb.reshape(-1, 5)])[:max_boxes]
     return blended, truth.astype(np.float32)
 

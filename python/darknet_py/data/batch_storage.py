@@ -32,14 +32,10 @@ def storage_of(array: np.ndarray) -> str:
     raise ValueError(f"a batch array is float32, float16 (fp16) or uint16 (bf16 bits), not {array.dtype}")
 
 
-def into_storage(values: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """float32 `values` written into `out` in out's storage type (the engine's host conversion for a half
-    one: round to nearest even, as the device converts); returns out."""
-    storage = storage_of(out)
-    if storage == "fp32":
-        out[...] = values
-    else:
-        from .. import _core
+def into_half(values: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """float32 `values` rounded into the half batch array `out` (float16 or uint16: storage_of) by the
+    engine's host conversion (round to nearest even, as the device converts); returns out."""
+    from .. import _core
 
-        out[...] = _core.half_bits(np.ascontiguousarray(values, np.float32), storage).view(out.dtype)
+    out[...] = _core.half_bits(np.ascontiguousarray(values, np.float32), storage_of(out)).view(out.dtype)
     return out
