@@ -108,6 +108,7 @@ def main(argv=None) -> int:
         return 0
     from darknet_py import _core
     from darknet_py.data import BatchLoader, augment as A
+    from darknet_py.data.batch_storage import batch_dtype
     from darknet_py.data.heap import keep_freed_memory
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from train_throughput import adapted_cfg
@@ -130,6 +131,7 @@ def main(argv=None) -> int:
             inside = [i[40:370, 30:380] for i in bgr]  # a crop inside the image, as jitter .3 draws them
             hsv = [A.distort_hsv(i, p.dhue, p.dsat, p.dexp, bgr=True) for i, p in zip(sized, crops)]
             batch = np.zeros((n, 3, 416, 416), np.float32)
+            half = {s: np.zeros((n, 3, 416, 416), batch_dtype(s)) for s in ("bf16", "fp16")}  # half training batches
             for j, i in enumerate(hsv):
                 A.to_chw(i, batch[j])
 
@@ -148,6 +150,9 @@ def main(argv=None) -> int:
                 ("the HSV pass and the copy fused (hsv_into_chw: what sample() runs)",
                  lambda: [A.hsv_into_chw(i, p.dhue, p.dsat, p.dexp, batch[j], bgr=True)
                           for j, (i, p) in enumerate(zip(sized, crops))]),
+                *[(f"the same into a {s} batch (fp16 / bf16 training: the pass rounds on the way)",
+                   lambda s=s: [A.hsv_into_chw(i, p.dhue, p.dsat, p.dexp, half[s][j], bgr=True)
+                                for j, (i, p) in enumerate(zip(sized, crops))]) for s in half],
             ]
             stages = [  # what sample() runs for one plain image, in its order (augment.augment_one)
                 ("default_rng([seed, k, j])", lambda: [np.random.default_rng([1, 2, j]) for j in range(n)]),

@@ -18,7 +18,12 @@ trains yolov4-tiny adapted to its classes (batch --batch, subdivisions 1) from r
      first --warmup iterations left out), images/s, the share of the iteration spent waiting for
      data, and the ratio to the in-memory step.
 Each precision's runs are subprocesses with DARKNET_PY_TF32 set (fp32: 0, tf32: 1), as compare_gpu.py;
-fp16 and bf16 train with half activations (`train(precision=...)`).
+fp16 and bf16 train with half activations (`train(precision=...)`) and, as `train` does, batches in the
+network's half type (data/batch_storage.py): the loader writes them so and the in-memory step feeds them
+so. --half-batches on,off (the default) runs each half precision both ways (off: DARKNET_PY_HALF_BATCHES=0,
+float32 batches converted on the device), for A/B; the loader-alone table has a row per --loader-storage.
+
+    python benchmarks/train_throughput.py --images 1024 --workers 1,8,14 --train-workers 14 --precisions bf16
 """
 from __future__ import annotations
 
@@ -78,16 +83,18 @@ def process_minor_faults(pid: int) -> int:
 
 
 def loader_rate(data: str, cfg: str, batch: int, workers: int, processes: bool, batches: int,
-                warmup: int = 2) -> Dict[str, float]:
+                warmup: int = 2, batch_storage: str = "fp32") -> Dict[str, float]:
     """images/s of next_batch after `warmup` batches (the workers starting), and the CPU time per
     image of this process and its worker processes over the same batches: the cost that bounds images/s
     per core, unlike the wall time, whatever else the machine runs; and the worker processes' minor page
     faults per image: a worker maps a page of the shared batch buffers on its first write there (about
     500 faults per 416x416 image, 1-4 ms of CPU on a 2-core EPYC) until it has written every page of the
-    ring, which takes many batches with many workers (loader_profile.py splits it)."""
+    ring, which takes many batches with many workers (loader_profile.py splits it). batch_storage: the
+    batches' type (fp32, or a half network's fp16 / bf16)."""
     from darknet_py.data import BatchLoader
 
-    with BatchLoader.from_files(data, cfg, batch, seed=1, workers=workers, processes=processes) as loader:
+    with BatchLoader.from_files(data, cfg, batch, seed=1, workers=workers, processes=processes,
+                                storage=batch_storage) as loader:
         procs = getattr(loader._engine, "procs", [])
 
         def cpu() -> float:
@@ -113,15 +120,18 @@ def storage(precision: str) -> str:
 
 def engine_step(data: str, cfg: str, device: str, iterations: int, precision: str) -> Dict[str, float]:
     """The training step on one real augmented batch already in memory, as `train` runs it: `iterations`
-    steps (rounded up to blocks of 4) after 3 of warm-up."""
+    steps (rounded up to blocks of 4) after 3 of warm-up. The batch is in the type `train` loads
+    (train.batch_storage: a half precision's own unless DARKNET_PY_HALF_BATCHES=0)."""
     from darknet_py import _core
     from darknet_py.data import BatchLoader, darknet_truth
     from darknet_py.training.init_weights import darknet_init
+    from darknet_py.training.train import batch_storage
 
     raw = _core.Net(cfg, device)
     darknet_init(raw, 1)
     raw.precision = storage(precision)
-    with BatchLoader.from_files(data, cfg, int(raw.net_options()["batch"]), seed=1, workers=0) as loader:
+    with BatchLoader.from_files(data, cfg, int(raw.net_options()["batch"]), seed=1, workers=0,
+                                storage=batch_storage(storage(precision))) as loader:
         images, truths = loader.next_batch()
     truths = [darknet_truth(t) for t in truths]
     step = training_step(raw, images, truths, len(images))
@@ -160,8 +170,9 @@ def child(args) -> int:
     return 0
 
 
-def in_child(spec: dict, precision: str) -> dict:
-    env = {**os.environ, "DARKNET_PY_TF32": "1" if precision == "tf32" else "0"}
+def in_child(spec: dict, precision: str, half_batches: bool = True) -> dict:
+    env = {**os.environ, "DARKNET_PY_TF32": "1" if precision == "tf32" else "0",
+           "DARKNET_PY_HALF_BATCHES": "1" if half_batches else "0"}
     p = subprocess.run([sys.executable, __file__, "--child", json.dumps(dict(spec, precision=precision))],
                        capture_output=True, text=True, env=env, timeout=600)
     for line in p.stdout.splitlines():
@@ -189,6 +200,12 @@ def main(argv=None) -> int:
                          "batches also pay for mapping the shared batch buffers' pages into each worker (the faults "
                          "column): more warm-up measures the steady state")
     ap.add_argument("--loader-only", action="store_true", help="only the loader-alone table")
+    ap.add_argument("--loader-storage", default="fp32,bf16",
+                    help="batch types of the loader-alone table, a row each (default fp32,bf16: float32, and the "
+                         "2-byte batches of half training; fp16 costs as bf16)")
+    ap.add_argument("--half-batches", default="on,off",
+                    help="fp16 / bf16 runs with half batches (on: what train does), float32 ones converted on the "
+                         "device (off: DARKNET_PY_HALF_BATCHES=0), or both (default on,off: A/B)")
     ap.add_argument("--write", help="also write the markdown tables to this file")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -227,14 +244,16 @@ def main(argv=None) -> int:
         say("")
         say("| workers | " + " | ".join(str(w) for w in workers) + " |")
         say("|---|" + "---|" * len(workers))
-        for processes in (False, True):
-            cells = []
-            for w in workers:
-                r = loader_rate(data, cfg, args.batch, w, processes, args.loader_batches, args.loader_warmup)
-                rate = r["images_per_s"]
-                faults = f", {r['faults_per_image']:.0f} faults" if processes else ""
-                cells.append(f"{rate:.0f} ({rate / w:.0f}); {r['cpu_ms_per_image']:.2f} ms{faults}")
-            say(f"| {'processes' if processes else 'threads'} | " + " | ".join(cells) + " |")
+        for batch_storage in args.loader_storage.split(","):
+            for processes in (False, True):
+                cells = []
+                for w in workers:
+                    r = loader_rate(data, cfg, args.batch, w, processes, args.loader_batches, args.loader_warmup,
+                                    batch_storage)
+                    rate = r["images_per_s"]
+                    faults = f", {r['faults_per_image']:.0f} faults" if processes else ""
+                    cells.append(f"{rate:.0f} ({rate / w:.0f}); {r['cpu_ms_per_image']:.2f} ms{faults}")
+                say(f"| {'processes' if processes else 'threads'}, {batch_storage} | " + " | ".join(cells) + " |")
         say("")
 
         if args.loader_only:
@@ -244,15 +263,20 @@ def main(argv=None) -> int:
             say("")
             say("| precision | run | s/iteration | images/s | waiting for data | / in-memory step |")
             say("|---|---|---|---|---|---|")
+        half_modes = [{"on": True, "off": False}[m] for m in args.half_batches.split(",")]
         for precision in precisions:
             base = {"data": data, "cfg": cfg, "device": device, "iterations": args.iterations}
-            step = in_child(dict(base, what="engine"), precision)
-            say(f"| {precision} | in-memory step | {step['s_per_iteration']:.4f} | {step['images_per_s']:.1f} | | 1.00 |")
-            for kind in ("threads", "processes"):
-                for w in train_workers:
-                    r = in_child(dict(base, what="train", warmup=args.warmup, workers=w, kind=kind), precision)
-                    say(f"| {precision} | train, {r['loader']} | {r['s_per_iteration']:.4f} | {r['images_per_s']:.1f} | "
-                        f"{100 * r['wait_share']:.1f}% | {r['images_per_s'] / step['images_per_s']:.2f} |")
+            for half in half_modes if storage(precision) != "fp32" else [True]:
+                batches = "" if storage(precision) == "fp32" else (", half batches" if half else ", fp32 batches")
+                step = in_child(dict(base, what="engine"), precision, half)
+                say(f"| {precision} | in-memory step{batches} | {step['s_per_iteration']:.4f} | "
+                    f"{step['images_per_s']:.1f} | | 1.00 |")
+                for kind in ("threads", "processes"):
+                    for w in train_workers:
+                        r = in_child(dict(base, what="train", warmup=args.warmup, workers=w, kind=kind), precision, half)
+                        say(f"| {precision} | train, {r['loader']} | {r['s_per_iteration']:.4f} | "
+                            f"{r['images_per_s']:.1f} | {100 * r['wait_share']:.1f}% | "
+                            f"{r['images_per_s'] / step['images_per_s']:.2f} |")
         say("")
     if args.write:
         Path(args.write).write_text("\n".join(out) + "\n")

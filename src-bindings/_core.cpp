@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -115,9 +116,12 @@ std::vector<std::vector<TruthBox>> truth_boxes(const Network& n, const std::vect
 }
 
 // Net.pin_memory: a copy of `a` in the device's page-locked host memory (Device::host_alloc), given back
-// to the device when the array goes; `a` itself where the device has none.
-py::array pin_memory(const std::shared_ptr<Device>& device, const FloatArray& a) {
-    size_t bytes = (size_t)a.size() * sizeof(float);
+// to the device when the array goes; `a` itself where the device has none. A batch array keeps its dtype
+// (float32, or a half batch: float16, uint16); any other becomes float32, as forward() takes it.
+py::array pin_memory(const std::shared_ptr<Device>& device, const py::array& x) {
+    py::array a = batch_storage(x) ? py::array::ensure(x, py::array::c_style) : py::array(FloatArray::ensure(x));
+    if (!a) bad_arg("pin_memory", "array", "numbers (float32)", std::string(py::str(x.dtype())));
+    size_t bytes = (size_t)a.nbytes();
     void* p = device && bytes ? device->host_alloc(bytes) : nullptr;
     if (!p) return a;
     std::memcpy(p, a.data(), bytes);
@@ -127,7 +131,33 @@ py::array pin_memory(const std::shared_ptr<Device>& device, const FloatArray& a)
         block->first->host_free(block->second);
         delete block;
     });
-    return py::array_t<float>(std::vector<py::ssize_t>(a.shape(), a.shape() + a.ndim()), static_cast<float*>(p), owner);
+    return py::array(a.dtype(), std::vector<py::ssize_t>(a.shape(), a.shape() + a.ndim()), p, owner);
+}
+
+// The batch of forward() / forward_train(): float32 (another dtype, but a half one, is converted to it as
+// before), or the network's own half storage as it is (float16 for fp16, uint16 holding bf16 bits for
+// bf16: half the bytes to upload, and no conversion on the device). A half batch for a network in
+// another precision is refused, naming both.
+struct InputBatch {
+    py::array array;  // C-contiguous, in `type`
+    DType type;
+    Shape shape;
+};
+
+InputBatch input_batch(const Network& n, const std::string& call, const py::array& x) {
+    std::optional<DType> t = batch_storage(x);
+    if (!t || *t == DType::f32) {
+        FloatArray a = FloatArray::ensure(x);
+        if (!a) bad_arg(call, "x", "numbers (float32)", std::string(py::str(x.dtype())));
+        return InputBatch{a, DType::f32, nchw(call, "x", a, 0)};  // the batch and CxHxW are the network's to check
+    }
+    if (*t != n.precision())
+        bad_arg(call, "x", n.precision() == DType::f32
+                               ? "float32: the network runs fp32 (a half batch is taken by a network in its precision)"
+                               : "float32 or " + batch_dtype_name(n.precision()) + ": the network runs " +
+                                     dtype_name(n.precision()),
+                std::string(py::str(x.dtype())) + " (" + dtype_name(*t) + " values)");
+    return InputBatch{py::array::ensure(x, py::array::c_style), *t, nchw(call, "x", x, 0)};
 }
 
 // Takes the network's call lock with the GIL released: the thread holding the lock may need the GIL
@@ -481,13 +511,14 @@ PYBIND11_MODULE(_core, m) {
             for (DType t : n.backend().storage_types()) names.push_back(dtype_name(t));
             return names;
         }, "The precisions this network's device runs.")
-        .def("pin_memory", [](const Network& n, const FloatArray& a) {
+        .def("pin_memory", [](const Network& n, const py::array& a) {
             auto lk = lock_net(n);
             return pin_memory(n.backend().device(), a);
         }, py::arg("array"),
-           "A copy of a float32 array in page-locked host memory of the device (CUDA: cudaHostAlloc), as PyTorch's "
-           "pin_memory() makes: uploads from it go by DMA alone, without the CPU's copy into staging buffers. The "
-           "array itself (as C-contiguous float32) where the device has none (the CPU, OpenCL, Metal).")
+           "A copy of a float32 array (or a half batch: float16, uint16 holding bf16) in page-locked host memory of "
+           "the device (CUDA: cudaHostAlloc), as PyTorch's pin_memory() makes: uploads from it go by DMA alone, "
+           "without the CPU's copy into staging buffers. The array itself (C-contiguous) where the device has none "
+           "(the CPU, OpenCL, Metal).")
         .def("bytes_moved", [](const Network& n) { auto lk = lock_net(n);
             auto dev = n.backend().device();
             py::dict d;
@@ -653,26 +684,30 @@ PYBIND11_MODULE(_core, m) {
             py::gil_scoped_release nogil;
             save_weights(n, path);
         })
-        .def("forward", [](Network& n, const FloatArray& x, std::vector<int> which) { auto lk = lock_net(n);
-            Shape xs = nchw("forward", "x", x, 0);  // the batch and CxHxW are the network's to check
+        .def("forward", [](Network& n, const py::array& x, std::vector<int> which) { auto lk = lock_net(n);
+            InputBatch in = input_batch(n, "forward", x);
             for (int i : which) layer_arg(n, i, "forward");  // before the work, not after
             const LayerOutputs* outs;
             {
                 py::gil_scoped_release nogil;
-                outs = &n.forward(x.data(), xs);  // straight from the array to the input
+                outs = &n.forward(in.array.data(), in.shape, in.type);  // straight from the array to the input
             }
             return layer_outputs(n, *outs, which, "forward");
-        }, py::arg("x"), py::arg("layers"), "Runs the network; returns the outputs of the given layers.")
-        .def("forward_train", [](Network& n, const FloatArray& x, std::vector<int> which) { auto lk = lock_net(n);
-            Shape xs = nchw("forward_train", "x", x, 0);
+        }, py::arg("x"), py::arg("layers"), "Runs the network on x (NCHW float32, or a half batch: see "
+           "forward_train); returns the outputs of the given layers.")
+        .def("forward_train", [](Network& n, const py::array& x, std::vector<int> which) { auto lk = lock_net(n);
+            InputBatch in = input_batch(n, "forward_train", x);
             for (int i : which) layer_arg(n, i, "forward_train");
             const LayerOutputs* outs;
             {
                 py::gil_scoped_release nogil;
-                outs = &n.forward_train(x.data(), xs);
+                outs = &n.forward_train(in.array.data(), in.shape, in.type);
             }
             return layer_outputs(n, *outs, which, "forward_train");
-        }, py::arg("x"), py::arg("layers"), "Training-mode forward; zeroes the deltas.")
+        }, py::arg("x"), py::arg("layers"), "Training-mode forward; zeroes the deltas. x: NCHW float32, or in a "
+           "half precision the network's own storage (float16 for fp16, uint16 holding bf16 bits for bf16, as "
+           "half_bits gives them), uploaded as it is: half the bytes, and the same bits as the device's own "
+           "conversion of the float32 batch.")
         .def("set_delta", [](Network& n, int i, const FloatArray& d) { auto lk = lock_net(n);
             n.require_training_state("set_delta()");
             i = layer_arg(n, i, "set_delta");

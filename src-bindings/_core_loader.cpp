@@ -4,6 +4,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <optional>
 #include <vector>
 
 #include "arg_checks.h"
@@ -40,12 +41,13 @@ void bind_loader(py::module_& m) {
             bad_arg(call, "image", "a uint8 HxW, HxWx1 or HxWx3 array (a view is fine) whose rows hold their "
                     "pixels side by side", described(img));
         int h = (int)img.shape(0), w = (int)img.shape(1);
-        if (out.dtype().kind() != 'f' || out.itemsize() != 4 || !out.writeable() || out.ndim() != 3 ||
-            out.shape(0) != c || out.shape(1) != h || out.shape(2) != w || out.strides(2) != 4 ||
-            out.strides(1) % 4 || out.strides(0) % 4)
-            bad_arg(call, "out", "a writable float32 array of shape (" + std::to_string(c) + ", " + std::to_string(h) +
-                    ", " + std::to_string(w) + ") (the image's CxHxW; a view is fine) whose rows are contiguous",
-                    described(out));
+        std::optional<DType> type = batch_storage(out);
+        const py::ssize_t item = type ? (py::ssize_t)dtype_size(*type) : 4;
+        if (!type || !out.writeable() || out.ndim() != 3 || out.shape(0) != c || out.shape(1) != h ||
+            out.shape(2) != w || out.strides(2) != item || out.strides(1) % item || out.strides(0) % item)
+            bad_arg(call, "out", "a writable float32 (or half: float16, uint16 holding bf16) array of shape (" +
+                    std::to_string(c) + ", " + std::to_string(h) + ", " + std::to_string(w) +
+                    ") (the image's CxHxW; a view is fine) whose rows are contiguous", described(out));
         py::array lut;
         if (!tables.is_none()) {
             if (!py::isinstance<py::array>(tables) || py::array(tables).dtype().kind() != 'u' ||
@@ -61,8 +63,9 @@ void bind_loader(py::module_& m) {
         p.src_row_stride = img.strides(0);
         p.bgr = bgr, p.flip = flip;
         p.tables = tables.is_none() ? nullptr : (const uint8_t*)lut.data();
-        p.dst = (float*)out.mutable_data();
-        p.dst_plane_stride = out.strides(0) / 4, p.dst_row_stride = out.strides(1) / 4;
+        p.dst = out.mutable_data();
+        p.dst_type = *type;
+        p.dst_plane_stride = out.strides(0) / item, p.dst_row_stride = out.strides(1) / item;
         py::gil_scoped_release nogil;
         pixels_into_batch(p);
     }, py::arg("image"), py::arg("out"), py::arg("tables") = py::none(), py::arg("bgr") = false,
@@ -70,7 +73,8 @@ void bind_loader(py::module_& m) {
        "The training loader's last pixel pass: a uint8 HxWxC image (BGR with bgr=True) through the HSV jitter "
        "tables (256 x 3 uint8: the new hue, saturation and value of each level; None: no jitter) into `out`, "
        "float32 CxHxW RGB in [0, 1] (a batch row or a window of one), mirrored left to right with flip=True, in one "
-       "pass without the GIL, in the copy of the CPU kernels cpu_isa() names.");
+       "pass without the GIL, in the copy of the CPU kernels cpu_isa() names. A float16 `out` gets the fp16 of "
+       "each float, a uint16 one its bf16 bits (round to nearest even, as half_bits): a half training batch.");
 
     m.def("correct_boxes", [](const py::array& boxes, int pleft, int ptop, int swidth, int sheight, bool flip, int ow,
                               int oh, int net_w, int net_h, int max_boxes) {

@@ -22,18 +22,18 @@ constexpr int64_t MAX_ELEMENTS = int64_t(1) << 31;
     throw dn::DarknetError(call + ": " + arg + " must be " + expected + ", got " + got);
 }
 
-inline std::string dims_str(const FloatArray& a) {
+inline std::string dims_str(const py::array& a) {
     std::string s = "an array of shape (";
     for (py::ssize_t i = 0; i < a.ndim(); ++i) s += (i ? ", " : "") + std::to_string(a.shape(i));
     return s + (a.ndim() == 1 ? ",)" : ")");
 }
 
-inline void check_ndim(const std::string& call, const std::string& arg, const FloatArray& a, int ndim) {
+inline void check_ndim(const std::string& call, const std::string& arg, const py::array& a, int ndim) {
     if (a.ndim() != ndim) bad_arg(call, arg, "a " + std::to_string(ndim) + "-D float32 array", dims_str(a));
 }
 
 // An NCHW argument: 4-D, every dimension at least `min_dim` (1: no empty tensors).
-inline Shape nchw(const std::string& call, const std::string& arg, const FloatArray& a, int min_dim = 1) {
+inline Shape nchw(const std::string& call, const std::string& arg, const py::array& a, int min_dim = 1) {
     check_ndim(call, arg, a, 4);
     for (int i = 0; i < 4; ++i)
         if (a.shape(i) < min_dim || a.shape(i) > (py::ssize_t)(1 << 30))  // Shape holds ints

@@ -3,6 +3,8 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "errors.h"
@@ -29,6 +31,22 @@ inline Tensor to_tensor(const FloatArray& a) {
     Tensor t(Shape{d[0], d[1], d[2], d[3]});
     copy_from_host(a.data(), t);
     return t;
+}
+
+// The storage type a batch array holds, by its NumPy dtype: float32 fp32, float16 fp16, uint16 bf16 (NumPy
+// has no bfloat16: its bits, as _core.half_bits gives them); nullopt for any other dtype.
+inline std::optional<dn::DType> batch_storage(const py::array& a) {
+    const char kind = a.dtype().kind();
+    const py::ssize_t size = a.itemsize();
+    if (kind == 'f' && size == 4) return dn::DType::f32;
+    if (kind == 'f' && size == 2) return dn::DType::f16;
+    if (kind == 'u' && size == 2) return dn::DType::bf16;
+    return std::nullopt;
+}
+
+// The NumPy dtype that holds a storage type's batches (batch_storage's inverse), for messages.
+inline std::string batch_dtype_name(dn::DType t) {
+    return t == dn::DType::f32 ? "float32" : t == dn::DType::f16 ? "float16" : "uint16 (bf16 bits)";
 }
 
 // A copy of t (downloaded when t lives on a device), 4-D.

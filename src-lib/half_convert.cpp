@@ -32,10 +32,7 @@ uint16_t f32_to_f16(float f) {
         if (rest > half || (rest == half && (q & 1))) ++q;
         return (uint16_t)(sign | q);
     }
-    // normal: rebias the exponent (127 -> 15) and round the 13 dropped mantissa bits to nearest even
-    uint32_t r = abs - 0x38000000u;
-    r += 0xfffu + ((r >> 13) & 1u);
-    return (uint16_t)(sign | (r >> 13));
+    return f16_bits_normal(u);
 }
 
 float f16_to_f32(uint16_t h) {
@@ -51,8 +48,7 @@ float f16_to_f32(uint16_t h) {
 uint16_t f32_to_bf16(float f) {
     uint32_t u = bits(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);  // quiet NaN
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
+    return bf16_bits_not_nan(u);
 }
 
 float bf16_to_f32(uint16_t h) { return from_bits((uint32_t)h << 16); }

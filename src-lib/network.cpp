@@ -252,8 +252,11 @@ void Network::check_input(const Shape& s) const {
 // there), train_input_ for forward_train() (backward of layer 0 reads it). Training batches from the
 // host alternate between train_input_ and spare_train_input_ where the device can upload ahead:
 // batch i+1 then goes up while batch i's backward, which reads batch i's input, still runs.
-void Network::load_input(const Tensor* x, const float* host, const Shape& s, bool training) {
+void Network::load_input(const Tensor* x, const void* host, DType host_type, const Shape& s, bool training) {
     check_input(s);
+    if (host_type != DType::f32 && host_type != precision_)
+        throw DarknetError(std::string("the input batch is in ") + dtype_name(host_type) + " but the network runs " +
+                           dtype_name(precision_) + ": give fp32, or a half batch in the network's precision");
     // The input and then the outputs are replaced: forward_train's state (which backward() and the loss
     // read) is gone; forward_train_loaded restores it once every layer has run.
     drop_training_state("forward() or detect() since replaced its input and outputs");
@@ -265,25 +268,28 @@ void Network::load_input(const Tensor* x, const float* host, const Shape& s, boo
         std::swap(train_input_, spare_train_input_);
         // Upload ahead only into a kept buffer (not just allocated) whose last use was queued before
         // the previous load, which was an upload: then Device::upload_ahead's promise holds.
-        ahead = last_load_uploaded_ && dst.shape() == s;
+        ahead = last_load_uploaded_ && dst.shape() == s && dst.dtype() == host_type;
     }
-    backend_->resize(dst, s);
+    // a batch from the host keeps its storage type on the device (a half one is what layer 0 reads)
+    backend_->resize(dst, s, host ? host_type : DType::f32);
     if (ahead)
-        dev->upload_ahead(dst.memory(), 0, host, s.size() * sizeof(float));
+        dev->upload_ahead(dst.memory(), 0, host, s.size() * dtype_size(host_type));
+    else if (host && host_type != DType::f32)  // precision_ is half: a GPU device
+        dev->upload(dst.memory(), 0, host, s.size() * dtype_size(host_type));
     else if (host)
-        copy_from_host(host, dst);
+        copy_from_host(static_cast<const float*>(host), dst);
     else if (x->buffer() != dst.buffer())
         copy_tensor(*x, dst);
     last_load_uploaded_ = host != nullptr;
 }
 
 const LayerOutputs& Network::forward(const Tensor& x) {
-    load_input(&x, nullptr, x.shape());
+    load_input(&x, nullptr, DType::f32, x.shape());
     return forward_loaded();
 }
 
-const LayerOutputs& Network::forward(const float* x, const Shape& s) {
-    load_input(nullptr, x, s);
+const LayerOutputs& Network::forward(const void* x, const Shape& s, DType type) {
+    load_input(nullptr, x, type, s);
     return forward_loaded();
 }
 
@@ -300,7 +306,7 @@ const LayerOutputs& Network::forward_loaded() {
 
 void Network::run_forward(const Shape& s) {
     const Tensor* in = &input_;
-    if (converts_input()) {  // the input goes up in fp32 NCHW and is converted on the device
+    if (!input_ready(input_)) {  // the input went up in fp32 (or NCHW) and is converted on the device
         backend_->resize(input_converted_, s, precision_, layout_);
         backend_->convert(input_, input_converted_);
         in = &input_converted_;
@@ -351,12 +357,12 @@ bool Network::replay_or_record(const Shape& s) {
 }
 
 const LayerOutputs& Network::forward_train(const Tensor& x) {
-    load_input(&x, nullptr, x.shape(), true);
+    load_input(&x, nullptr, DType::f32, x.shape(), true);
     return forward_train_loaded();
 }
 
-const LayerOutputs& Network::forward_train(const float* x, const Shape& s) {
-    load_input(nullptr, x, s, true);
+const LayerOutputs& Network::forward_train(const void* x, const Shape& s, DType type) {
+    load_input(nullptr, x, type, s, true);
     return forward_train_loaded();
 }
 
@@ -390,7 +396,7 @@ const LayerOutputs& Network::forward_train_loaded() {
     outputs_.resize(layers.size());
     deltas_.resize(layers.size());
     layout_ = layout(s.n);
-    if (converts_input()) {  // as run_forward: the input goes up in fp32 NCHW, converted on the device
+    if (!input_ready(train_input_)) {  // as run_forward: converted on the device
         backend_->resize(train_input_converted_, s, precision_, layout_);
         backend_->convert(train_input_, train_input_converted_);
     }

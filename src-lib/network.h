@@ -28,13 +28,15 @@ public:
 
     // x: [n, channels, height, width]. Returns the output of every layer (index = layer).
     const LayerOutputs& forward(const Tensor& x);
-    // The same from host memory holding shape s (NumPy arrays: no intermediate tensor).
-    const LayerOutputs& forward(const float* x, const Shape& s);
+    // The same from host memory holding shape s (NumPy arrays: no intermediate tensor) in storage type
+    // `type`: fp32, or the network's precision (a half batch: uploaded as it is, half the bytes, and no
+    // conversion on the device; DarknetError for another half type).
+    const LayerOutputs& forward(const void* x, const Shape& s, DType type = DType::f32);
 
     // ---- training ----
     // Forward with training behaviour; zeroes every layer's delta for the following backward().
     const LayerOutputs& forward_train(const Tensor& x);
-    const LayerOutputs& forward_train(const float* x, const Shape& s);
+    const LayerOutputs& forward_train(const void* x, const Shape& s, DType type = DType::f32);
     // The batch size of the last forward_train while its training state (outputs, deltas, input) is
     // intact; 0 once forward(), resize_input() or set_backend() replaced it, or forward_train failed.
     int train_batch() const { return train_batch_; }
@@ -171,8 +173,8 @@ private:
     void check_input(const Shape& s) const;  // throws unless s matches the [net] input
     template <class F>
     void run_layer(size_t i, F&& f);          // f(), noting the ops that fell back to the CPU
-    // Into input_ (training: train_input_), checked.
-    void load_input(const Tensor* x, const float* host, const Shape& s, bool training = false);
+    // Into input_ (training: train_input_), checked; host holds `host_type` values (fp32 or precision_).
+    void load_input(const Tensor* x, const void* host, DType host_type, const Shape& s, bool training = false);
     const LayerOutputs& forward_loaded();     // forward() of input_
     const LayerOutputs& forward_train_loaded();
     void run_forward(const Shape& s);         // the layers of forward(), from input_
@@ -192,10 +194,12 @@ private:
     void choose_layout();                      // reads DARKNET_PY_LAYOUT, checks the layers (layout())
     std::optional<Layout> layout_override_;    // DARKNET_PY_LAYOUT
     bool channels_last_ok_ = false;            // a device, and every layer runs channels last
-    bool converts_input() const { return precision_ != DType::f32 || layout_ != Layout::nchw; }
+    // Whether a loaded input is what layer 0 reads (precision_ and layout_: a half batch in NCHW layout), or
+    // the forward converts it first (an fp32 batch for a half network, any batch for NHWC activations).
+    bool input_ready(const Tensor& in) const { return in.dtype() == precision_ && in.layout() == layout_; }
     Tensor train_input_;       // forward_train()'s (backward of layer 0 reads it)
     Tensor train_input_converted_;  // train_input_ in precision_ and layout_ (then layer 0 reads this one)
-    const Tensor& train_input() const { return converts_input() ? train_input_converted_ : train_input_; }
+    const Tensor& train_input() const { return input_ready(train_input_) ? train_input_ : train_input_converted_; }
     // fp16: every gradient unscaled and checked into a fresh 1-element flag, which is returned
     Tensor queue_overflow_check();
     struct PendingCheck {

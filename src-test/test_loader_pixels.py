@@ -138,7 +138,8 @@ from darknet_py.data import augment as A
 img = every_colour_image()
 h = hashlib.sha256()
 for x in (A.hsv_into_chw(img, 0.1, 1.5, 0.7, bgr=True), A.hsv_into_chw(img[3:, 5:4000], -0.5, 0.5, 0.5, flip=True),
-          A.hsv_into_chw(np.ascontiguousarray(img[:, :, 1]), 0.1, 1.5, 0.7), A.hsv_into_chw(img, 0, 1, 1)):
+          A.hsv_into_chw(np.ascontiguousarray(img[:, :, 1]), 0.1, 1.5, 0.7), A.hsv_into_chw(img, 0, 1, 1),
+          *(A.hsv_into_chw(img, 0.1, 1.5, 0.7, np.empty((3,) + img.shape[:2], t), True) for t in (np.float16, np.uint16))):
     h.update(x.tobytes())
 print(_core.cpu_isa()["active"], h.hexdigest())
 """

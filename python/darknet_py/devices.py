@@ -72,7 +72,9 @@ def add_precision_option(parser: argparse.ArgumentParser, training: bool = False
     """--precision for the commands that run a network (see Network.precision)."""
     what = ("fp16 / bf16 keep activations and their gradients in half on GPU devices; weights, "
             "gradients of weights and optimizer state stay fp32; fp16 scales the loss dynamically "
-            "(the scale is in the log); the CPU trains in fp32 only" if training else
+            "(the scale is in the log); the loader writes the batches in that half type too, half the bytes "
+            "(DARKNET_PY_HALF_BATCHES=0: float32 batches, converted on the device); the CPU trains in fp32 only"
+            if training else
             "fp16 / bf16 store activations in half on GPU devices (math in fp32, weights fp32); "
             "the CPU runs fp32 only")
     parser.add_argument("--precision", choices=PRECISIONS, default="fp32",

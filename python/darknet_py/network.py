@@ -73,6 +73,13 @@ def _serialized(method):
     return locked
 
 
+def _as_blob(blob) -> np.ndarray:
+    """A batch for the engine: float32, or kept in a half batch's dtype (float16, uint16: batch_storage.py),
+    which the engine takes only in the network's own precision (and says so otherwise)."""
+    blob = np.asarray(blob)
+    return blob if blob.dtype in (np.float16, np.uint16) else blob.astype(np.float32, copy=False)
+
+
 class Network:
     """A Darknet network built from a .cfg file, optionally with .weights and class names.
 
@@ -226,8 +233,10 @@ class Network:
     @_serialized
     def forward(self, blob: np.ndarray) -> List[np.ndarray]:
         """Runs the network on an NxCxHxW float32 blob. Returns each yolo layer's output (after the
-        head's activations, Darknet's layout), or the last layer's output for a classifier."""
-        blob = np.asarray(blob, dtype=np.float32)
+        head's activations, Darknet's layout), or the last layer's output for a classifier. A network in
+        fp16 / bf16 also takes the blob in its own half type, uploaded as it is (float16, or uint16 holding
+        bf16 bits: data/batch_storage.py)."""
+        blob = _as_blob(blob)
         if blob.ndim == 3:
             blob = blob[None]
         outs = self._net.yolo_layers or [len(self._net.layers()) - 1]
@@ -238,8 +247,8 @@ class Network:
         pin_memory() makes: forward() and training upload it by DMA alone, without first copying it into
         staging buffers on the CPU. Worth it for a buffer that is filled and uploaded again and again
         (fill it in place: `pinned[...] = next_batch`). The blob itself (as float32) on devices without
-        such memory (the CPU, OpenCL, Metal)."""
-        return self._net.pin_memory(np.asarray(blob, dtype=np.float32))
+        such memory (the CPU, OpenCL, Metal). A half blob (see forward) stays half."""
+        return self._net.pin_memory(_as_blob(blob))
 
     def detect(self, image: np.ndarray, thresh: float = 0.25, nms: float = 0.45,
                letterbox: bool = False, postproc: str = "device") -> List[Detection]:

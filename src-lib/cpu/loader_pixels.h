@@ -5,10 +5,13 @@
 // Built once per instruction set with the CPU kernels (loader_pixels.cpp, isa.h) and reached through
 // cpu_isa(): on a 2-core AMD EPYC, 0.59-0.62 ms at 416x416 in the AVX2 copy (its bytes split into
 // channels with byte shuffles; 0.73-0.91 ms one byte at a time), 1.5 ms in the x86-64 baseline's (SSE2),
-// with the horizontal flip on the way (flip) for free.
+// with the horizontal flip on the way (flip) for free. The row may be written in a half type instead
+// (dst_type fp16 / bf16: a training batch in the network's storage type, half the bytes).
 #pragma once
 #include <cstddef>
 #include <cstdint>
+
+#include "../tensor.h"
 
 namespace dn {
 
@@ -24,10 +27,13 @@ struct PixelsIntoBatch {
     // nullptr (no jitter: a plain copy) or 256 x 3 uint8: row x holds the new hue, saturation and
     // value of x (augment._hsv_lut's layout; a grey image uses the value column only)
     const uint8_t* tables;
-    // `channels` planes of h rows of w floats, in R, G, B order for 3 channels; rows `dst_row_stride`
-    // floats apart, planes `dst_plane_stride` (a batch row, or a window of one: a mosaic quadrant)
-    float* dst;
+    // `channels` planes of h rows of w values, in R, G, B order for 3 channels; rows `dst_row_stride`
+    // values apart, planes `dst_plane_stride` (a batch row, or a window of one: a mosaic quadrant).
+    // dst_type fp32: floats; fp16 / bf16: uint16 holding the half of each float (half_convert.h's rounding,
+    // to nearest even: the bits the device's own conversion of the float row gives).
+    void* dst;
     ptrdiff_t dst_row_stride, dst_plane_stride;
+    DType dst_type = DType::f32;
 };
 
 // The pass, in the copy of the CPU kernels cpu_isa() chose (cpu_isa.cpp); throws DarknetError as

@@ -26,6 +26,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import cv2
 import numpy as np
 
+from .batch_storage import into_half
 from .darknet_files import DataFileError
 
 DEFAULT_OPTIONS: Dict[str, float] = {
@@ -318,7 +319,10 @@ def crop_resize_flip(img: np.ndarray, p: CropParams, net_w: int, net_h: int) -> 
 
 def to_chw(img: np.ndarray, out: Optional[np.ndarray] = None) -> np.ndarray:
     """uint8 HxWxC (or HxW) -> float32 CxHxW in [0, 1], as Darknet's mat_to_image (x / 255), into
-    `out` if given (a row of the batch: no copy afterwards)."""
+    `out` if given (a row of the batch: no copy afterwards). A half `out` (batch_storage.py) gets the
+    half of those floats from the C++ pass (hsv_into_chw without jitter: the same floats)."""
+    if out is not None and out.dtype != np.float32:
+        return hsv_into_chw(img, 0.0, 1.0, 1.0, out)
     planes = cv2.split(img) if img.ndim == 3 and img.shape[2] > 1 else [img.reshape(img.shape[:2])]
     if out is None:
         out = np.empty((len(planes),) + img.shape[:2], np.float32)
@@ -334,7 +338,8 @@ def hsv_into_chw(img: np.ndarray, dhue: float, dsat: float, dexp: float, out: Op
     formulas, within one level of the OpenCV path (its vector blocks truncate, its scalar tail rounds;
     src-test/test_loader_pixels.py), the same bits without jitter. flip=True: the image mirrored left to
     right on the way (the same bits as cv2.flip first, without its pass). img and out may be views (a
-    crop, a window of a batch row) whose rows hold their pixels side by side."""
+    crop, a window of a batch row) whose rows hold their pixels side by side. out may be half
+    (batch_storage.py: float16, or uint16 holding bf16): each float rounded to it on the way."""
     from .. import _core
 
     if out is None:
@@ -411,7 +416,8 @@ def blur_and_noise(img: np.ndarray, truth: np.ndarray, choice: PixelNoise, rng) 
 def augment_one(img: np.ndarray, boxes: np.ndarray, net_w: int, net_h: int, opts: Dict[str, float],
                 rng, out: Optional[np.ndarray] = None, bgr: bool = False) -> Tuple[np.ndarray, np.ndarray]:
     """One training sample from one image (RGB, or BGR as decoded with bgr=True): (float32 CHW RGB in
-    [0, 1], written into `out` if given; (n, 5) truth class-first)."""
+    [0, 1], written into `out` if given (float32, or a half batch row: batch_storage.py); (n, 5)
+    truth class-first)."""
     oh, ow = img.shape[:2]
     p = sample_crop(rng, ow, oh, net_w, net_h, opts)
     noise = sample_pixel_noise(rng, opts)
@@ -427,9 +433,12 @@ def mixup(first: Tuple[np.ndarray, np.ndarray], second: Tuple[np.ndarray, np.nda
           max_boxes: int, out: Optional[np.ndarray] = None) -> Tuple[np.ndarray, np.ndarray]:
     """Darknet's mixup=1 for one image: two augmented samples blended half and half
     (blend_images_cv 0.5/0.5), the second's boxes appended to the first's up to max_boxes
-    (blend_truth). The image goes into `out` if given."""
+    (blend_truth). The image goes into `out` if given (a half one: the blend's float32, rounded)."""
     (a, ta), (b, tb) = first, second
-    blended = np.add(np.float32(0.5) * a, np.float32(0.5) * b, out=out, dtype=np.float32)
+    half_out = out is not None and out.dtype != np.float32
+    blended = np.add(np.float32(0.5) * a, np.float32(0.5) * b, out=None if half_out else out, dtype=np.float32)
+    if half_out:
+        blended = into_half(blended, out)
     truth = np.concatenate([ta.reshape(-1, 5), tb.reshape(-1, 5)])[:max_boxes]
     return blended, truth.astype(np.float32)
 
@@ -477,7 +486,8 @@ def mosaic(images: Sequence[Tuple[np.ndarray, np.ndarray]], net_w: int, net_h: i
     """Darknet's mosaic: four (image, boxes) pairs, each augmented on its own at the network size,
     fill the four quadrants around a random cut point (20 %..80 % of each side); each quadrant
     shows the part of its image nearest the cut, shifted inward past any fill border. The image goes
-    into `out` (float32 CHW RGB) if given; bgr=True: the images are BGR (as decoded)."""
+    into `out` (float32 CHW RGB, or a half one: batch_storage.py) if given; bgr=True: the images are
+    BGR (as decoded)."""
     w, h = net_w, net_h
     cut_x = int(rng.integers(int(w * 0.2), int(w * 0.8) + 1))  # rand_int: both ends included
     cut_y = int(rng.integers(int(h * 0.2), int(h * 0.8) + 1))

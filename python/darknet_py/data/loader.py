@@ -6,6 +6,9 @@
                 loader.set_size(*random_network_size(w0, h0, rng))
             images, truths = loader.next_batch()   # (N, C, H, W) float32, N arrays (n_i, 5)
 
+storage="fp16" / "bf16" writes the batches in a half network's input type instead (batch_storage.py):
+the same values as the device's conversion of the float32 batch, in half the bytes.
+
 Each sample is a function of (seed, batch index, index in batch, network size) only (sampler.py
 holds these seed rules), so the batches are the same for a given seed whatever the number of
 workers, their kind (threads, or processes with processes=True) or their timing. Workers prepare
@@ -33,6 +36,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from . import augment as augmentation
+from .batch_storage import batch_dtype
 from .darknet_files import DataFileError, read_data_file, read_image_list
 from .labels import DataReporter
 from .process_loader import ProcessEngine
@@ -48,9 +52,9 @@ def default_workers() -> int:
 class _Slot:
     """One batch being prepared."""
 
-    def __init__(self, gen: int, batch: int, channels: int, w: int, h: int) -> None:
+    def __init__(self, gen: int, batch: int, channels: int, w: int, h: int, dtype: np.dtype) -> None:
         self.gen, self.w, self.h = gen, w, h
-        self.images = np.empty((batch, channels, h, w), np.float32)
+        self.images = np.empty((batch, channels, h, w), dtype)
         self.truths: List[Optional[np.ndarray]] = [None] * batch
         self.remaining = batch
         self.error: Optional[BaseException] = None
@@ -61,8 +65,9 @@ class _Engine:
     threads do not keep the loader alive: when the loader is collected (or at interpreter exit)
     its finalizer stops them."""
 
-    def __init__(self, maker: SampleMaker, workers: int, prefetch: int, start: int = 0) -> None:
-        self.maker = maker
+    def __init__(self, maker: SampleMaker, workers: int, prefetch: int, start: int = 0,
+                 dtype: np.dtype = np.dtype(np.float32)) -> None:
+        self.maker, self.dtype = maker, dtype
         self.paths, self.batch_size, self.channels = maker.paths, maker.batch_size, maker.channels
         self.size = (int(maker.opts["width"]), int(maker.opts["height"]))
         self.prefetch = max(1, prefetch)
@@ -84,7 +89,7 @@ class _Engine:
         while self.threads and self.scheduled < self.next_k + self.prefetch:
             k = self.scheduled
             w, h = self.size
-            self.slots[k] = _Slot(self.gen, self.batch_size, self.channels, w, h)
+            self.slots[k] = _Slot(self.gen, self.batch_size, self.channels, w, h, self.dtype)
             for j in range(self.batch_size):
                 self.jobs.put((self.gen, k, j))
             self.scheduled += 1
@@ -117,7 +122,7 @@ class _Engine:
             if self.closed:
                 raise RuntimeError("the loader is closed")
             w, h = self.size
-            slot = _Slot(self.gen, self.batch_size, self.channels, w, h)
+            slot = _Slot(self.gen, self.batch_size, self.channels, w, h, self.dtype)
             for j in range(self.batch_size):
                 slot.truths[j] = self.maker.sample(self.next_k, j, w, h, out=slot.images[j])[1]
             self.next_k += 1
@@ -183,6 +188,8 @@ class BatchLoader:
     (copy them to keep them longer). The batches are the same either way (sampler.py).
     shard: (rank, ranks) of a data-parallel training, whose rank draws its share of every iteration's batches
     (SampleMaker.global_index): the ranks' batches together are one process's.
+    storage: the batches' type: "fp32" (float32), or the half input of a network training in "fp16"
+    (float16) or "bf16" (uint16 holding bf16 bits): batch_storage.py.
     """
 
     def __init__(self, paths: Sequence[str], batch_size: int, classes: int,
@@ -192,13 +199,15 @@ class BatchLoader:
                  on_problem: Optional[Callable[[str, str, str], None]] = None,
                  reporter: Optional[DataReporter] = None, start: int = 0,
                  iteration_images: Optional[int] = None, processes: bool = False,
-                 shard: Tuple[int, int] = (0, 1)) -> None:
+                 shard: Tuple[int, int] = (0, 1), storage: str = "fp32") -> None:
         if not paths:
             raise ValueError("no training images")
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         if classes < 1:
             raise ValueError(f"classes must be at least 1, got {classes}")
+        dtype = batch_dtype(storage)
+        self.storage = storage
         opts = dict(augmentation.DEFAULT_OPTIONS)
         opts.update(options or {})
         if not augment:
@@ -217,9 +226,9 @@ class BatchLoader:
         workers = default_workers() if workers is None else workers
         self.processes = bool(processes and workers > 0)
         if self.processes:
-            self._engine: "_Engine | ProcessEngine" = ProcessEngine(maker, workers, prefetch, start)
+            self._engine: "_Engine | ProcessEngine" = ProcessEngine(maker, workers, prefetch, start, dtype)
         else:
-            self._engine = _Engine(maker, workers, prefetch, start)
+            self._engine = _Engine(maker, workers, prefetch, start, dtype)
         self._finalizer = weakref.finalize(self, self._engine.close)
         self.wait_seconds = 0.0  # total time next_batch() waited for the workers
         self.last_wait = 0.0
@@ -271,8 +280,8 @@ class BatchLoader:
         self._engine.set_size(int(width), int(height))
 
     def next_batch(self) -> Batch:
-        """(images (N, C, H, W) float32 RGB in [0, 1], truths: N float32 arrays (n_i, 5) of
-        class, cx, cy, w, h normalised to the network input)."""
+        """(images (N, C, H, W) float32 RGB in [0, 1] (or in `storage`'s half type), truths: N float32
+        arrays (n_i, 5) of class, cx, cy, w, h normalised to the network input)."""
         t0 = time.perf_counter()
         batch = self._engine.next_batch()
         self.last_wait = time.perf_counter() - t0

@@ -58,7 +58,7 @@ WORKER_CV_THREADS = 1
 
 
 def _worker_main(maker: SampleMaker, jobs, results, current_gen, keep: int, parent: int) -> None:
-    """A worker process: jobs (buffer name, batch shape, gen, k, rows j0..j1) -> the images into the buffer,
+    """A worker process: jobs (buffer name, batch shape, dtype, gen, k, rows j0..j1) -> the images into the buffer,
     one message back per job (the truths of its rows, or the first error).
     It keeps the `keep` buffers it used last attached (the parent's ring). OpenCV runs on this one thread
     (WORKER_CV_THREADS). Its results do not depend on the count.
@@ -79,7 +79,7 @@ def _worker_main(maker: SampleMaker, jobs, results, current_gen, keep: int, pare
             continue
         if job is None:
             break
-        name, shape, gen, k, j0, j1 = job
+        name, shape, dtype, gen, k, j0, j1 = job
         if gen != current_gen.value:
             continue  # dropped by set_size
         truths: List[np.ndarray] = []
@@ -90,7 +90,7 @@ def _worker_main(maker: SampleMaker, jobs, results, current_gen, keep: int, pare
                 if len(attached) >= keep:  # the oldest: most likely one the parent has replaced
                     attached.pop(next(iter(attached))).close()
                 shm = attached[name] = shared_memory.SharedMemory(name=name)
-            images = np.ndarray(shape, np.float32, buffer=shm.buf)
+            images = np.ndarray(shape, dtype, buffer=shm.buf)
             for j in range(j0, j1):
                 truths.append(maker.sample(k, j, shape[3], shape[2], out=images[j])[1])
         except FileNotFoundError as e:  # the buffer of a batch dropped by set_size
@@ -130,9 +130,11 @@ def shared_memory_shortfall(nbytes: int) -> Optional[str]:
             "(--loader threads)")
 
 
-def batch_ring_bytes(batch_size: int, channels: int, width: int, height: int, prefetch: int = 2) -> int:
-    """The shared memory of a ProcessEngine's batch buffers at this network size."""
-    return 4 * (max(1, prefetch) + PREFETCH_SLACK) * batch_size * channels * width * height
+def batch_ring_bytes(batch_size: int, channels: int, width: int, height: int, prefetch: int = 2,
+                     itemsize: int = 4) -> int:
+    """The shared memory of a ProcessEngine's batch buffers at this network size (itemsize: 4 float32,
+    2 a half batch)."""
+    return itemsize * (max(1, prefetch) + PREFETCH_SLACK) * batch_size * channels * width * height
 
 
 class _SharedBuffer(shared_memory.SharedMemory):
@@ -165,14 +167,16 @@ class _ProcessSlot:
 class ProcessEngine:
     """BatchLoader's engine with `workers` processes; the interface of loader._Engine."""
 
-    def __init__(self, maker: SampleMaker, workers: int, prefetch: int, start: int = 0) -> None:
-        self.maker, self.reporter = maker, maker.reporter
+    def __init__(self, maker: SampleMaker, workers: int, prefetch: int, start: int = 0,
+                 dtype: np.dtype = np.dtype(np.float32)) -> None:
+        self.maker, self.reporter, self.dtype = maker, maker.reporter, np.dtype(dtype)
         self.paths, self.batch_size, self.channels = maker.paths, maker.batch_size, maker.channels
         self.size = (int(maker.opts["width"]), int(maker.opts["height"]))
         self.prefetch = max(1, prefetch)
         self.ring: List[Optional[_Buffer]] = [None] * (self.prefetch + PREFETCH_SLACK)
         # the whole ring up front: tmpfs counts a buffer only once written, so one at a time would pass
-        problem = shared_memory_shortfall(batch_ring_bytes(self.batch_size, self.channels, *self.size, self.prefetch))
+        problem = shared_memory_shortfall(batch_ring_bytes(self.batch_size, self.channels, *self.size, self.prefetch,
+                                                           self.dtype.itemsize))
         if problem:
             raise OSError(problem)
         self.retired: List[shared_memory.SharedMemory] = []  # unlinked, closed once no array uses them
@@ -219,10 +223,11 @@ class ProcessEngine:
             k = self.scheduled
             w, h = self.size
             shape = (self.batch_size, self.channels, h, w)
-            buf = self._buffer_for(k, 4 * int(np.prod(shape)))
+            buf = self._buffer_for(k, self.dtype.itemsize * int(np.prod(shape)))
             self.slots[k] = _ProcessSlot(self.gen, buf, shape)
             for j0 in range(0, self.batch_size, self.rows_per_job):
-                self.jobs.put((buf.shm.name, shape, self.gen, k, j0, min(j0 + self.rows_per_job, self.batch_size)))
+                self.jobs.put((buf.shm.name, shape, self.dtype.str, self.gen, k, j0,
+                               min(j0 + self.rows_per_job, self.batch_size)))
             self.scheduled += 1
 
     def _dispatch(self, message) -> None:
@@ -256,7 +261,7 @@ class ProcessEngine:
         del self.slots[k]
         self.next_k += 1
         self._schedule()
-        images = np.ndarray(slot.shape, np.float32, buffer=slot.buffer.shm.buf)
+        images = np.ndarray(slot.shape, self.dtype, buffer=slot.buffer.shm.buf)
         return images, slot.truths  # type: ignore[return-value]
 
     def set_size(self, w: int, h: int) -> None:

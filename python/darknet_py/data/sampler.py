@@ -132,7 +132,8 @@ class SampleMaker:
 
     def sample(self, k: int, j: int, w: int, h: int, out: Optional[np.ndarray] = None) -> Tuple[np.ndarray, np.ndarray]:
         """Sample j of this shard's batch k: (float32 CHW image at w x h, written into `out` if given (the
-        batch's row j); (n, 5) truths)."""
+        batch's row j: float32, or a half batch's, which gets the same floats rounded, batch_storage.py);
+        (n, 5) truths)."""
         k = self.global_index(k)
         rng = np.random.default_rng([self.seed, k, j])
         mixing = self.group_mixing(k, j)

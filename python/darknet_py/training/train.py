@@ -54,6 +54,9 @@ from .weights_transfer import load_start_weights, weights_layers_in_file  # noqa
 from .train_rate import ThroughputMeter, default_train_workers, use_processes
 
 LAST_EVERY = 100  # Darknet saves <cfg>_last.weights every 100 iterations
+# DARKNET_PY_HALF_BATCHES=0: fp16 / bf16 training loads float32 batches, converted on the device, instead
+# of batches in the network's half type (data/batch_storage.py); for A/B timing, the same losses either way
+HALF_BATCHES_ENV = "DARKNET_PY_HALF_BATCHES"
 MULTISCALE_EVERY = 10  # random=1 picks a new network size every 10 iterations
 CHART_NAME = "chart.png"
 PLOTS_NAME = "plots"  # the best weights' evaluation plots (evaluation/plots.py), in the backup folder
@@ -220,6 +223,12 @@ def fit_cfg_to_classes(cfg: str, classes: int, folder: str, say: Callable[[str],
     return path
 
 
+
+def batch_storage(precision: str) -> str:
+    """The loader's batch type for a training in `precision`: the network's own (a half one halves the
+    bytes written, staged and uploaded), unless DARKNET_PY_HALF_BATCHES=0 asks for float32 batches."""
+    return precision if os.environ.get(HALF_BATCHES_ENV, "1") != "0" else "fp32"
+
 # ---- the loop -------------------------------------------------------------------------------
 def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = False, calc_map: bool = False,
           map_every: Optional[int] = None, save_every: Optional[int] = None, out_dir: Optional[str] = None,
@@ -261,6 +270,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
     from ..model_files.cfgfiles import resolve_cfg
     from ..data import (BatchLoader, darknet_truth, random_network_size, read_data_file, read_image_list,
                        read_names_file)
+    from ..data.batch_storage import batch_dtype
 
     t_start = time.perf_counter()
     ranks, is_root = (group.size, group.rank == 0) if group is not None else (1, True)
@@ -359,19 +369,23 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
     # ---- data
     workers = default_train_workers(device) if workers is None else workers
     processes = use_processes(loader_kind, device, workers)
+    storage = batch_storage(precision)
     if processes and loader_kind == "auto":
         from ..data.process_loader import batch_ring_bytes, shared_memory_shortfall
 
         # random=1 sizes reach about twice the cfg's pixels
-        problem = shared_memory_shortfall(2 * batch_ring_bytes(plan.mini, raw.channels, raw.width, raw.height))
+        problem = shared_memory_shortfall(2 * batch_ring_bytes(plan.mini, raw.channels, raw.width, raw.height,
+                                                               itemsize=batch_dtype(storage).itemsize))
         if problem:
             warn(problem + "; loading in threads")
             processes = False
     loader = BatchLoader.from_files(data, cfg, batch_size=plan.mini, seed=seed, workers=workers,
                                     start=start * plan.passes, iteration_images=plan.step_images, processes=processes,
-                                    shard=(group.rank, ranks) if group is not None else (0, 1),
+                                    shard=(group.rank, ranks) if group is not None else (0, 1), storage=storage,
                                     on_problem=lambda kind, path, message: warn(message))
     result_loader = f"{'processes' if processes else 'threads'} x{workers}" if workers else "this thread"
+    if storage != "fp32":
+        result_loader += f", {storage} batches"
     train_images = len(loader.paths)
     aug = loader.options
     init_w, init_h = raw.width, raw.height
