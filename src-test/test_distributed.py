@@ -11,6 +11,7 @@ process: what CI can check of `darknet_py train --device cuda:0,1` without GPUs.
   Ctrl-C stops all; no process outlives the launcher; the saved weights stay loadable.
 """
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -342,6 +343,9 @@ def test_per_gpu_mode_is_darknets_batch_on_every_rank(job, one_process):
     stdout, err = p.communicate(timeout=120)
     assert p.returncode == 0, err
     assert "batch mode per-gpu: each trains 1 x 4 images per step, a step sees 8 images" in stdout
+    # images/s counts every rank's images: iteration 1's rate is its 8 images over its seconds
+    first = re.search(r"^1: .*?, ([0-9.]+) seconds, .*?, ([0-9]+) images/s", stdout, re.M)
+    assert first and abs(float(first[2]) * float(first[1]) / 8 - 1) < 0.25, first and first[0]  # (4 would be 0.5)
     b = trained_params(str(out / "tiny-b4_final.weights"), str(cfg))
     assert np.abs(one_process - b).max() / np.abs(one_process).max() < 1e-4
 

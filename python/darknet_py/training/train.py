@@ -525,7 +525,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
             if before is not None:  # its update ran before this step's loss kernels: no wait
                 learn_update(before)
             before = step
-            rate_meter.add(batch, seconds, load_seconds, device_wait)
+            rate_meter.add(plan.step_images, seconds, load_seconds, device_wait)  # every rank's images
             avg_loss = loss if avg_loss < 0 else avg_loss
             avg_loss = avg_loss * 0.9 + loss * 0.1
             ema_seconds = seconds if ema_seconds is None else 0.95 * ema_seconds + 0.05 * seconds
