@@ -6,6 +6,7 @@ augment.augment_one and cv2.imread directly, so the sampler itself is checked ag
 loader had before processes existed, not only against itself."""
 import os
 import signal
+import time
 from multiprocessing import shared_memory
 
 import cv2
@@ -80,6 +81,29 @@ def test_samples_follow_the_seed_rules_written_down(shapes):
             image, truth = A.augment_one(img, read_labels(label_path_for(path), 3), 64, 48, opts, rng)
             np.testing.assert_array_equal(got[k][0][j], image)
             np.testing.assert_array_equal(got[k][1][j], truth)
+
+
+def test_workers_run_at_a_lower_priority_than_the_training_process(shapes, monkeypatch):
+    """Workers take DARKNET_PY_LOADER_NICE (default 10) niceness above the parent's, so the training loop
+    gets the cores it waits for; 0 keeps the parent's; a bad value is an error before any worker starts."""
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    for env, want in [(None, min(19, mine + 10)), ("0", mine)]:
+        if env is None:
+            monkeypatch.delenv("DARKNET_PY_LOADER_NICE", raising=False)
+        else:
+            monkeypatch.setenv("DARKNET_PY_LOADER_NICE", env)
+        with BatchLoader.from_files(shapes, None, 2, options=OPTS, seed=1, workers=2, processes=True) as loader:
+            loader.next_batch()
+            deadline = time.monotonic() + 20  # a worker may still be starting (spawned: about a second)
+            while True:
+                got = [os.getpriority(os.PRIO_PROCESS, p.pid) for p in loader._engine.procs]
+                if got == [want, want] or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            assert got == [want, want]
+    monkeypatch.setenv("DARKNET_PY_LOADER_NICE", "low")
+    with pytest.raises(ValueError, match="DARKNET_PY_LOADER_NICE='low' is not a whole number"):
+        BatchLoader.from_files(shapes, None, 2, options=OPTS, seed=1, workers=2, processes=True)
 
 
 def test_to_chw_is_x_over_255_in_float32_into_a_batch_row():
