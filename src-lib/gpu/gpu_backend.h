@@ -93,6 +93,12 @@ public:
     static RelayoutArgs relayout_args(const Tensor& x, Layout to);
     // copy_channels and add_channels on NHWC tensors (their args from copy_args)
     void copy_channels_nhwc(const Tensor& x, Tensor& y, const CopyChannelsArgs& a);
+    // The threads of a pass over `elements` values of rows of `channels` that gives a thread one channel
+    // and NHWC_PASS_ELEMENTS rows (copy_channels_nhwc, affine_act_nhwc): channels * ceil(rows / that).
+    static size_t nhwc_pass_threads(size_t elements, int channels) {
+        size_t rows = elements / (size_t)channels;
+        return (size_t)channels * ((rows + NHWC_PASS_ELEMENTS - 1) / NHWC_PASS_ELEMENTS);
+    }
     // t in NCHW: t itself, or an NCHW copy in scratch slot `slot` (a copy of its contents when `copy`):
     // the way an op with no NHWC path of its own runs on NHWC tensors.
     Tensor nchw_scratch(const Tensor& t, int slot, bool copy);

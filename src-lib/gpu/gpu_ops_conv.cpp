@@ -182,8 +182,12 @@ void GpuBackend::conv2d_affine_act(const Tensor& x, const Tensor& w, const ConvG
     conv2d(x, w, g, y);
     const Shape s = channel_view(y).shape();
     bool elementwise = activation_is_elementwise(a);
-    launch(storage_kernel("affine_act", y.dtype()).c_str(), y.size(), {flat_buf(y), buf(scale ? *scale : shift), buf(shift)},
-           AffineActArgs{(int32_t)y.size(), s.c, (int32_t)s.plane(), scale ? 1 : 0, elementwise ? (int32_t)a : 0});
+    AffineActArgs args{(int32_t)y.size(), s.c, (int32_t)s.plane(), scale ? 1 : 0, elementwise ? (int32_t)a : 0};
+    std::vector<KernelArg> bufs{flat_buf(y), buf(scale ? *scale : shift), buf(shift)};
+    if (y.layout() == Layout::nhwc)  // a thread per channel and a few rows: no division per element
+        launch(storage_kernel("affine_act_nhwc", y.dtype()).c_str(), nhwc_pass_threads(y.size(), s.c), bufs, args);
+    else
+        launch(storage_kernel("affine_act", y.dtype()).c_str(), y.size(), bufs, args);
     if (!elementwise) activate(y, a);
 }
 

@@ -109,8 +109,7 @@ void GpuBackend::add_channels(const Tensor& x, int src_c0, Tensor& y, int dst_c0
 
 void GpuBackend::copy_channels_nhwc(const Tensor& x, Tensor& y, const CopyChannelsArgs& a) {
     if (a.n == 0) return;
-    size_t rows = (size_t)a.n / a.count, chunks = (rows + NHWC_PASS_ELEMENTS - 1) / NHWC_PASS_ELEMENTS;
-    launch(storage_kernel("copy_channels_nhwc", x.dtype()).c_str(), (size_t)a.count * chunks,
+    launch(storage_kernel("copy_channels_nhwc", x.dtype()).c_str(), nhwc_pass_threads(a.n, a.count),
            {flat_buf(y), flat_buf(x)}, a);
 }
 

@@ -48,6 +48,25 @@ KERNEL(S_NAME(affine_act))(KBUF(S_T, y, 0), KCBUF(float, scale, 1), KCBUF(float,
     S_ST(y, i, act_forward(v, a.act));
 }
 
+// The same on NHWC y seen as rows of pixels (channel_view: plane 1, a.n = rows * channels), as
+// copy_channels_nhwc: thread t takes channel t % channels, reads its constants once, and the rows
+// t / channels + k * chunks, k < NHWC_PASS_ELEMENTS, all loaded before any is stored. threads =
+// channels * chunks, chunks = ceil(rows / NHWC_PASS_ELEMENTS). The same arithmetic as affine_act.
+KERNEL(S_NAME(affine_act_nhwc))(KBUF(S_T, y, 0), KCBUF(float, scale, 1), KCBUF(float, shift, 2),
+                                KARGS(AffineActArgs, a, 3) KTHREAD_IDS) {
+    uint t = KGID, rows = (uint)(a.n / a.channels), chunks = (rows + NHWC_PASS_ELEMENTS - 1) / NHWC_PASS_ELEMENTS;
+    if (t >= (uint)a.channels * chunks) return;
+    uint c = t % (uint)a.channels, r0 = t / (uint)a.channels;
+    float k = a.has_scale ? scale[c] : 1.0f, b = shift[c];
+    float v[NHWC_PASS_ELEMENTS];
+    for (int e = 0; e < NHWC_PASS_ELEMENTS; ++e)
+        if (r0 + (uint)e * chunks < rows) v[e] = S_LD(y, (r0 + (uint)e * chunks) * (uint)a.channels + c);
+    for (int e = 0; e < NHWC_PASS_ELEMENTS; ++e) {
+        uint i = (r0 + (uint)e * chunks) * (uint)a.channels + c;
+        if (r0 + (uint)e * chunks < rows) S_ST(y, i, act_forward((a.has_scale ? v[e] * k : v[e]) + b, a.act));
+    }
+}
+
 // y[:, dst_c0 + c] = (or += with accumulate) x[:, src_c0 + c] for c < count: copy_channels and
 // add_channels. threads = batch * count * plane.
 KERNEL(S_NAME(copy_channels))(KBUF(S_T, y, 0), KCBUF(S_T, x, 1), KARGS(CopyChannelsArgs, a, 2) KTHREAD_IDS) {
