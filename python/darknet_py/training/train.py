@@ -223,11 +223,11 @@ def fit_cfg_to_classes(cfg: str, classes: int, folder: str, say: Callable[[str],
     return path
 
 
-
 def batch_storage(precision: str) -> str:
     """The loader's batch type for a training in `precision`: the network's own (a half one halves the
     bytes written, staged and uploaded), unless DARKNET_PY_HALF_BATCHES=0 asks for float32 batches."""
     return precision if os.environ.get(HALF_BATCHES_ENV, "1") != "0" else "fp32"
+
 
 # ---- the loop -------------------------------------------------------------------------------
 def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = False, calc_map: bool = False,
