@@ -97,15 +97,20 @@ SHARED_CFG = Path(__file__).resolve().parents[1].parent / "shared" / "cfg"
 CFG_NAMES = sorted(p.name for p in SHARED_CFG.glob("*.cfg")) or ["(../shared/cfg absent)"]
 
 
+SMALL = 64
+
+
 @pytest.mark.parametrize("name", CFG_NAMES)
 def test_reference_cfg_forward_equals_cpu(shared_cfg_dir, name, tmp_path):
-    # every layer's output at a small input (pocl: Oclgrind would take minutes per cfg)
-    path = cfg_with_size(str(shared_cfg_dir / name), 128, 128)
+    # every layer's output at a small input (pocl: Oclgrind would take minutes per cfg). 64x64: the same
+    # layers and ops as at 128x128 in half the time (yolov4 on pocl: 1.45 s, 3.2 s); at 32x32 one cfg
+    # (yolov4-sam-mish-csp-reorg-bfm) no longer builds, and the deepest maps of most would be 1x1
+    path = cfg_with_size(str(shared_cfg_dir / name), SMALL, SMALL)
     try:
         cpu, gpu = pair(tmp_path, open(path).read(), gpu_devices.device("pocl"), seed=7)
     finally:
         os.unlink(path)
-    x = np.random.default_rng(1).uniform(0, 1, (1, cpu.channels, 128, 128)).astype(np.float32)
+    x = np.random.default_rng(1).uniform(0, 1, (1, cpu.channels, SMALL, SMALL)).astype(np.float32)
     layers = list(range(len(cpu.layers())))
     worst = max((rel_err(g, c), i) for i, (g, c) in enumerate(zip(gpu.forward(x, layers), cpu.forward(x, layers))))
     assert worst[0] < REL_TOL, f"{name}: layer {worst[1]} differs by {worst[0]:.2e} (relative)"
@@ -118,7 +123,9 @@ def test_real_yolov3_tiny_detects_the_same_as_cpu(yolov3_tiny):
     files = (yolov3_tiny["cfg"], yolov3_tiny["weights"], yolov3_tiny["names"])
     cpu, gpu = Network(*files, device="cpu"), Network(*files, device=gpu_devices.device("pocl"))
     count = 0
-    for name, img in _photos().items():
+    # the three photos with the most detections (camera 5, coins 7: overlapping low scores, motorcycle 2);
+    # the other four (0 to 2 each) took the same path for 4/7 of the test's time
+    for name, img in ((k, v) for k, v in _photos().items() if k in ("camera", "coins", "motorcycle_left")):
         # "compare" raises unless the device decode equals the host decode, and returns the device's rows
         # ("device" returns the same rows: test_device_postproc_compares_equal_on_opencl[pocl])
         want, got = cpu.detect(img, thresh=0.1), gpu.detect(img, thresh=0.1, postproc="compare")
