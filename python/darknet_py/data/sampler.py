@@ -38,12 +38,15 @@ def load_group(index: int, images: int, threads: int = LOAD_THREADS) -> int:
 
 
 def read_bytes(path: str) -> np.ndarray:
-    """The bytes of a file as a uint8 array, read straight into an array of the file's size (one read
-    call): 33 us for a 30 kB JPEG where np.fromfile took 47 (its stdio stream; medians of 15 runs on a
+    """The bytes of a file as a (read-only) uint8 array: one read call of the file's size into a bytes
+    object, viewed without a copy. 31-35 us for a 30 kB JPEG where a buffered-off file object read into
+    an array took 38-44 and np.fromfile 47 (its stdio stream; thread CPU time, best of 7 x 200 reads,
     2-core AMD EPYC VM)."""
-    with open(path, "rb", buffering=0) as f:
-        raw = np.empty(os.fstat(f.fileno()).st_size, np.uint8)
-        return raw[:f.readinto(raw)]  # a file cut short meanwhile: what was read
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))  # O_BINARY: Windows' text mode off
+    try:
+        return np.frombuffer(os.read(fd, os.fstat(fd).st_size), np.uint8)  # a file cut short meanwhile: what was read
+    finally:
+        os.close(fd)
 
 
 def entropy_words(n: int) -> List[int]:
