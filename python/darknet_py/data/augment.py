@@ -351,7 +351,7 @@ def hsv_into_chw(img: np.ndarray, dhue: float, dsat: float, dexp: float, out: Op
     if out is None:
         out = np.empty((1 if img.ndim == 2 else img.shape[2],) + img.shape[:2], np.float32)
     jitter = not (dsat == 1 and dexp == 1 and dhue == 0)
-    _core.pixels_into_batch(img, out, _hsv_lut(dhue, dsat, dexp) if jitter else None, bgr, flip)
+    _core.pixels_into_batch(img, out, (dhue, dsat, dexp) if jitter else None, bgr, flip)  # tables built in C++
     return out
 
 
