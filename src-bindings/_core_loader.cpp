@@ -53,20 +53,19 @@ void bind_loader(py::module_& m) {
         uint8_t built[3 * 256];  // the tables of jitter factors (a tuple), built here: no NumPy calls a sample
         if (py::isinstance<py::tuple>(tables)) {
             py::tuple factors = tables;
+            const std::string expected = "a tuple of 3 floats (dhue, dsat, dexp)";
+            if (factors.size() != 3) bad_arg(call, "tables", expected, std::to_string(factors.size()) + " entries");
             double f[3];
-            for (size_t i = 0; i < 3 && factors.size() == 3; ++i) {
+            for (size_t i = 0; i < 3; ++i) {
                 PyObject* number = PyNumber_Float(factors[i].ptr());  // float(x): any real number
                 if (!number) {
                     PyErr_Clear();
-                    bad_arg(call, "tables", "a tuple of 3 floats (dhue, dsat, dexp)",
+                    bad_arg(call, "tables", expected,
                             "a " + std::string(py::str(py::type::of(factors[i]).attr("__name__"))) + " in it");
                 }
                 f[i] = PyFloat_AS_DOUBLE(number);
                 Py_DECREF(number);
             }
-            if (factors.size() != 3)
-                bad_arg(call, "tables", "a tuple of 3 floats (dhue, dsat, dexp)",
-                        std::to_string(factors.size()) + " entries");
             hsv_jitter_tables(f[0], f[1], f[2], built);
         } else if (!tables.is_none()) {
             if (!py::isinstance<py::array>(tables) || py::array(tables).dtype().kind() != 'u' ||

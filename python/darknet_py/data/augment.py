@@ -192,12 +192,12 @@ def sample_crop(rng, ow: int, oh: int, net_w: int, net_h: int, opts: Dict[str, f
     # Generator's random(n) gives the doubles n calls of random() give): each call costs a few us of
     # Python and NumPy glue, more inside a sample, whose pixel passes evict the interpreter's caches
     flip_on = bool(opts["flip"])
-    u = rng.random(6 + flip_on + bool(hue) + 2 * (sat != 1) + 2 * (exp != 1)).tolist()[::-1]  # pop() takes them in order
-    resize_r1, resize_r2, r1, r2, r3, r4 = u.pop(), u.pop(), u.pop(), u.pop(), u.pop(), u.pop()
-    flip = flip_on and u.pop() < 0.5
-    dhue = -hue + (hue - -hue) * u.pop() if hue else 0.0  # rng.uniform(-hue, hue): low + (high - low) * u
-    dsat = _scale_from(u.pop(), u.pop(), sat) if sat != 1 else 1.0
-    dexp = _scale_from(u.pop(), u.pop(), exp) if exp != 1 else 1.0
+    u = iter(rng.random(6 + flip_on + bool(hue) + 2 * (sat != 1) + 2 * (exp != 1)).tolist())
+    resize_r1, resize_r2, r1, r2, r3, r4 = next(u), next(u), next(u), next(u), next(u), next(u)
+    flip = flip_on and next(u) < 0.5
+    dhue = -hue + (hue - -hue) * next(u) if hue else 0.0  # rng.uniform(-hue, hue): low + (high - low) * u
+    dsat = _scale_from(next(u), next(u), sat) if sat != 1 else 1.0
+    dexp = _scale_from(next(u), next(u), exp) if exp != 1 else 1.0
 
     # C assigns float expressions to ints: every step truncates toward zero, as int() does
     pleft, pright = int(_precalc(-dw, dw, r1)), int(_precalc(-dw, dw, r2))
