@@ -3,6 +3,7 @@
 // (src-lib/loader_boxes.h) of its correct_truth.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <optional>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "cpu/loader_pixels.h"
 #include "loader_boxes.h"
 #include "loader_jitter.h"
+#include "loader_seed.h"
 
 using namespace dn;
 using namespace dn_py;
@@ -95,6 +97,22 @@ void bind_loader(py::module_& m) {
        "float32 CxHxW RGB in [0, 1] (a batch row or a window of one), mirrored left to right with flip=True, in one "
        "pass without the GIL, in the copy of the CPU kernels cpu_isa() names. A float16 `out` gets the fp16 of "
        "each float, a uint16 one its bf16 bits (round to nearest even, as half_bits): a half training batch.");
+
+    m.def("seed_sequence_state", [](const std::vector<uint32_t>& entropy, int n_words, bool uint64) {
+        if (n_words < 0 || n_words > (1 << 20)) bad_arg("seed_sequence_state", "n_words", "in 0..2^20", std::to_string(n_words));
+        py::array out = uint64 ? (py::array)py::array_t<uint64_t>(n_words) : (py::array)py::array_t<uint32_t>(n_words);
+        std::vector<uint32_t> words((uint64 ? 2 : 1) * (size_t)n_words);
+        seed_sequence_state(entropy.data(), (int)entropy.size(), words.data(), (int)words.size());
+        if (uint64)  // NumPy's generate_state(n, np.uint64): word pairs read little-endian
+            for (int i = 0; i < n_words; ++i)
+                ((uint64_t*)out.mutable_data())[i] = words[2 * i] | (uint64_t)words[2 * i + 1] << 32;
+        else
+            std::copy(words.begin(), words.end(), (uint32_t*)out.mutable_data());
+        return out;
+    }, py::arg("entropy"), py::arg("n_words"), py::arg("uint64") = false,
+       "np.random.SeedSequence(entropy).generate_state(n_words, np.uint64 if uint64 else np.uint32) for entropy "
+       "given as uint32 words (each non-negative int of a seed list as its 32-bit words, least significant "
+       "first): NumPy's algorithm, default pool size, no spawn key (data/sampler.py's per-sample Generator).");
 
     m.def("correct_boxes", [](const py::array& boxes, int pleft, int ptop, int swidth, int sheight, bool flip, int ow,
                               int oh, int net_w, int net_h, int max_boxes) {

@@ -19,7 +19,7 @@ from darknet_py.data import synth
 from darknet_py.data import (BatchLoader, DataFileError, DataReporter, augment_options_from_cfg, darknet_truth,
                              dense_truth, label_path_for, random_network_size, read_data_file, read_image_list,
                              read_labels, replace_image_to_label)
-from darknet_py.data.sampler import SampleMaker
+from darknet_py.data.sampler import SampleMaker, SeedWords
 from darknet_py.data import augment as A
 
 # every augmentation off: the tests switch on one at a time
@@ -419,6 +419,21 @@ def test_sample_generator_is_default_rng_of_seed_and_indices():
         maker = SampleMaker(["x.jpg"], 4, 2, dict(PLAIN), seed, DataReporter())
         for ints in ((0, 0), (7, 3), (2 ** 32 - 1, 63), (2 ** 32, 1), (5, 2, 0x6D1C)):
             assert maker._generator(*ints).bit_generator.state == np.random.default_rng([seed, *ints]).bit_generator.state
+
+
+def test_seed_words_are_numpys_seed_sequence():
+    """SeedWords' C++ state words (loader_seed.cpp) are SeedSequence.generate_state's, for entropy shorter and
+    longer than its pool of 4 words, in 32 and 64 bits."""
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 3, 4, 5, 9):
+        for _ in range(20):
+            entropy = [int(v) for v in rng.integers(0, 2 ** 32, n)]
+            want, got = np.random.SeedSequence(entropy), SeedWords(entropy)  # ints below 2^32: one word each
+            for words, dtype in ((1, np.uint32), (4, np.uint64), (7, np.uint32), (8, np.uint64)):
+                assert np.array_equal(got.generate_state(words, dtype), want.generate_state(words, dtype))
+                assert got.generate_state(words, dtype).dtype == dtype
+    with pytest.raises(ValueError, match="only support uint32 or uint64"):
+        SeedWords([1]).generate_state(4, np.int64)
 
 
 @pytest.mark.parametrize("flip, hue, sat, exp", [(1, 0.1, 1.5, 1.5), (0, 0.0, 1.0, 1.0), (1, 0.0, 0.7, 1.0)])
