@@ -1,8 +1,9 @@
 // NumPy's SeedSequence in C++, for the training loader's per-sample Generator: each sample seeds its own
-// np.random.Generator from [seed, k, j] (data/sampler.py), and SeedSequence's mixing, run in NumPy's
-// Cython with Python ints and arrays, was 18 of the 27 us default_rng took for it (70-140 us inside a
-// sample, whose pixel passes evict the interpreter's caches). Same words as NumPy's (the algorithm is part
-// of NumPy's reproducibility promise; src-test/test_data.py compares the two).
+// np.random.Generator from [seed, k, j] (data/sampler.py), and SeedSequence, run in NumPy's Cython with
+// Python ints and arrays, was most of the 26-33 us default_rng took for it (SeedSequence 15-17 us, its
+// generate_state 8; 110-140 us inside a sample, whose pixel passes evict the interpreter's caches). Same
+// words as NumPy's (the algorithm is part of NumPy's reproducibility promise; src-test/test_data.py
+// compares the two).
 #pragma once
 #include <cstdint>
 
