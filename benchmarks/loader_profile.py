@@ -155,7 +155,7 @@ def main(argv=None) -> int:
                                 for j, (i, p) in enumerate(zip(sized, crops))]) for s in half],
             ]
             stages = [  # what sample() runs for one plain image, in its order (augment.augment_one)
-                ("default_rng([seed, k, j])", lambda: [np.random.default_rng([1, 2, j]) for j in range(n)]),
+                ("the sample's Generator (default_rng([seed, k, j])'s state)", lambda: [m._generator(2, j) for j in range(n)]),
                 ("read + imdecode (_load_image)", lambda: [m._load_image(p) for p in paths]),
                 ("random choices (sample_crop, sample_pixel_noise)",
                  lambda: [(A.sample_crop(rng, 416, 416, 416, 416, m.opts), A.sample_pixel_noise(rng, m.opts)) for _ in bgr]),

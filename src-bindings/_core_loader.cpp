@@ -3,6 +3,7 @@
 // (src-lib/loader_boxes.h) of its correct_truth.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <optional>
 #include <vector>
@@ -11,6 +12,8 @@
 #include "bindings.h"
 #include "cpu/loader_pixels.h"
 #include "loader_boxes.h"
+#include "loader_jitter.h"
+#include "loader_seed.h"
 
 using namespace dn;
 using namespace dn_py;
@@ -49,10 +52,28 @@ void bind_loader(py::module_& m) {
                     std::to_string(c) + ", " + std::to_string(h) + ", " + std::to_string(w) +
                     ") (the image's CxHxW; a view is fine) whose rows are contiguous", described(out));
         py::array lut;
-        if (!tables.is_none()) {
+        uint8_t built[3 * 256];  // the tables of jitter factors (a tuple), built here: no NumPy calls a sample
+        if (py::isinstance<py::tuple>(tables)) {
+            py::tuple factors = tables;
+            const std::string expected = "a tuple of 3 floats (dhue, dsat, dexp)";
+            if (factors.size() != 3) bad_arg(call, "tables", expected, std::to_string(factors.size()) + " entries");
+            double f[3];
+            for (size_t i = 0; i < 3; ++i) {
+                PyObject* number = PyNumber_Float(factors[i].ptr());  // float(x): any real number
+                if (!number) {
+                    PyErr_Clear();
+                    bad_arg(call, "tables", expected,
+                            "a " + std::string(py::str(py::type::of(factors[i]).attr("__name__"))) + " in it");
+                }
+                f[i] = PyFloat_AS_DOUBLE(number);
+                Py_DECREF(number);
+            }
+            hsv_jitter_tables(f[0], f[1], f[2], built);
+        } else if (!tables.is_none()) {
             if (!py::isinstance<py::array>(tables) || py::array(tables).dtype().kind() != 'u' ||
                 py::array(tables).itemsize() != 1 || py::array(tables).size() != 3 * 256)
-                bad_arg(call, "tables", "None or 256 x 3 uint8 (the new hue, saturation and value of each level)",
+                bad_arg(call, "tables", "None or 256 x 3 uint8 (the new hue, saturation and value of each level), or "
+                        "a tuple (dhue, dsat, dexp)",
                         py::isinstance<py::array>(tables) ? described(py::array(tables))
                                                           : std::string(py::str(py::type::of(tables).attr("__name__"))));
             lut = py::array_t<uint8_t, py::array::c_style>::ensure(tables);
@@ -62,7 +83,7 @@ void bind_loader(py::module_& m) {
         p.w = w, p.h = h, p.channels = c;
         p.src_row_stride = img.strides(0);
         p.bgr = bgr, p.flip = flip;
-        p.tables = tables.is_none() ? nullptr : (const uint8_t*)lut.data();
+        p.tables = tables.is_none() ? nullptr : py::isinstance<py::tuple>(tables) ? built : (const uint8_t*)lut.data();
         p.dst = out.mutable_data();
         p.dst_type = *type;
         p.dst_plane_stride = out.strides(0) / item, p.dst_row_stride = out.strides(1) / item;
@@ -71,10 +92,27 @@ void bind_loader(py::module_& m) {
     }, py::arg("image"), py::arg("out"), py::arg("tables") = py::none(), py::arg("bgr") = false,
        py::arg("flip") = false,
        "The training loader's last pixel pass: a uint8 HxWxC image (BGR with bgr=True) through the HSV jitter "
-       "tables (256 x 3 uint8: the new hue, saturation and value of each level; None: no jitter) into `out`, "
+       "tables (256 x 3 uint8: the new hue, saturation and value of each level; a tuple (dhue, dsat, dexp): those "
+       "augment._hsv_lut makes of the factors, built here; None: no jitter) into `out`, "
        "float32 CxHxW RGB in [0, 1] (a batch row or a window of one), mirrored left to right with flip=True, in one "
        "pass without the GIL, in the copy of the CPU kernels cpu_isa() names. A float16 `out` gets the fp16 of "
        "each float, a uint16 one its bf16 bits (round to nearest even, as half_bits): a half training batch.");
+
+    m.def("seed_sequence_state", [](const std::vector<uint32_t>& entropy, int n_words, bool uint64) {
+        if (n_words < 0 || n_words > (1 << 20)) bad_arg("seed_sequence_state", "n_words", "in 0..2^20", std::to_string(n_words));
+        py::array out = uint64 ? (py::array)py::array_t<uint64_t>(n_words) : (py::array)py::array_t<uint32_t>(n_words);
+        std::vector<uint32_t> words((uint64 ? 2 : 1) * (size_t)n_words);
+        seed_sequence_state(entropy.data(), (int)entropy.size(), words.data(), (int)words.size());
+        if (uint64)  // NumPy's generate_state(n, np.uint64): word pairs read little-endian
+            for (int i = 0; i < n_words; ++i)
+                ((uint64_t*)out.mutable_data())[i] = words[2 * i] | (uint64_t)words[2 * i + 1] << 32;
+        else
+            std::copy(words.begin(), words.end(), (uint32_t*)out.mutable_data());
+        return out;
+    }, py::arg("entropy"), py::arg("n_words"), py::arg("uint64") = false,
+       "np.random.SeedSequence(entropy).generate_state(n_words, np.uint64 if uint64 else np.uint32) for entropy "
+       "given as uint32 words (each non-negative int of a seed list as its 32-bit words, least significant "
+       "first): NumPy's algorithm, default pool size, no spawn key (data/sampler.py's per-sample Generator).");
 
     m.def("correct_boxes", [](const py::array& boxes, int pleft, int ptop, int swidth, int sheight, bool flip, int ow,
                               int oh, int net_w, int net_h, int max_boxes) {

@@ -1,6 +1,7 @@
 """Training data: Darknet's .data/list files and label path rule, bad data, augmentation
 (checked against the pixels of the augmented image, not against our own box arithmetic), and the
 background batch loader."""
+import dataclasses
 import gc
 import os
 import subprocess
@@ -18,6 +19,7 @@ from darknet_py.data import synth
 from darknet_py.data import (BatchLoader, DataFileError, DataReporter, augment_options_from_cfg, darknet_truth,
                              dense_truth, label_path_for, random_network_size, read_data_file, read_image_list,
                              read_labels, replace_image_to_label)
+from darknet_py.data.sampler import SampleMaker, SeedWords
 from darknet_py.data import augment as A
 
 # every augmentation off: the tests switch on one at a time
@@ -145,7 +147,8 @@ def test_bad_data_reported_once_and_loading_goes_on(tmp_path):
     (lab / "empty.txt").write_text("")
     (img / "garbage.jpg").write_bytes(b"not a jpeg at all")
     (lab / "garbage.txt").write_text("0 .5 .5 .1 .1\n")
-    bad = ["missing.jpg", "garbage.jpg", "badclass.jpg", "outside.jpg", "empty.jpg"]
+    (img / "folder.jpg").mkdir()  # not a file: reported as missing, as a missing file
+    bad = ["missing.jpg", "folder.jpg", "garbage.jpg", "badclass.jpg", "outside.jpg", "empty.jpg"]
     with (tmp_path / "train.txt").open("a") as f:
         f.write("".join(f"images/{n}\n" for n in bad))
     rep, seen = _reporter()
@@ -154,7 +157,8 @@ def test_bad_data_reported_once_and_loading_goes_on(tmp_path):
         batches = [loader.next_batch() for _ in range(12)]
     kinds = sorted((k, os.path.basename(p)) for k, p, _ in seen)
     assert kinds == [("bad-class", "badclass.txt"), ("bad-coords", "outside.txt"), ("empty-label", "empty.txt"),
-                     ("missing-image", "missing.jpg"), ("unreadable-image", "garbage.jpg")]
+                     ("missing-image", "folder.jpg"), ("missing-image", "missing.jpg"),
+                     ("unreadable-image", "garbage.jpg")]
     for _, path, msg in seen:
         assert path in msg
     for images, truths in batches:
@@ -406,6 +410,58 @@ def test_truth_orders():
     assert darknet_truth(t).tolist() == [[np.float32(x) for x in (0.1, 0.2, 0.3, 0.4, 3)]]
     dense = dense_truth([t, np.zeros((0, 5), np.float32)], 4)
     assert dense.shape == (2, 4, 5) and dense[0, 0, 4] == 3 and not dense[0, 1:].any() and not dense[1].any()
+
+
+def test_sample_generator_is_default_rng_of_seed_and_indices():
+    """A sample's Generator (SampleMaker._generator) starts where np.random.default_rng([seed, k, j]) does:
+    seeds of one and two 32-bit words, 0, and indices past 32 bits (the general path)."""
+    for seed in (0, 1, 2 ** 32 - 1, 2 ** 32, 2 ** 64 - 1, 12345678901234567):
+        maker = SampleMaker(["x.jpg"], 4, 2, dict(PLAIN), seed, DataReporter())
+        for ints in ((0, 0), (7, 3), (2 ** 32 - 1, 63), (2 ** 32, 1), (5, 2, 0x6D1C)):
+            assert maker._generator(*ints).bit_generator.state == np.random.default_rng([seed, *ints]).bit_generator.state
+
+
+def test_seed_words_are_numpys_seed_sequence():
+    """SeedWords' C++ state words (loader_seed.cpp) are SeedSequence.generate_state's, for entropy shorter and
+    longer than its pool of 4 words, in 32 and 64 bits."""
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 3, 4, 5, 9):
+        for _ in range(20):
+            entropy = [int(v) for v in rng.integers(0, 2 ** 32, n)]
+            want, got = np.random.SeedSequence(entropy), SeedWords(entropy)  # ints below 2^32: one word each
+            for words, dtype in ((1, np.uint32), (4, np.uint64), (7, np.uint32), (8, np.uint64)):
+                assert np.array_equal(got.generate_state(words, dtype), want.generate_state(words, dtype))
+                assert got.generate_state(words, dtype).dtype == dtype
+    with pytest.raises(ValueError, match="only support uint32 or uint64"):
+        SeedWords([1]).generate_state(4, np.int64)
+
+
+@pytest.mark.parametrize("flip, hue, sat, exp", [(1, 0.1, 1.5, 1.5), (0, 0.0, 1.0, 1.0), (1, 0.0, 0.7, 1.0)])
+def test_crop_choices_are_those_drawn_one_by_one(flip, hue, sat, exp):
+    """sample_crop draws its uniforms in one call: the same choices as drawing them one by one in Darknet's
+    order (jitter's four, resize's two, flip, hue, saturation, exposure), and the stream goes on alike."""
+    opts = dict(PLAIN, jitter=0.3, resize=1.5, flip=flip, hue=hue, saturation=sat, exposure=exp)
+    for s in range(50):
+        a, b = np.random.default_rng(s), np.random.default_rng(s)
+        p = A.sample_crop(a, 500, 300, 416, 416, opts)
+        r = [b.random() for _ in range(6)]
+        want_flip = bool(flip) and b.random() < 0.5
+        want_hue = b.uniform(-hue, hue) if hue else 0.0
+        want_sat = A.rand_scale(b, sat) if sat != 1 else 1.0
+        want_exp = A.rand_scale(b, exp) if exp != 1 else 1.0
+        assert (p.flip, p.dhue, p.dsat, p.dexp) == (want_flip, want_hue, want_sat, want_exp)
+        assert a.random() == b.random() and len(set(r)) == 6
+
+
+def test_crop_choices_of_a_seed_are_those_of_the_previous_loader():
+    """The crop rectangles and colour factors the loader drew for these seeds before sample_crop took its
+    uniforms in one call (main at d963836): resume-with-seed keeps its promise across the change."""
+    opts = dict(PLAIN, jitter=0.3, resize=1.5, flip=1, hue=0.1, saturation=1.5, exposure=1.5)
+    want = [(-129, -213, 60, 32, 842, 208, False, 0.045899312196799685, 0.7862794266885105, 1.4079267770607662),
+            (-124, 206, -44, 30, 418, 314, False, -0.01816017272616774, 1.2747968438365298, 0.7263448260693217),
+            (23, -184, -24, 3, 661, 321, True, -0.08897067453338636, 0.8791327163410866, 1.281132831390214)]
+    for seed, choices in enumerate(want):
+        assert dataclasses.astuple(A.sample_crop(np.random.default_rng(seed), 500, 300, 416, 416, opts)) == choices
 
 
 def test_random_network_size():

@@ -126,6 +126,26 @@ def test_jitter_tables_computed_in_vectors_give_the_table_lookups_bits():
             assert np.array_equal(a, b), (dhue, dsat, dexp)
 
 
+def test_jitter_tables_built_from_the_factors_are_hsv_luts():
+    """pixels_into_batch builds the tables of a (dhue, dsat, dexp) tuple in C++ (loader_jitter.cpp), as
+    augment._hsv_lut does in NumPy: the same bits, on factors whose products land on half levels too
+    (x * 1.5, x + 179 * 0.5 / 179: rint rounds those halves to even). A grey image of all 256 levels shows
+    the value table entry by entry; a colour image of random pixels reaches the hue and saturation tables."""
+    rng = np.random.default_rng(4)
+    grey = np.arange(256, dtype=np.uint8).reshape(1, 256)
+    colour = rng.integers(0, 256, (96, 512, 3), dtype=np.uint8)
+    ties = [(0.5 / 179, 1.5, 1.5), (-0.5 / 179, 0.5, 2.5), (1.5 / 179, 2.5, 0.5), (0.0, 1.0, 1.0)]
+    for factors in ties + [tuple(f) for f in rng.uniform((-0.5, 0.3, 0.3), (0.5, 2.5, 2.5), (40, 3))]:
+        for img in (grey, colour):
+            a, b = (np.zeros((1 if img.ndim == 2 else 3,) + img.shape[:2], np.float32) for _ in range(2))
+            _core.pixels_into_batch(img, a, A._hsv_lut(*factors), True)
+            _core.pixels_into_batch(img, b, factors, True)
+            assert np.array_equal(a, b), factors
+    for bad, got in (((0.1, 1.5), "2 entries"), ((0.1, None, 1.0), "a NoneType in it")):
+        with pytest.raises(DarknetError, match=f"pixels_into_batch: tables must be a tuple of 3 floats .*, got {got}"):
+            _core.pixels_into_batch(colour, np.zeros((3, 96, 512), np.float32), bad)
+
+
 # Each copy of the CPU kernels is chosen once per process: one subprocess per copy prints a digest of
 # the pass on the every-colour image (jittered) and on a view of it, a grey plane and a plain copy
 _EVERY_COPY = """

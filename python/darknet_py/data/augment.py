@@ -26,6 +26,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import cv2
 import numpy as np
 
+from .. import _core  # imported here once: an import statement in a function costs a few us a call
 from .batch_storage import into_half
 from .darknet_files import DataFileError
 
@@ -115,8 +116,13 @@ def no_augmentation(opts: Dict[str, float]) -> Dict[str, float]:
 # ---- random helpers (Darknet's utils.c, on a NumPy Generator) -------------------------------
 def rand_scale(rng, s: float) -> float:
     """Darknet's rand_scale: a factor in [1, s], or its inverse, with even odds."""
-    scale = 1.0 + rng.random() * (s - 1.0)  # rand_uniform_strong(1, s); works for s < 1 too
-    return scale if rng.random() < 0.5 else 1.0 / scale
+    return _scale_from(rng.random(), rng.random(), s)
+
+
+def _scale_from(u1: float, u2: float, s: float) -> float:
+    """rand_scale from its two uniform draws."""
+    scale = 1.0 + u1 * (s - 1.0)  # rand_uniform_strong(1, s); works for s < 1 too
+    return scale if u2 < 0.5 else 1.0 / scale
 
 
 def _precalc(lo: float, hi: float, r: float) -> float:
@@ -182,12 +188,16 @@ def sample_crop(rng, ow: int, oh: int, net_w: int, net_h: int, opts: Dict[str, f
     min_rdw, min_rdh = int(ow * (1 - 1 / down) / 2), int(oh * (1 - 1 / down) / 2)  # <= 0
     max_rdw, max_rdh = int(ow * (1 - 1 / up) / 2), int(oh * (1 - 1 / up) / 2)  # >= 0
 
-    resize_r1, resize_r2 = rng.random(), rng.random()
-    r1, r2, r3, r4 = rng.random(), rng.random(), rng.random(), rng.random()
-    flip = bool(opts["flip"]) and rng.random() < 0.5
-    dhue = rng.uniform(-hue, hue) if hue else 0.0
-    dsat = rand_scale(rng, sat) if sat != 1 else 1.0
-    dexp = rand_scale(rng, exp) if exp != 1 else 1.0
+    # the uniform doubles of these choices in one call, in the order they were drawn one by one (a
+    # Generator's random(n) gives the doubles n calls of random() give): each call costs a few us of
+    # Python and NumPy glue, more inside a sample, whose pixel passes evict the interpreter's caches
+    flip_on = bool(opts["flip"])
+    u = iter(rng.random(6 + flip_on + bool(hue) + 2 * (sat != 1) + 2 * (exp != 1)).tolist())
+    resize_r1, resize_r2, r1, r2, r3, r4 = next(u), next(u), next(u), next(u), next(u), next(u)
+    flip = flip_on and next(u) < 0.5
+    dhue = -hue + (hue - -hue) * next(u) if hue else 0.0  # rng.uniform(-hue, hue): low + (high - low) * u
+    dsat = _scale_from(next(u), next(u), sat) if sat != 1 else 1.0
+    dexp = _scale_from(next(u), next(u), exp) if exp != 1 else 1.0
 
     # C assigns float expressions to ints: every step truncates toward zero, as int() does
     pleft, pright = int(_precalc(-dw, dw, r1)), int(_precalc(-dw, dw, r2))
@@ -232,8 +242,6 @@ def correct_truth(boxes: np.ndarray, p: CropParams, ow: int, oh: int, net_w: int
     cut to `max_boxes`, then those narrower or lower than one network pixel dropped, with those wholly
     outside the source image or at x = y = 0. The arithmetic after the shuffle is C++ (_core.correct_boxes,
     src-lib/loader_boxes.cpp: the float32 steps NumPy took, in one pass instead of some 45 calls)."""
-    from .. import _core
-
     b = np.asarray(boxes, np.float32).reshape(-1, 5)
     if len(b) > 1:
         b = b[rng.permutation(len(b))]  # randomize_boxes: which boxes survive max_boxes is random
@@ -340,12 +348,10 @@ def hsv_into_chw(img: np.ndarray, dhue: float, dsat: float, dexp: float, out: Op
     right on the way (the same bits as cv2.flip first, without its pass). img and out may be views (a
     crop, a window of a batch row) whose rows hold their pixels side by side. out may be half
     (batch_storage.py: float16, or uint16 holding bf16): each float rounded to it on the way."""
-    from .. import _core
-
     if out is None:
         out = np.empty((1 if img.ndim == 2 else img.shape[2],) + img.shape[:2], np.float32)
     jitter = not (dsat == 1 and dexp == 1 and dhue == 0)
-    _core.pixels_into_batch(img, out, _hsv_lut(dhue, dsat, dexp) if jitter else None, bgr, flip)
+    _core.pixels_into_batch(img, out, (dhue, dsat, dexp) if jitter else None, bgr, flip)  # tables built in C++
     return out
 
 
