@@ -93,8 +93,8 @@ public:
     static RelayoutArgs relayout_args(const Tensor& x, Layout to);
     // copy_channels and add_channels on NHWC tensors (their args from copy_args)
     void copy_channels_nhwc(const Tensor& x, Tensor& y, const CopyChannelsArgs& a);
-    // The threads of a pass over `elements` values of rows of `channels` that gives a thread one channel
-    // and NHWC_PASS_ELEMENTS rows (copy_channels_nhwc, affine_act_nhwc): channels * ceil(rows / that).
+    // The threads of an NHWC_PASS (kernels/layout_index.h) over `elements` values in rows of `channels`:
+    // channels * ceil(rows / NHWC_PASS_ELEMENTS).
     static size_t nhwc_pass_threads(size_t elements, int channels) {
         size_t rows = elements / (size_t)channels;
         return (size_t)channels * ((rows + NHWC_PASS_ELEMENTS - 1) / NHWC_PASS_ELEMENTS);

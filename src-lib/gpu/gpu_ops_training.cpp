@@ -85,13 +85,13 @@ void GpuBackend::channel_combine(const char* base, const ChannelSplitArgs& split
 }
 
 // An elementwise batchnorm pass over tensors shaped like `like`: groups over each (sample, channel)
-// plane (NCHW, launch_planes), or a thread per channel and chunk of pixels (the _nhwc twin).
+// plane (NCHW, launch_planes), or an NHWC_PASS (the _nhwc twin, kernels/layout_index.h).
 void GpuBackend::channel_pass(const char* base, const Tensor& like, std::vector<KernelArg> args, BatchnormTrainArgs a) {
     const Shape& s = like.shape();
     if (like.layout() == Layout::nchw)
         return launch_planes(storage_kernel(base, like.dtype()).c_str(), (size_t)s.n * s.c, s.plane(), args, a);
-    a.chunks = (int32_t)std::max<size_t>(1, ((size_t)s.n * s.plane() + NHWC_PASS_ELEMENTS - 1) / NHWC_PASS_ELEMENTS);
-    launch(storage_kernel((std::string(base) + "_nhwc").c_str(), like.dtype()).c_str(), (size_t)s.c * a.chunks, args, a);
+    launch(storage_kernel((std::string(base) + "_nhwc").c_str(), like.dtype()).c_str(),
+           nhwc_pass_threads(like.size(), s.c), args, a);
 }
 
 void GpuBackend::batchnorm_train_act(const char* op, Tensor& y, Tensor& mean, Tensor& var, Tensor& x_norm,

@@ -60,9 +60,7 @@ typedef struct { int32_t n; float factor; } UnscaleArgs;
 KSTATIC_ASSERT(sizeof(UnscaleArgs) == 8, "UnscaleArgs layout");
 
 // n = batch * count * plane; x has src_channels channels, y dst_channels; accumulate: += instead of =
-// The channels-last elementwise passes (batchnorm's, copy_channels_nhwc) give a thread one channel
-// and this many of its pixels, loaded together before any is stored: their loads in flight at once,
-// and no index division per element.
+// The rows a thread of a channels-last elementwise pass takes (NHWC_PASS, layout_index.h).
 #define NHWC_PASS_ELEMENTS 8
 typedef struct {
     int32_t n; int32_t plane; int32_t count;

@@ -39,8 +39,7 @@ KSTATIC_ASSERT(sizeof(BiasBackwardArgs) == 12, "BiasBackwardArgs layout");
 // (sample, channel) plane (GpuBackend::launch_planes). act: the activation batchnorm_normalize applies
 // to its output (an Activation's enum value; ACT_LINEAR = 0 for plain batchnorm); backward_data
 // ignores it.
-// The NHWC twins run a thread per channel and NHWC_PASS_ELEMENTS of its pixels (chunks: the threads
-// per channel, GpuBackend::channel_pass).
+// The NHWC twins are NHWC_PASSes (layout_index.h) and ignore chunks.
 typedef struct { int32_t batch; int32_t channels; int32_t plane; float eps; int32_t act; int32_t chunks; } BatchnormTrainArgs;
 KSTATIC_ASSERT(sizeof(BatchnormTrainArgs) == 24, "BatchnormTrainArgs layout");
 

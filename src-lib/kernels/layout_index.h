@@ -4,6 +4,7 @@
 // index i in the tensor's own order and a 0/1 `nhwc` flag. Channel-wise kernels need none of this: an
 // NHWC tensor is an NCHW one of N*H*W images of C channels of 1x1 (GpuBackend::channel_view).
 #pragma once
+#include "args_forward.h"  // NHWC_PASS_ELEMENTS
 #include "compat_cpu.h"
 
 // The pixel (y * width + x, within its plane of `plane` pixels) of element i.
@@ -26,3 +27,18 @@ KFN int relayout_at(int i, int channels, int plane, int to_nhwc) {
     int c = to_nhwc ? r / plane : r % channels, p = to_nhwc ? r % plane : r / channels;
     return n * sample + (to_nhwc ? p * channels + c : c * plane + p);
 }
+
+// The channels-last elementwise passes (batchnorm's, copy_channels_nhwc, affine_act_nhwc) over `rows`
+// pixels of `channels` channels: this thread takes channel c = KGID % channels, reads its constants
+// once, and the rows NHWC_ROW(k) = KGID / channels + k * chunks for the k < NHWC_PASS_ELEMENTS that
+// FOR_NHWC_ROW visits (chunks = ceil(rows / NHWC_PASS_ELEMENTS); threads = channels * chunks,
+// GpuBackend::nhwc_pass_threads). Consecutive threads touch consecutive elements, and a kernel loads
+// all its rows before it stores any: their loads in flight together, no index division per element.
+#define NHWC_PASS(channels, rows, c)                                                                        \
+    uint nhwc_rows_ = (uint)(rows), nhwc_chunks_ = (nhwc_rows_ + NHWC_PASS_ELEMENTS - 1) / NHWC_PASS_ELEMENTS; \
+    if (KGID >= (uint)(channels) * nhwc_chunks_) return;                                                    \
+    uint c = KGID % (uint)(channels), nhwc_r0_ = KGID / (uint)(channels);
+#define NHWC_ROW(k) (nhwc_r0_ + (uint)(k) * nhwc_chunks_)
+#define FOR_NHWC_ROW(k)                                                                                   \
+    for (int k = 0; k < NHWC_PASS_ELEMENTS; ++k) /* a constant count: unrolled, arrays in registers */ \
+        if (NHWC_ROW(k) < nhwc_rows_)

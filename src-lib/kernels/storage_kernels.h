@@ -48,23 +48,15 @@ KERNEL(S_NAME(affine_act))(KBUF(S_T, y, 0), KCBUF(float, scale, 1), KCBUF(float,
     S_ST(y, i, act_forward(v, a.act));
 }
 
-// The same on NHWC y seen as rows of pixels (channel_view: plane 1, a.n = rows * channels), as
-// copy_channels_nhwc: thread t takes channel t % channels, reads its constants once, and the rows
-// t / channels + k * chunks, k < NHWC_PASS_ELEMENTS, all loaded before any is stored. threads =
-// channels * chunks, chunks = ceil(rows / NHWC_PASS_ELEMENTS). The same arithmetic as affine_act.
+// The same on NHWC y seen as rows of pixels (channel_view: plane 1, a.n = rows * channels): an
+// NHWC_PASS (layout_index.h), the same arithmetic.
 KERNEL(S_NAME(affine_act_nhwc))(KBUF(S_T, y, 0), KCBUF(float, scale, 1), KCBUF(float, shift, 2),
                                 KARGS(AffineActArgs, a, 3) KTHREAD_IDS) {
-    uint t = KGID, rows = (uint)(a.n / a.channels), chunks = (rows + NHWC_PASS_ELEMENTS - 1) / NHWC_PASS_ELEMENTS;
-    if (t >= (uint)a.channels * chunks) return;
-    uint c = t % (uint)a.channels, r0 = t / (uint)a.channels;
+    NHWC_PASS(a.channels, a.n / a.channels, c)
     float k = a.has_scale ? scale[c] : 1.0f, b = shift[c];
     float v[NHWC_PASS_ELEMENTS];
-    for (int e = 0; e < NHWC_PASS_ELEMENTS; ++e)
-        if (r0 + (uint)e * chunks < rows) v[e] = S_LD(y, (r0 + (uint)e * chunks) * (uint)a.channels + c);
-    for (int e = 0; e < NHWC_PASS_ELEMENTS; ++e) {
-        uint i = (r0 + (uint)e * chunks) * (uint)a.channels + c;
-        if (r0 + (uint)e * chunks < rows) S_ST(y, i, act_forward((a.has_scale ? v[e] * k : v[e]) + b, a.act));
-    }
+    FOR_NHWC_ROW(e) v[e] = S_LD(y, NHWC_ROW(e) * (uint)a.channels + c);
+    FOR_NHWC_ROW(e) S_ST(y, NHWC_ROW(e) * (uint)a.channels + c, act_forward((a.has_scale ? v[e] * k : v[e]) + b, a.act));
 }
 
 // y[:, dst_c0 + c] = (or += with accumulate) x[:, src_c0 + c] for c < count: copy_channels and
@@ -80,24 +72,16 @@ KERNEL(S_NAME(copy_channels))(KBUF(S_T, y, 0), KCBUF(S_T, x, 1), KARGS(CopyChann
     S_ST(y, o, v);
 }
 
-// The same on NHWC tensors seen as rows of pixels (channel_view: plane 1, a.n = rows * count): thread t
-// takes channel t % count of the run and the rows t / count + k * chunks, k < NHWC_PASS_ELEMENTS.
-// threads = count * chunks, chunks = ceil(rows / NHWC_PASS_ELEMENTS).
+// The same on NHWC tensors seen as rows of pixels (channel_view: plane 1, a.n = rows * count): an
+// NHWC_PASS (layout_index.h) over the run's count channels.
 KERNEL(S_NAME(copy_channels_nhwc))(KBUF(S_T, y, 0), KCBUF(S_T, x, 1), KARGS(CopyChannelsArgs, a, 2) KTHREAD_IDS) {
-    uint t = KGID, rows = (uint)(a.n / a.count), chunks = (rows + NHWC_PASS_ELEMENTS - 1) / NHWC_PASS_ELEMENTS;
-    if (t >= (uint)a.count * chunks) return;
-    uint j = t % (uint)a.count, r0 = t / (uint)a.count;
+    NHWC_PASS(a.count, a.n / a.count, j)
     float v[NHWC_PASS_ELEMENTS];
-    for (int k = 0; k < NHWC_PASS_ELEMENTS; ++k) {
-        uint r = r0 + (uint)k * chunks;
-        if (r >= rows) continue;
-        v[k] = S_LD(x, r * (uint)a.src_channels + (uint)a.src_c0 + j);
-        if (a.accumulate) v[k] += S_LD(y, r * (uint)a.dst_channels + (uint)a.dst_c0 + j);
+    FOR_NHWC_ROW(k) {
+        v[k] = S_LD(x, NHWC_ROW(k) * (uint)a.src_channels + (uint)a.src_c0 + j);
+        if (a.accumulate) v[k] += S_LD(y, NHWC_ROW(k) * (uint)a.dst_channels + (uint)a.dst_c0 + j);
     }
-    for (int k = 0; k < NHWC_PASS_ELEMENTS; ++k) {
-        uint r = r0 + (uint)k * chunks;
-        if (r < rows) S_ST(y, r * (uint)a.dst_channels + (uint)a.dst_c0 + j, v[k]);
-    }
+    FOR_NHWC_ROW(k) S_ST(y, NHWC_ROW(k) * (uint)a.dst_channels + (uint)a.dst_c0 + j, v[k]);
 }
 
 // nearest-neighbour upsample: y[n,c,i,j] = scale * x[n,c,i/stride,j/stride]; threads = elements of y;

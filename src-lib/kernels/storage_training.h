@@ -283,49 +283,38 @@ KERNEL(S_NAME(batchnorm_activate_backward_partial_nhwc))(KBUF(S_T, dy, 0), KCBUF
     LANE_STORE(a, c, partial, sdy, sdyx)
 }
 
-// The elementwise passes: thread t takes channel t % channels and the NHWC_PASS_ELEMENTS pixels
-// t / channels + k * chunks (threads = channels * chunks, GpuBackend::channel_pass), reading its
-// channel's constants once and all its elements before it writes any (their loads in flight
-// together); consecutive threads touch consecutive elements. Element k is LANE_ELEMENT(k), present
-// when < end_.
-#define LANE_CHANNEL(a, c)                                                                   \
-    uint t_ = KGID;                                                                          \
-    if (t_ >= (uint)((a).channels * (a).chunks)) return;                                     \
-    int c = (int)(t_ % (uint)(a).channels);                                                  \
-    uint end_ = (uint)(a).batch * (uint)(a).plane * (uint)(a).channels, step_ = (uint)((a).channels * (a).chunks);
-#define LANE_ELEMENT(k) (t_ + (uint)(k) * step_)
-#define FOR_LANE_ELEMENT(k) \
-    for (int k = 0; k < NHWC_PASS_ELEMENTS; ++k) /* a constant count: unrolled, v[] in registers */ \
-        if (LANE_ELEMENT(k) < end_)
+// The elementwise passes: NHWC_PASSes (layout_index.h) over the N*H*W pixels; BN_AT(k): row k's
+// element of this thread's channel.
+#define BN_AT(k) (NHWC_ROW(k) * (uint)a.channels + c)
 
 KERNEL(S_NAME(batchnorm_normalize_nhwc))(KBUF(S_T, y, 0), KBUF(S_T, x_norm, 1), KCBUF(float, mean, 2),
                                          KCBUF(float, var, 3), KCBUF(float, scale, 4), KCBUF(float, bias, 5),
                                          KARGS(BatchnormTrainArgs, a, 6) KTHREAD_IDS) {
-    LANE_CHANNEL(a, c)
+    NHWC_PASS(a.channels, a.batch * a.plane, c)
     float m = mean[c], sd = sqrt(var[c] + a.eps), k = scale[c], b = bias[c];
     float v[NHWC_PASS_ELEMENTS];
-    FOR_LANE_ELEMENT(e) v[e] = S_LD(y, LANE_ELEMENT(e));
-    FOR_LANE_ELEMENT(e) {
+    FOR_NHWC_ROW(e) v[e] = S_LD(y, BN_AT(e));
+    FOR_NHWC_ROW(e) {
         float xn = (v[e] - m) / sd;  // normalize_at's arithmetic
-        S_ST(x_norm, LANE_ELEMENT(e), xn);
-        S_ST(y, LANE_ELEMENT(e), act_forward(xn * k + b, a.act));
+        S_ST(x_norm, BN_AT(e), xn);
+        S_ST(y, BN_AT(e), act_forward(xn * k + b, a.act));
     }
 }
 
 KERNEL(S_NAME(batchnorm_backward_data_nhwc))(KBUF(S_T, dy, 0), KCBUF(S_T, x_norm, 1), KCBUF(float, scale, 2),
                                              KCBUF(float, var, 3), KCBUF(float, sums, 4),
                                              KARGS(BatchnormTrainArgs, a, 5) KTHREAD_IDS) {
-    LANE_CHANNEL(a, c)
+    NHWC_PASS(a.channels, a.batch * a.plane, c)
     float count = (float)a.batch * (float)a.plane;
     float k = scale[c], inv = 1.0f / sqrt(var[c] + a.eps);
     float gmean = k * sums[2 * c] / count;
     float gx = k * sums[2 * c + 1] / (count > 1.0f ? count - 1.0f : 1.0f);
     float d[NHWC_PASS_ELEMENTS], xn[NHWC_PASS_ELEMENTS];
-    FOR_LANE_ELEMENT(e) {
-        d[e] = S_LD(dy, LANE_ELEMENT(e));
-        xn[e] = S_LD(x_norm, LANE_ELEMENT(e));
+    FOR_NHWC_ROW(e) {
+        d[e] = S_LD(dy, BN_AT(e));
+        xn[e] = S_LD(x_norm, BN_AT(e));
     }
-    FOR_LANE_ELEMENT(e) S_ST(dy, LANE_ELEMENT(e), inv * (k * d[e] - gmean - xn[e] * gx));
+    FOR_NHWC_ROW(e) S_ST(dy, BN_AT(e), inv * (k * d[e] - gmean - xn[e] * gx));
 }
 
 // ---- activations ---------------------------------------------------------------------------------
