@@ -79,13 +79,14 @@ def lower_priority(niceness: int) -> None:
         os.nice(niceness)
 
 
-def _worker_main(maker: SampleMaker, jobs, results, current_gen, keep: int, parent: int, niceness: int) -> None:
-    """A worker process: jobs (buffer name, batch shape, dtype, gen, k, rows j0..j1) -> the images into the buffer,
+def _worker_main(maker: SampleMaker, jobs, results, current_gen, keep: int, parent: int, niceness: int,
+                 dtype: str) -> None:
+    """A worker process: jobs (buffer name, batch shape, gen, k, rows j0..j1) -> the images into the buffer,
     one message back per job (the truths of its rows, or the first error).
     It keeps the `keep` buffers it used last attached (the parent's ring). OpenCV runs on this one thread
     (WORKER_CV_THREADS). Its results do not depend on the count.
     `parent`: the parent's pid, passed in (the parent may die while this process still starts); `niceness`:
-    lower_priority's.
+    lower_priority's; `dtype`: the batch buffers' (the engine's, one for all its batches).
     Samples run in this process's main thread, whose heap glibc trims after every image: the thresholds
     are raised first (heap.py; without it a 416x416 sample spends as much in page faults as in decoding)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent handles it
@@ -103,7 +104,7 @@ def _worker_main(maker: SampleMaker, jobs, results, current_gen, keep: int, pare
             continue
         if job is None:
             break
-        name, shape, dtype, gen, k, j0, j1 = job
+        name, shape, gen, k, j0, j1 = job
         if gen != current_gen.value:
             continue  # dropped by set_size
         truths: List[np.ndarray] = []
@@ -213,7 +214,8 @@ class ProcessEngine:
         self.current_gen = ctx.RawValue("l", 0)
         workers = max(1, workers)
         self.rows_per_job = rows_per_job(self.batch_size, workers)
-        args = (maker, self.jobs, self.results, self.current_gen, len(self.ring), os.getpid(), worker_niceness())
+        args = (maker, self.jobs, self.results, self.current_gen, len(self.ring), os.getpid(), worker_niceness(),
+                self.dtype.str)
         self.procs = [ctx.Process(target=_worker_main, args=args, name=f"darknet_py-loader-{i}", daemon=True)
                       for i in range(workers)]
         for p in self.procs:
@@ -250,8 +252,7 @@ class ProcessEngine:
             buf = self._buffer_for(k, self.dtype.itemsize * int(np.prod(shape)))
             self.slots[k] = _ProcessSlot(self.gen, buf, shape)
             for j0 in range(0, self.batch_size, self.rows_per_job):
-                self.jobs.put((buf.shm.name, shape, self.dtype.str, self.gen, k, j0,
-                               min(j0 + self.rows_per_job, self.batch_size)))
+                self.jobs.put((buf.shm.name, shape, self.gen, k, j0, min(j0 + self.rows_per_job, self.batch_size)))
             self.scheduled += 1
 
     def _dispatch(self, message) -> None:
