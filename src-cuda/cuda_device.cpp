@@ -379,15 +379,15 @@ public:
         return true;
     }
 
-    // bf16 and TF32 activations NHWC: cuDNN's tensor-core convolutions read that as it is, and put
+    // Half and TF32 activations NHWC: cuDNN's tensor-core convolutions read that as it is, and put
     // transposes around NCHW data (yolov4-tiny 416 batch 64, a bf16 training step on the H100: 4.9 of
-    // 23.7 ms in nchwToNhwc / nhwcToNchw; training 2732 -> 3518 images/s, TF32 1993 -> 2379). Plain fp32
-    // stays NCHW (843 images/s in NHWC against 1387: no tensor cores, and slower NHWC kernels), fp16 too
-    // (1898 against 2343: its 3x3 weight gradients are our GEMM's, fp32 sums, see
-    // GpuBackend::conv2d_backward_weights, which runs NHWC on NCHW copies). One image stays NCHW too: our
-    // im2col + cuBLAS path (conv2d below) beats cuDNN there. src-lib/gpu/PRECISION.md, "Layout".
+    // 23.7 ms in nchwToNhwc / nhwcToNchw; training 2732 -> 3518 images/s, TF32 1993 -> 2379). fp16 since
+    // its weight gradients go to cuDNN without the loss scale (GpuBackend::half_dw_scale). Plain fp32
+    // stays NCHW (843 images/s in NHWC against 1387: no tensor cores, and slower NHWC kernels). One
+    // image stays NCHW too: our im2col + cuBLAS path (conv2d below) beats cuDNN there.
+    // src-lib/gpu/PRECISION.md, "Layout".
     Layout preferred_layout(DType t, int batch) const override {
-        bool tensor_cores = t == DType::bf16 || (t == DType::f32 && tf32_requested());
+        bool tensor_cores = t != DType::f32 || tf32_requested();
         return tensor_cores && batch > 1 && cudnn_ ? Layout::nhwc : Layout::nchw;
     }
 

@@ -189,7 +189,7 @@ void CudnnConvolutions::run(const ConvParams& p, ConvPass pass, const void* in_a
                                              workspace_bytes, &one, s.x, out),
               "convolution backward (data)");
     else  // in half dw is overwritten: GpuBackend adds the half result into the fp32 gradient (device.h)
-        check(a.cudnnConvolutionBackwardFilter(handle_, &one, s.x, in_a, s.y, in_b, s.conv, s.algo[k], workspace,
+        check(a.cudnnConvolutionBackwardFilter(handle_, s.half ? &p.dw_alpha : &one, s.x, in_a, s.y, in_b, s.conv, s.algo[k], workspace,
                                                workspace_bytes, s.half ? &zero : &one, s.w, out),
               "convolution backward (weights)");
 }

@@ -79,6 +79,18 @@ public:
     // y = x converted to y's storage type and layout (same size). The host backends hold fp32 NCHW
     // only: a copy.
     virtual void convert(const Tensor& x, Tensor& y) { copy_tensor(x, y); }
+    // Which version of the network's parameter values the ops see (Network::own_params advances it
+    // before every write of them); 0, the default, is "unknown". A device backend keeps what it derives
+    // from parameters (param_in's half copies, batchnorm_fold's scale and shift) while the version it
+    // derived them at is current and not 0: an inference pass then runs none of those kernels (a
+    // batch-1 forward of yolov4-tiny in bf16 ran 41 of its 131 there). Host backends derive nothing
+    // (their parameters are live NumPy views, written without notice).
+    void set_params_version(uint64_t v) { params_version_ = v; }
+    uint64_t params_version() const { return params_version_; }
+    // The factor the activations' gradients of the backward now running carry: fp16 training's loss
+    // scale, else 1 (Network::backward sets it). An op that forms a half sum over many of them divides it
+    // out first and multiplies it back in fp32 (GpuBackend::conv2d_backward_weights through cuDNN).
+    void set_gradient_scale(float s) { gradient_scale_ = s; }
     // t in this backend's memory: t itself when it is there already, otherwise a copy.
     Tensor adopt(const Tensor& t) const {
         if (t.buffer() && t.device() == device().get()) return t;
@@ -242,6 +254,8 @@ public:
                              float eps, float decay, int batch, int t, const Tensor* skip) = 0;
 
 protected:
+    uint64_t params_version_ = 0;
+    float gradient_scale_ = 1.0f;
     static void require_gradient_from_output(const char* op, Activation a) {
         if (!activation_gradient_from_output(a))
             throw DarknetError(std::string(op) + ": activation " + activation_name(a) +

@@ -79,6 +79,8 @@ std::unique_ptr<Network> Network::clone() const {
 }
 
 void Network::own_params() {
+    ++params_version_;  // what the backend derived from the values (and a recording that skips it) is stale
+    tell_params_version();
     if (!shares_params()) return;
     for (auto& l : layers)
         for (Param& p : l->params) {
@@ -305,6 +307,7 @@ const LayerOutputs& Network::forward_loaded() {
 }
 
 void Network::run_forward(const Shape& s) {
+    tell_params_version();
     const Tensor* in = &input_;
     if (!input_ready(input_)) {  // the input went up in fp32 (or NCHW) and is converted on the device
         backend_->resize(input_converted_, s, precision_, layout_);
@@ -331,7 +334,7 @@ bool Network::replay_or_record(const Shape& s) {
     }();
     Device* dev = backend_->device().get();
     if (!record_forwards || disabled || !dev) return false;
-    if (recording_ && recording_shape_ == s && recording_->valid()) {
+    if (recording_ && recording_shape_ == s && recording_->valid() && recording_params_version_ == params_version_) {
         recording_->replay();
         return true;
     }
@@ -344,6 +347,7 @@ bool Network::replay_or_record(const Shape& s) {
     for (const auto& ops : fallback_ops_)
         if (!ops.empty()) return false;  // a CPU fallback needs the host in the middle of the pass
     if (!dev->begin_capture()) return false;
+    recording_params_version_ = params_version_;  // it leaves out what the backend derived at this version
     run_forward(s);
     std::string why;
     recording_ = dev->end_capture(&why);
@@ -428,6 +432,7 @@ void Network::backward(bool reduce_gradients) {
         const Tensor& x = i == 0 ? train_input() : outputs_[i - 1];
         Tensor* dx = i == 0 ? nullptr : &deltas_[i - 1];
         if (auto* head = dynamic_cast<YoloLayer*>(layers[i].get())) head->delta_scale = loss_scaler.scale;
+        backend_->set_gradient_scale(delta_scale(i));
         run_layer(i, [&] { layers[i]->backward(*backend_, x, outputs_[i], deltas_[i], dx, outputs_, deltas_); });
         if (hook) hook->layer_done(i);
     }

@@ -103,7 +103,8 @@ public:
     // own copy, so a clone never sees the other's changes.
     std::unique_ptr<Network> clone() const;
     // Makes the parameter values this network's alone (copies them while another network shares
-    // them); called before anything that writes them. Callers that write through a pointer to the
+    // them); called before anything that writes them, it also advances the values' version (what the
+    // backend derives from them is made again). Callers that write through a pointer to the
     // parameters (live NumPy views) call it first.
     void own_params();
     bool shares_params() const { return param_share_.use_count() > 1; }
@@ -224,6 +225,11 @@ private:
     int updates_ = 0;
     // One token per set of parameter buffers: networks sharing buffers (clone) hold the same token.
     std::shared_ptr<int> param_share_ = std::make_shared<int>(0);
+    // Advanced by own_params, before every write of the values; the backend is told it before each pass
+    // (Backend::set_params_version), and a recording of a forward holds for the version it was made at.
+    uint64_t params_version_ = 1;
+    uint64_t recording_params_version_ = 0;
+    void tell_params_version() { backend_->set_params_version(params_version_); }
 };
 
 }  // namespace dn

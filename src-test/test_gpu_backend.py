@@ -389,6 +389,47 @@ def test_params_are_copies_on_a_device_and_set_params_writes_back():
         net.set_params(0, {"biases": np.zeros(3, np.float32)})
 
 
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_what_a_device_derives_from_parameters_follows_every_write(tmp_path, precision):
+    # A device keeps the half copies of the weights and the folded batchnorm between forwards
+    # (Backend::set_params_version): after set_params, load_weights and a training step the forward must
+    # see the new values, as the CPU network given the same writes does.
+    cfg = small_cfg(classes=2, size=32, batch=2, filters=(8,), head=8, anchors="8,8, 14,14, 22,22", burn_in=0)
+    cpu, gpu = pair(tmp_path, cfg, gpu_devices.device("pocl"))
+    gpu.precision = precision
+    if precision == "fp16":  # a scale the first step's gradients fit, so that it applies as on the CPU
+        gpu.loss_scale = 64.0
+    x = np.random.default_rng(2).uniform(0, 1, (1, 3, 32, 32)).astype(np.float32)
+    tol = 1e-4 if precision == "fp32" else 2e-2
+    last = None
+
+    def check(stage):
+        nonlocal last
+        want, got = cpu.forward(x, [4])[0], gpu.forward(x, [4])[0]
+        assert rel_err(gpu.forward(x, [4])[0], got) == 0, stage  # a second forward, from what is kept
+        assert rel_err(got, want) < tol, (stage, rel_err(got, want))
+        assert last is None or rel_err(got, last) > 10 * tol, stage  # the write changed the output
+        last = got
+
+    check("first forward")
+    bn = {k: v * f for (k, v), f in zip(cpu.params(0).items(), (1.5, 0.5, -1.0, 3.0, -0.7))}
+    for net in (cpu, gpu):  # biases, scales, rolling mean and variance (the fold), weights (the half copy)
+        net.set_params(0, bn)
+    check("set_params")
+    for net in (cpu, gpu):
+        net.set_params(3, {"weights": net.params(3)["weights"] * -2.0})
+    check("set_params of the head")
+    cpu.save_weights(str(tmp_path / "other.weights"))
+    darknet_init(cpu, 9)
+    cpu.save_weights(str(tmp_path / "init9.weights"))
+    for net in (cpu, gpu):
+        net.load_weights(str(tmp_path / "init9.weights"), -1)
+    check("load_weights")
+    for net in (cpu, gpu):
+        train_losses(net, 1, 2, 32, 2, seed=4, lr=0.05)
+    check("a training step")
+
+
 def test_network_moves_between_devices(tmp_path):
     f = demo_files()
     cpu = Network(f["cfg"], f["weights"], f["names"], device="cpu")

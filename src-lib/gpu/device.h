@@ -53,6 +53,8 @@ struct ConvParams {
     // x, y (and dx, dy) channels last (tensor.h Layout), w then [out][kh][kw][in] and so a weight
     // gradient the pass writes (a path without NHWC returns false)
     bool nhwc = false;
+    // The factor on a half weight gradient's fp32 sums before its half store (1 / fp16's loss scale)
+    float dw_alpha = 1.0f;
 };
 
 // A local pooling as the fast paths get it: Darknet's geometry (backend.h PoolGeom): the window of

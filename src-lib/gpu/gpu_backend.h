@@ -244,6 +244,9 @@ private:
                                    Tensor& dscale, Tensor& dbias, const ChannelSplitArgs& split);
     // conv2d_backward_weights of NHWC x and dy, not 1x1 (gpu_ops_conv.cpp)
     void conv2d_backward_weights_nhwc(const Tensor& x, const Tensor& dy, const ConvGeom& g, Tensor& dw);
+    // What a device's half weight gradient was formed without and its add into the fp32 one puts back:
+    // fp16's loss scale (gpu_ops_conv.cpp, half_dw_params), 1 otherwise
+    float half_dw_scale(DType t) const;
     // batchnorm's per-channel reductions (partial sums, their combine) and elementwise passes in either
     // layout (gpu_ops_training.cpp)
     ChannelSplitArgs channel_partials(const char* base, const Tensor& like, std::vector<KernelArg> args, Activation act);
@@ -269,6 +272,14 @@ private:
         Tensor copy;
     };
     std::map<std::tuple<const Buffer*, DType, Layout>, ParamCopy> param_copies_;
+    // Whether `derived`, made from parameters only, was made at the current params_version (then true:
+    // it is kept); otherwise notes that the caller makes it now (false). Its buffer is the caller's own.
+    bool derived_current(const Tensor& derived);
+    struct DerivedAt {
+        std::weak_ptr<Buffer> buffer;  // tells a freed buffer from a new one at the same address
+        uint64_t version = 0;
+    };
+    std::map<const Buffer*, DerivedAt> derived_at_;
     // The optimizer kernels always read a skip flag: this zero one where the caller passes none.
     const Tensor& never_skip();
     Tensor never_skip_;

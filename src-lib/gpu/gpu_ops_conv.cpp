@@ -82,6 +82,19 @@ ConvParams conv_params(const Tensor& x, const Tensor& y, const ConvGeom& g) {
     return ConvParams{nchw(x), nchw(y), g.kh, g.kw, g.stride_y, g.stride_x, g.pad, g.dilation, g.groups, x.dtype(), nhwc};
 }
 
+// A device's half weight gradient sums x dy over the batch and every position. In fp16, times the loss
+// scale, that sum leaves fp16's range where the activations' gradients fit (measured on an H100 with
+// test_half_training's net: a head's 1x1 gradient reaches 193 unscaled, inf at the scale 1024 its deltas
+// want). So it is formed with the scale divided out (cuDNN applies alpha to its fp32 sums, before the
+// half store) and the add into the fp32 dw multiplies it back (GpuBackend::half_dw_scale): the gradient
+// is rounded to fp16 at its own magnitude, 11 bits down to 2^-14 (bf16 keeps 8), subnormal below,
+// 0 below 2^-24. bf16 has fp32's range: scale 1.
+ConvParams half_dw_params(const Tensor& x, const Tensor& dy, const ConvGeom& g, float scale) {
+    ConvParams p = conv_params(x, dy, g);
+    p.dw_alpha = 1.0f / scale;
+    return p;
+}
+
 // NHWC 1x1 convolutions (stride 1, unpadded, ungrouped) are one GEMM each way: the activations are
 // [N*H*W, C] row-major matrices and the weights [out, in] (KCRS and KRSC alike at 1x1). The device's
 // GEMM runs them (cuBLAS on CUDA), where cuDNN's NHWC choices were up to 10x slower than its NCHW ones
@@ -203,18 +216,16 @@ void GpuBackend::conv2d_backward_weights(const Tensor& x, const Tensor& dy, cons
     if (conv_params(x, dy, g).nhwc) return conv2d_backward_weights_nhwc(x, dy, g, dw);
     if (t == DType::f32) {
         if (dev().conv2d_backward_weights(conv_params(x, dy, g), x.memory(), dy.memory(), dw.memory())) return;
-    } else if (t == DType::bf16) {
+    } else {
         // cuDNN forms a half dw (its filter descriptor takes x's type): into a half scratch, then
         // added to the fp32 dw, one rounding of this step's gradient. (Darknet's CUDNN_HALF converts
-        // the whole accumulator to half and back, rounding the running sum too.) Not in fp16: a
-        // weight gradient sums over the batch and every position, and times fp16's loss scale it
-        // leaves fp16's range where the activations' gradients fit (measured on an H100 with
-        // test_half_training's net: a head's 1x1 gradient reaches 193 unscaled, inf at the scale
-        // 1024 its deltas want; training ran only once the scale fell to 256). bf16 has fp32's range.
+        // the whole accumulator to half and back, rounding the running sum too.) In fp16 without the
+        // loss scale (half_dw_params), which the add puts back in fp32.
         Tensor& part = scratch(3, dw.size(), t);
-        if (dev().conv2d_backward_weights(conv_params(x, dy, g), x.memory(), dy.memory(), part.memory())) {
+        const ConvParams p = half_dw_params(x, dy, g, half_dw_scale(t));
+        if (dev().conv2d_backward_weights(p, x.memory(), dy.memory(), part.memory())) {
             launch(storage_kernel("add_into_f32", t).c_str(), dw.size(), {buf(dw), any_buf(part)},
-                   CountArgs{(int32_t)dw.size()});
+                   ScaledArgs{(int32_t)dw.size(), half_dw_scale(t)});
             return;
         }
     }
@@ -244,73 +255,22 @@ void GpuBackend::conv2d_backward_weights(const Tensor& x, const Tensor& dy, cons
 
 // NHWC: the device's pass writes the gradient in its filter layout, KRSC, into a scratch of dy's type
 // (overwritten in half, added to zeros in fp32: device.h), which is added into the fp32 KCRS dw in the
-// same pass that reorders it. Not in fp16 (see above), nor where the device has no NHWC convolution: on NCHW copies.
+// same pass that reorders it (fp16: times the loss scale, see half_dw_params). Where the device has no
+// NHWC convolution: on NCHW copies.
 void GpuBackend::conv2d_backward_weights_nhwc(const Tensor& x, const Tensor& dy, const ConvGeom& g, Tensor& dw) {
     const DType t = x.dtype();
-    if (t != DType::f16) {
-        Tensor krsc(dw.shape(), scratch(3, dw.size(), t, Layout::nhwc).buffer());
-        if (t == DType::f32) fill(krsc, 0.0f);
-        if (dev().conv2d_backward_weights(conv_params(x, dy, g), x.memory(), dy.memory(), krsc.memory())) {
-            launch(storage_kernel("add_relayout_into_f32", t).c_str(), dw.size(), {buf(dw), flat_buf(krsc)},
-                   relayout_args(krsc, Layout::nchw));
-            return;
-        }
+    Tensor krsc(dw.shape(), scratch(3, dw.size(), t, Layout::nhwc).buffer());
+    if (t == DType::f32) fill(krsc, 0.0f);
+    const ConvParams p = half_dw_params(x, dy, g, half_dw_scale(t));
+    if (dev().conv2d_backward_weights(p, x.memory(), dy.memory(), krsc.memory())) {
+        const RelayoutArgs r = relayout_args(krsc, Layout::nchw);
+        launch(storage_kernel("add_relayout_into_f32", t).c_str(), dw.size(), {buf(dw), flat_buf(krsc)},
+               RelayoutAddArgs{r.n, r.channels, r.plane, r.to_nhwc, half_dw_scale(t)});
+        return;
     }
     conv2d_backward_weights(nchw_scratch(x, 6, true), nchw_scratch(dy, 7, true), g, dw);
 }
 
-void GpuBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w_param, const ConvGeom& g, Tensor& dx) {
-    // dy, dx in storage S; half gradients take the half copy of the fp32 weights that conv2d takes
-    const DType t = same_storage("conv2d_backward_data", {&dy, &dx});
-    const ConvParams p = conv_params(dx, dy, g);
-    if (pointwise_nhwc(dx, dy, g)) {  // dX[NP, in] += dY[NP, out] W[out, in]
-        const int rows = dx.shape().n * (int)dx.shape().plane(), in = dx.shape().c, out = dy.shape().c;
-        Tensor dx_flat = flat(dx);
-        return gemm_at(*this, false, false, rows, in, out, 1.0f, flat(dy), 0, out, flat(param_in(w_param, t)), 0, in,
-                       1.0f, dx_flat, 0, in);
-    }
-    const Tensor& w = param_in(w_param, t, dx.layout());
-    if (dev().conv2d_backward_data(p, dy.memory(), w.memory(), dx.memory())) return;
-    if (p.nhwc) {  // as conv2d: on NCHW copies, dx's added into
-        Tensor dx_nchw = nchw_scratch(dx, 7, true);
-        conv2d_backward_data(nchw_scratch(dy, 6, true), w_param, g, dx_nchw);
-        return relayout(dx_nchw, dx);
-    }
-    // col[K, run * P] = W_g^T[K, cout_g] * dY_g[cout_g, run * P]; dx += col2im(col). The column
-    // matrix is fp32 in every storage type, so a half dx is rounded once (in col2im), not also in col.
-    const Shape &xs = dx.shape(), &ys = dy.shape();
-    ConvSlice s = conv_slice(xs, ys, g);
-    const int P = s.out_plane, most = run_length(s, g.groups, xs.n);
-    const int image_stride = (int)((size_t)xs.c * xs.plane());
-    for (int n0 = 0; n0 < xs.n; n0 += most) {
-        int run = std::min(most, xs.n - n0);
-        for (int gi = 0; gi < g.groups; ++gi) {
-            size_t xo = s.x_offset(xs, n0, gi);
-            const Tensor* dy_g = &dy;
-            size_t dy_off = s.y_offset(ys, n0, gi);
-            if (run > 1) {  // [run][cout][P] -> [cout][run][P]
-                Tensor& dy_run = scratch(1, (size_t)s.cout_g * run * P, t);
-                swap_axes(*this, dy, s.y_offset(ys, n0, 0), run, s.cout_g, P, dy_run, 0, false);
-                dy_g = &dy_run;
-                dy_off = 0;
-            }
-            if (s.direct && run == 1) {  // dx += W^T dY in place: one rounding in half too
-                gemm_at(*this, true, false, s.K, P, s.cout_g, 1.0f, w, s.w_offset(gi), s.K, *dy_g, dy_off, P, 1.0f, dx,
-                        xo, P);
-                continue;
-            }
-            Tensor& col = scratch(2, (size_t)s.K * run * P);
-            gemm_at(*this, true, false, s.K, run * P, s.cout_g, 1.0f, w, s.w_offset(gi), s.K, *dy_g, dy_off, run * P,
-                    0.0f, col, 0, run * P);
-            if (s.direct && t == DType::f32) {  // [C][run][P] -> dx's [run][C][P], added (col2im does it in half)
-                swap_axes(*this, col, 0, s.K, run, P, dx, xo, true);
-                continue;
-            }
-            Col2imArgs a{(int32_t)((size_t)run * s.cin_g * xs.plane()), (int32_t)xo, 0, s.cin_g, xs.h, xs.w, g.kh, g.kw,
-                         g.pad, g.stride_y, g.stride_x, g.dilation, ys.h, ys.w, run, image_stride};
-            launch(storage_kernel("col2im", t).c_str(), (size_t)a.n, {buf(col), any_buf(dx)}, a);
-        }
-    }
-}
+float GpuBackend::half_dw_scale(DType t) const { return t == DType::f16 ? gradient_scale_ : 1.0f; }
 
 }  // namespace dn

@@ -34,6 +34,7 @@ void GpuBackend::batchnorm_inference(Tensor& y, const Tensor& mean, const Tensor
 
 void GpuBackend::batchnorm_fold(const Tensor& scales, const Tensor& biases, const Tensor& mean, const Tensor& var,
                                 float eps, Tensor& scale_out, Tensor& shift_out) {
+    if (derived_current(scale_out)) return;  // the same parameters folded into the same tensors (a layer's own)
     launch("batchnorm_fold_f32", scales.size(), {buf(scale_out), buf(shift_out), buf(scales), buf(biases), buf(mean), buf(var)},
            BatchnormFoldArgs{i32(scales.size()), eps});
 }

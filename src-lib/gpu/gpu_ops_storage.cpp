@@ -86,8 +86,20 @@ const Tensor& GpuBackend::param_in(const Tensor& p, DType t, Layout l) {
             i = i->second.of.expired() ? param_copies_.erase(i) : std::next(i);
         it = param_copies_.insert_or_assign(key, ParamCopy{p.buffer(), alloc(p.shape(), t, l)}).first;
     }
-    convert(p, it->second.copy);
+    if (!derived_current(it->second.copy)) convert(p, it->second.copy);
     return it->second.copy;
+}
+
+bool GpuBackend::derived_current(const Tensor& derived) {
+    if (params_version_ == 0) return false;  // nobody says when the parameters change: derive every time
+    auto it = derived_at_.find(derived.buffer().get());
+    if (it != derived_at_.end() && it->second.buffer.lock() == derived.buffer() && it->second.version == params_version_)
+        return true;
+    if (it == derived_at_.end())
+        for (auto i = derived_at_.begin(); i != derived_at_.end();)  // forget freed ones
+            i = i->second.buffer.expired() ? derived_at_.erase(i) : std::next(i);
+    derived_at_[derived.buffer().get()] = DerivedAt{derived.buffer(), params_version_};
+    return false;
 }
 
 }  // namespace dn

@@ -101,6 +101,9 @@ KSTATIC_ASSERT(sizeof(PoolArgs) == 44, "PoolArgs layout");
 // relayout: n = elements; to_nhwc 1: x NCHW -> y NHWC, 0: the reverse
 typedef struct { int32_t n; int32_t channels; int32_t plane; int32_t to_nhwc; } RelayoutArgs;
 KSTATIC_ASSERT(sizeof(RelayoutArgs) == 16, "RelayoutArgs layout");
+// add_relayout_into_f32: RelayoutArgs's and the factor the added values are multiplied by
+typedef struct { int32_t n; int32_t channels; int32_t plane; int32_t to_nhwc; float alpha; } RelayoutAddArgs;
+KSTATIC_ASSERT(sizeof(RelayoutAddArgs) == 20, "RelayoutAddArgs layout");
 
 // one group per (n, c) plane: no n, the grid is exactly N*C groups
 typedef struct { int32_t plane; } GlobalPoolArgs;

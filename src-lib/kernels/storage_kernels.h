@@ -206,11 +206,12 @@ KERNEL(S_NAME(pack_relayout))(KBUF(S_T, y, 0), KCBUF(float, x, 1), KARGS(Relayou
     S_ST(y, relayout_at(i, a.channels, a.plane, a.to_nhwc), x[i]);
 }
 
-// y += x reordered, y fp32 (a KRSC weight gradient added into the fp32 KCRS one)
-KERNEL(S_NAME(add_relayout_into_f32))(KBUF(float, y, 0), KCBUF(S_T, x, 1), KARGS(RelayoutArgs, a, 2) KTHREAD_IDS) {
+// y += alpha x reordered, y fp32 (a KRSC weight gradient added into the fp32 KCRS one; alpha puts back
+// the loss scale an fp16 one was formed without)
+KERNEL(S_NAME(add_relayout_into_f32))(KBUF(float, y, 0), KCBUF(S_T, x, 1), KARGS(RelayoutAddArgs, a, 2) KTHREAD_IDS) {
     int i = (int)KGID;
     if (i >= a.n) return;
-    y[relayout_at(i, a.channels, a.plane, a.to_nhwc)] += S_LD(x, i);
+    y[relayout_at(i, a.channels, a.plane, a.to_nhwc)] += a.alpha * S_LD(x, i);
 }
 
 // y[b][a][p] (+)= x[a][b][p]: one thread per element of x.
@@ -309,10 +310,10 @@ KERNEL(S_NAME(col2im))(KCBUF(float, col, 0), KBUF(S_T, dx, 1), KARGS(Col2imArgs,
     S_ST(dx, o, S_LD(dx, o) + sum);
 }
 
-// y[i] += x[i] with x in storage S and y fp32: a half result added into an fp32 accumulator (cuDNN's
-// half weight gradient into the fp32 gradient, src-lib/gpu/PRECISION.md).
-KERNEL(S_NAME(add_into_f32))(KBUF(float, y, 0), KCBUF(S_T, x, 1), KARGS(CountArgs, a, 2) KTHREAD_IDS) {
+// y[i] += alpha x[i] with x in storage S and y fp32: a half result added into an fp32 accumulator (cuDNN's
+// half weight gradient into the fp32 gradient, alpha the loss scale it was formed without: PRECISION.md).
+KERNEL(S_NAME(add_into_f32))(KBUF(float, y, 0), KCBUF(S_T, x, 1), KARGS(ScaledArgs, a, 2) KTHREAD_IDS) {
     int i = (int)KGID;
     if (i >= a.n) return;
-    y[i] += S_LD(x, i);
+    y[i] += a.alpha * S_LD(x, i);
 }

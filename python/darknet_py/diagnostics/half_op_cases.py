@@ -169,9 +169,9 @@ HALF_CONV_BACKWARD_OPS = ("conv2d_backward_weights", "conv2d_backward_data")
 
 def forms_dw_in_half(device, precision: str) -> bool:
     """Whether `device` (a name; tests pass fake Device objects too) may form a weight gradient in half
-    before adding it into the fp32 one: cuDNN, in bf16 only (src-lib/gpu/PRECISION.md says why not in
-    fp16); every other path sums it in fp32."""
-    return isinstance(device, str) and device.startswith("cuda") and precision == "bf16"
+    before adding it into the fp32 one: cuDNN (in fp16 without the loss scale: src-lib/gpu/PRECISION.md);
+    every other path sums it in fp32."""
+    return isinstance(device, str) and device.startswith("cuda") and precision in ("fp16", "bf16")
 
 
 def half_conv_backward_cases(precision: str, ref, dw_in_half: bool) -> List[Case]:
