@@ -1,8 +1,9 @@
 // Where an element of an NCHW-shaped tensor lives in either layout (Layout in tensor.h): NCHW, or NHWC
 // where a device keeps its activations channels last (src-lib/gpu/PRECISION.md, "Layout"). The spatial
-// kernels (pooling, upsample, their backward passes) run in both through these helpers, from a flat
-// index i in the tensor's own order and a 0/1 `nhwc` flag. Channel-wise kernels need none of this: an
-// NHWC tensor is an NCHW one of N*H*W images of C channels of 1x1 (GpuBackend::channel_view).
+// kernels (local average pooling, upsample, their backward passes) run in both through these helpers,
+// from a flat index i in the tensor's own order and a 0/1 `nhwc` flag; max pooling has NHWC twins
+// (NHWC_RUN below). Channel-wise kernels need none of this: an NHWC tensor is an NCHW one of N*H*W
+// images of C channels of 1x1 (GpuBackend::channel_view).
 #pragma once
 #include "args_forward.h"  // NHWC_PASS_ELEMENTS
 #include "compat_cpu.h"

@@ -118,7 +118,7 @@ KERNEL(S_NAME(shortcut))(KBUF(S_T, y, 0), KCBUF(S_T, in, 1), KCBUF(float, weight
 
 // maxpool (is_max = 1) and avgpool_local (0): window of size x size from (oy*stride_y - padding/2,
 // ox*stride_x - padding/2), cells outside x skipped; average over the cells inside (0 if none). Either
-// layout (layout_index.h).
+// layout (layout_index.h), though maxpool runs NCHW tensors only: NHWC ones take maxpool_nhwc.
 KFN float S_NAME(pool_window)(KGLOBAL const S_T* x, int i, KARGS_PARAM(PoolArgs) a, int is_max) {
     int out_plane = a.out_w * a.out_h, pix = layout_pixel(i, a.channels, out_plane, a.nhwc);
     int ox = pix % a.out_w, oy = pix / a.out_w;

@@ -351,7 +351,8 @@ KERNEL(S_NAME(normalize_channels_backward))(KCBUF(S_T, x, 0), KBUF(S_T, dy, 1),
 // ---- pooling (gathers, see kernels/backward.h) --------------------------------------------------
 // The argmax of window i (first strictly greatest in row-major window order, as the reference), as
 // the pixel iy * in_w + ix of its input plane (whose pixel 0 is at pool_plane(i), kernels/backward.h), or
-// -1 for a window with no input inside it. Either layout (layout_index.h), as every pooling kernel here.
+// -1 for a window with no input inside it. Either layout (layout_index.h), as every pooling kernel here,
+// though the max pooling ones run NCHW tensors only: NHWC ones take the _nhwc twins below.
 KFN int S_NAME(pool_argmax)(KGLOBAL const S_T* x, uint i, KARGS_PARAM(PoolArgs) a) {
     int pix = layout_pixel((int)i, a.channels, a.out_w * a.out_h, a.nhwc);
     int ox = pix % a.out_w, oy = pix / a.out_w;
