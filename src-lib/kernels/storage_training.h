@@ -389,6 +389,25 @@ KERNEL(S_NAME(maxpool_backward_disjoint))(KCBUF(S_T, x, 0), KCBUF(S_T, dy, 1), K
     if (best_at >= 0) S_ST(dx, at, S_LD(dx, at) + S_LD(dy, i));
 }
 
+// Pass 2, one thread per dx element (n = elements of dx): the dy of every covering window this
+// element won, added in the reference's (oy, ox) order onto dx.
+KERNEL(S_NAME(maxpool_backward))(KCBUF(int, winner, 0), KCBUF(S_T, dy, 1), KBUF(S_T, dx, 2),
+                                 KARGS(PoolArgs, a, 3) KTHREAD_IDS) {
+    uint i = KGID;
+    if (i >= (uint)a.n) return;
+    int in_plane = a.in_h * a.in_w, me = layout_pixel((int)i, a.channels, in_plane, a.nhwc);
+    int ix = me % a.in_w, iy = me / a.in_w, step = layout_step(a.channels, a.nhwc);
+    int obase = layout_base((int)i, a.channels, in_plane, a.out_h * a.out_w, a.nhwc);
+    int off = -a.padding / 2, ty = iy - off, tx = ix - off;
+    float acc = S_LD(dx, i);
+    for (int oy = pool_first(ty, a.size, a.stride_y); oy <= pool_last(ty, a.stride_y, a.out_h); ++oy)
+        for (int ox = pool_first(tx, a.size, a.stride_x); ox <= pool_last(tx, a.stride_x, a.out_w); ++ox) {
+            int o = obase + (oy * a.out_w + ox) * step;
+            if (winner[o] == me) acc += S_LD(dy, o);
+        }
+    S_ST(dx, i, acc);
+}
+
 // The same three on NHWC tensors, NHWC_RUNs (layout_index.h; a.n = elements of dx) that find their
 // windows' argmax with MAXPOOL_NHWC_ARGMAX (storage_kernels.h): the same comparisons, the same bits.
 // Pass 1 over dy's N * out_h rows: winner in dy's layout, as maxpool_argmax.
@@ -429,25 +448,6 @@ KERNEL(S_NAME(maxpool_backward_nhwc))(KCBUF(int, winner, 0), KCBUF(S_T, dy, 1), 
             FOR_NHWC_RUN(k, x0, a.in_w) if (w == me + k) acc[k] += d;
         }
     FOR_NHWC_RUN(k, x0, a.in_w) S_ST(dx, (row * a.in_w + x0 + k) * a.channels + c, acc[k]);
-}
-
-// Pass 2, one thread per dx element (n = elements of dx): the dy of every covering window this
-// element won, added in the reference's (oy, ox) order onto dx.
-KERNEL(S_NAME(maxpool_backward))(KCBUF(int, winner, 0), KCBUF(S_T, dy, 1), KBUF(S_T, dx, 2),
-                                 KARGS(PoolArgs, a, 3) KTHREAD_IDS) {
-    uint i = KGID;
-    if (i >= (uint)a.n) return;
-    int in_plane = a.in_h * a.in_w, me = layout_pixel((int)i, a.channels, in_plane, a.nhwc);
-    int ix = me % a.in_w, iy = me / a.in_w, step = layout_step(a.channels, a.nhwc);
-    int obase = layout_base((int)i, a.channels, in_plane, a.out_h * a.out_w, a.nhwc);
-    int off = -a.padding / 2, ty = iy - off, tx = ix - off;
-    float acc = S_LD(dx, i);
-    for (int oy = pool_first(ty, a.size, a.stride_y); oy <= pool_last(ty, a.stride_y, a.out_h); ++oy)
-        for (int ox = pool_first(tx, a.size, a.stride_x); ox <= pool_last(tx, a.stride_x, a.out_w); ++ox) {
-            int o = obase + (oy * a.out_w + ox) * step;
-            if (winner[o] == me) acc += S_LD(dy, o);
-        }
-    S_ST(dx, i, acc);
 }
 
 // avgpool_local backward: each window shares its dy equally among its in-bounds inputs (count of
