@@ -30,7 +30,8 @@ import pytest
 
 import gpu_devices
 from darknet_py import DarknetError, _core
-from darknet_py.diagnostics.op_cases import CASES, TRAIN_CASES, check_case
+from darknet_py.diagnostics.half_op_cases import round_to
+from darknet_py.diagnostics.op_cases import CASES, TRAIN_CASES, check_case, pool_out
 from darknet_py.training.init_weights import darknet_init
 
 SIZE, BATCH = 32, 2
@@ -193,6 +194,63 @@ def test_nhwc_kernels_under_oclgrind(tmp_path, monkeypatch):
     nchw = _net(tmp_path, monkeypatch, gpu_devices.device("pocl"), "fp32", "nchw", cfg)
     nhwc = _net(tmp_path, monkeypatch, gpu_devices.device("oclgrind"), "fp32", "nhwc", cfg)
     _assert_close(_run(nchw, 1, 8, 1), _run(nhwc, 1, 8, 1), TOL["fp32"])
+
+
+# Max pooling's NHWC kernels (maxpool_nhwc, maxpool_argmax_nhwc, maxpool_backward_disjoint_nhwc,
+# maxpool_backward_nhwc: a thread per channel of a run of 8 pixels of a row, kernels/layout_index.h
+# NHWC_RUN), as (n, c, h, w, size, stride_y, stride_x, padding): yolov4-tiny's 2/2 (disjoint) with a
+# partial run (out_w 11) and 5 channels, 40 channels (more than a warp); yolov3-tiny's 2/1 (overlapping);
+# overlapping in x only; an SPP-like 5/1; disjoint without padding (the last column in no window);
+# windows of padding only (winner -1).
+MAXPOOL_GEOMETRY = [(2, 5, 11, 21, 2, 2, 2, 1), (1, 40, 6, 10, 2, 2, 2, 1), (1, 3, 13, 13, 2, 1, 1, 1),
+                    (1, 7, 10, 19, 3, 2, 1, 2), (1, 4, 9, 23, 5, 1, 1, 4), (2, 9, 6, 17, 2, 2, 2, 0),
+                    (1, 3, 7, 9, 3, 3, 3, 5)]
+MAXPOOL_NHWC_KERNELS = ("maxpool_nhwc", "maxpool_argmax_nhwc", "maxpool_backward_disjoint_nhwc",
+                        "maxpool_backward_nhwc")
+KERNEL_SUFFIX = {"fp32": "f32", "fp16": "f16", "bf16": "bf16"}  # storage -> kernel name suffix
+
+
+def _maxpool_inputs(rng, n, c, h, w, k, sy, sx, pad):
+    """x, dy for one geometry, exact in fp16 and bf16 and so are dx's sums: x integers in [-3, 3] (ties in
+    most windows: the first in (ky, kx) order must win) with a few -inf (never a winner, as in the
+    reference), dy quarters in [-2, 2]."""
+    oh, ow = pool_out(h, k, sy, pad), pool_out(w, k, sx, pad)
+    x = rng.integers(-3, 4, (n, c, h, w)).astype(np.float32)
+    x[rng.random(x.shape) < 0.05] = -np.inf
+    return x, rng.integers(-8, 9, (n, c, oh, ow)).astype(np.float32) / 4, [n, c, oh, ow]
+
+
+@pytest.mark.parametrize("label", ["pocl", "oclgrind", "cuda"])
+def test_nhwc_maxpool_kernels_give_the_reference_bits(label):
+    """Forward and backward, both backward paths, every storage type: the NHWC kernels' results equal the
+    reference's rounded to the storage type, and the NCHW kernels' on the same device, bit for bit; and
+    they are the kernels that ran. Oclgrind (races, bounds) takes bf16 only (3-4 s)."""
+    ref, dev = _core.Ops("reference"), _core.kernel_counting_device(gpu_devices.device(label))
+    ops = _core.Ops(dev.device)
+    rng = np.random.default_rng(32)
+    storages = ["bf16"] if label == "oclgrind" else ["fp32", "fp16", "bf16"]
+    cases = [_maxpool_inputs(rng, *g) for g in MAXPOOL_GEOMETRY]
+    got = {}
+    for layout in ("nhwc", "nchw"):
+        ops.layout = layout
+        for storage in storages:
+            ops.storage = storage
+            for g, (x, dy, out) in zip(MAXPOOL_GEOMETRY, cases):
+                k, sy, sx, pad = g[4:]
+                got[layout, storage, g] = (ops.pool("max", x, k, sy, sx, pad, out),
+                                           ops.pool_backward("max", x, dy, k, sy, sx, pad))
+        if layout == "nhwc":
+            launched = {name for name in dev.calls() if "maxpool" in name}
+            nhwc_kernels = {f"kernel {k}_{KERNEL_SUFFIX[s]}" for k in MAXPOOL_NHWC_KERNELS for s in storages}
+            assert launched == nhwc_kernels, launched
+    want = {g: (ref.pool("max", x, *g[4:], out), ref.pool_backward("max", x, dy, *g[4:]))
+            for g, (x, dy, out) in zip(MAXPOOL_GEOMETRY, cases)}
+    for (layout, storage, g), results in got.items():
+        for what, a, b, nchw in zip(("forward", "backward"), results, want[g], got["nchw", storage, g]):
+            with np.errstate(over="ignore"):  # -FLT_MAX, an empty window's max, is -inf in half
+                b = b if storage == "fp32" else round_to(b, storage)
+            assert np.array_equal(a.view(np.uint32), b.view(np.uint32)), (layout, storage, g, what)
+            assert np.array_equal(a.view(np.uint32), nchw.view(np.uint32)), (layout, storage, g, what)
 
 
 def test_layout_is_chosen_per_device_precision_and_layers(tmp_path, monkeypatch):

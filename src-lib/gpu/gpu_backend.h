@@ -99,6 +99,12 @@ public:
         size_t rows = elements / (size_t)channels;
         return (size_t)channels * ((rows + NHWC_PASS_ELEMENTS - 1) / NHWC_PASS_ELEMENTS);
     }
+    // The threads of an NHWC_RUN (kernels/layout_index.h; the NHWC max pooling kernels) over
+    // `elements` values in rows of `width` pixels of `channels`: channels * rows * ceil(width / NHWC_PASS_ELEMENTS).
+    static size_t nhwc_run_threads(size_t elements, int channels, int width) {
+        size_t rows = elements / ((size_t)channels * width);
+        return (size_t)channels * rows * (((size_t)width + NHWC_PASS_ELEMENTS - 1) / NHWC_PASS_ELEMENTS);
+    }
     // t in NCHW: t itself, or an NCHW copy in scratch slot `slot` (a copy of its contents when `copy`):
     // the way an op with no NHWC path of its own runs on NHWC tensors.
     Tensor nchw_scratch(const Tensor& t, int slot, bool copy);

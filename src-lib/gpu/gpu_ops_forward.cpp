@@ -58,7 +58,10 @@ PoolArgs pool_args(const Tensor& x, const PoolGeom& g, const Tensor& y, size_t n
 void GpuBackend::maxpool(const Tensor& x, const PoolGeom& g, Tensor& y) {
     DType t = same_storage("maxpool", {&x, &y});
     PoolArgs a = pool_args(x, g, y, y.size());
-    if (!a.nhwc && dev().pool(pool_params(x, y, g, true), x.memory(), y.memory())) return;  // MPS: NCHW
+    if (a.nhwc)  // a thread per channel of a run of output pixels (kernels/layout_index.h, NHWC_RUN)
+        return launch(storage_kernel("maxpool_nhwc", t).c_str(), nhwc_run_threads(y.size(), a.channels, a.out_w),
+                      {flat_buf(y), flat_buf(x)}, a);
+    if (dev().pool(pool_params(x, y, g, true), x.memory(), y.memory())) return;  // MPS: NCHW
     launch(storage_kernel("maxpool", t).c_str(), y.size(), {flat_buf(y), flat_buf(x)}, a);
 }
 

@@ -171,14 +171,19 @@ void GpuBackend::maxpool_backward(const Tensor& x, const Tensor& dy, const PoolG
     PoolArgs a = pool_args(x, g, dy, x.size());
     same_layout("maxpool_backward", {&x, &dx});
     if (!a.nhwc && dev().pool_backward(pool_params(x, dy, g, true), x.memory(), dy.memory(), dx.memory())) return;
+    // NHWC: the _nhwc twins, NHWC_RUNs (kernels/layout_index.h) over dy's or dx's rows
+    const std::string twin = a.nhwc ? "_nhwc" : "";
+    size_t over_dy = a.nhwc ? nhwc_run_threads(dy.size(), a.channels, a.out_w) : dy.size();
+    size_t over_dx = a.nhwc ? nhwc_run_threads(dx.size(), a.channels, a.in_w) : dx.size();
     if (g.stride_x >= g.size && g.stride_y >= g.size) {  // windows that do not overlap: one pass
-        launch(storage_kernel("maxpool_backward_disjoint", t).c_str(), dy.size(),
+        launch(storage_kernel(("maxpool_backward_disjoint" + twin).c_str(), t).c_str(), over_dy,
                {flat_buf(x), flat_buf(dy), flat_buf(dx)}, a);
         return;
     }
     Tensor& winner = scratch(4, dy.size());  // int32 per window (in dy's layout): kernels/backward.h
-    launch(storage_kernel("maxpool_argmax", t).c_str(), dy.size(), {flat_buf(x), buf(winner)}, a);
-    launch(storage_kernel("maxpool_backward", t).c_str(), dx.size(), {buf(winner), flat_buf(dy), flat_buf(dx)}, a);
+    launch(storage_kernel(("maxpool_argmax" + twin).c_str(), t).c_str(), over_dy, {flat_buf(x), buf(winner)}, a);
+    launch(storage_kernel(("maxpool_backward" + twin).c_str(), t).c_str(), over_dx,
+           {buf(winner), flat_buf(dy), flat_buf(dx)}, a);
 }
 
 void GpuBackend::avgpool_local_backward(const Tensor& x, const Tensor& dy, const PoolGeom& g, Tensor& dx) {

@@ -1,8 +1,9 @@
 // Where an element of an NCHW-shaped tensor lives in either layout (Layout in tensor.h): NCHW, or NHWC
 // where a device keeps its activations channels last (src-lib/gpu/PRECISION.md, "Layout"). The spatial
-// kernels (pooling, upsample, their backward passes) run in both through these helpers, from a flat
-// index i in the tensor's own order and a 0/1 `nhwc` flag. Channel-wise kernels need none of this: an
-// NHWC tensor is an NCHW one of N*H*W images of C channels of 1x1 (GpuBackend::channel_view).
+// kernels (local average pooling, upsample, their backward passes) run in both through these helpers,
+// from a flat index i in the tensor's own order and a 0/1 `nhwc` flag; max pooling has NHWC twins
+// (NHWC_RUN below). Channel-wise kernels need none of this: an NHWC tensor is an NCHW one of N*H*W
+// images of C channels of 1x1 (GpuBackend::channel_view).
 #pragma once
 #include "args_forward.h"  // NHWC_PASS_ELEMENTS
 #include "compat_cpu.h"
@@ -42,3 +43,18 @@ KFN int relayout_at(int i, int channels, int plane, int to_nhwc) {
 #define FOR_NHWC_ROW(k)                                                                                   \
     for (int k = 0; k < NHWC_PASS_ELEMENTS; ++k) /* a constant count: unrolled, arrays in registers */ \
         if (NHWC_ROW(k) < nhwc_rows_)
+
+// The channels-last max pooling kernels (storage_kernels.h, storage_training.h) over NHWC tensors of
+// `rows` rows (images * height) of `width` pixels of `channels` channels: this thread takes channel
+// c = KGID % channels of the NHWC_PASS_ELEMENTS consecutive pixels x0 + k of row `row` that
+// FOR_NHWC_RUN visits (runs = ceil(width / NHWC_PASS_ELEMENTS) a row; threads = channels * rows * runs,
+// GpuBackend::nhwc_run_threads). Consecutive threads take consecutive channels of one pixel, and a
+// pooling window's coordinates are worked out once per thread: the run's pixels are one step apart.
+#define NHWC_RUN(channels, rows, width, c, row, x0)                                                        \
+    uint nhwc_runs_ = ((uint)(width) + NHWC_PASS_ELEMENTS - 1) / NHWC_PASS_ELEMENTS;                       \
+    if (KGID >= (uint)(channels) * (uint)(rows) * nhwc_runs_) return;                                      \
+    int c = (int)(KGID % (uint)(channels)), row = (int)(KGID / (uint)(channels) / nhwc_runs_);            \
+    int x0 = (int)(KGID / (uint)(channels) % nhwc_runs_) * NHWC_PASS_ELEMENTS;
+#define FOR_NHWC_RUN(k, x0, width)                                                                        \
+    for (int k = 0; k < NHWC_PASS_ELEMENTS; ++k) /* a constant count: unrolled, arrays in registers */ \
+        if ((x0) + k < (width))

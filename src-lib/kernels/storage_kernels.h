@@ -118,7 +118,7 @@ KERNEL(S_NAME(shortcut))(KBUF(S_T, y, 0), KCBUF(S_T, in, 1), KCBUF(float, weight
 
 // maxpool (is_max = 1) and avgpool_local (0): window of size x size from (oy*stride_y - padding/2,
 // ox*stride_x - padding/2), cells outside x skipped; average over the cells inside (0 if none). Either
-// layout (layout_index.h).
+// layout (layout_index.h), though maxpool runs NCHW tensors only: NHWC ones take maxpool_nhwc.
 KFN float S_NAME(pool_window)(KGLOBAL const S_T* x, int i, KARGS_PARAM(PoolArgs) a, int is_max) {
     int out_plane = a.out_w * a.out_h, pix = layout_pixel(i, a.channels, out_plane, a.nhwc);
     int ox = pix % a.out_w, oy = pix / a.out_w;
@@ -142,6 +142,51 @@ KERNEL(S_NAME(maxpool))(KBUF(S_T, y, 0), KCBUF(S_T, x, 1), KARGS(PoolArgs, a, 2)
     int i = (int)KGID;
     if (i >= a.n) return;
     S_ST(y, i, S_NAME(pool_window)(x, i, a, 1));
+}
+
+// The NHWC_RUN (layout_index.h) of max pooling windows over output row `row` (= n * out_h + oy) of
+// NHWC x: best[k], the max of window (oy, x0 + k), -FLT_MAX_K if no input is inside it, found as
+// pool_window finds it (the first strictly greatest in (ky, kx) order); `won` runs when tap (iy, ix0 +
+// k * stride_x) becomes window k's best (MAXPOOL_NHWC_ARGMAX). n (the image) is declared too. The taps
+// are the outer loops and the run the inner one: a tap loads its value of every window of the run into
+// v[] before comparing any, so those loads are in flight together (a compare between them would wait
+// for each). A tap outside x (or past the row's end) reads as -FLT_MAX_K, which is never greater than
+// best[k]: skipped, as pool_window skips it.
+#define MAXPOOL_NHWC_WINDOWS(x, a, c, row, x0, n, best, won)                                                \
+    float best[NHWC_PASS_ELEMENTS];                                                                        \
+    for (int k = 0; k < NHWC_PASS_ELEMENTS; ++k) best[k] = -FLT_MAX_K;                                     \
+    int n = row / a.out_h;                                                                                 \
+    for (int ky = 0; ky < a.size; ++ky) {                                                                  \
+        int iy = (row - n * a.out_h) * a.stride_y - a.padding / 2 + ky;                                    \
+        if (iy < 0 || iy >= a.in_h) continue;                                                              \
+        for (int kx = 0; kx < a.size; ++kx) {                                                              \
+            int ix0 = x0 * a.stride_x - a.padding / 2 + kx; /* the tap's column in window x0 */            \
+            float v[NHWC_PASS_ELEMENTS];                                                                   \
+            for (int k = 0; k < NHWC_PASS_ELEMENTS; ++k) {                                                 \
+                int ix = ix0 + k * a.stride_x;                                                             \
+                v[k] = x0 + k < a.out_w && ix >= 0 && ix < a.in_w                                          \
+                           ? S_LD(x, ((n * a.in_h + iy) * a.in_w + ix) * a.channels + c) : -FLT_MAX_K;    \
+            }                                                                                              \
+            for (int k = 0; k < NHWC_PASS_ELEMENTS; ++k)                                                   \
+                if (v[k] > best[k]) {                                                                      \
+                    best[k] = v[k];                                                                        \
+                    won;                                                                                   \
+                }                                                                                          \
+        }                                                                                                  \
+    }
+// The same with at[k], window k's argmax as pool_argmax (storage_training.h) gives it: the pixel
+// iy * in_w + ix of image n, -1 if no input is inside the window.
+#define MAXPOOL_NHWC_ARGMAX(x, a, c, row, x0, n, best, at)                                                  \
+    int at[NHWC_PASS_ELEMENTS];                                                                            \
+    for (int k = 0; k < NHWC_PASS_ELEMENTS; ++k) at[k] = -1;                                               \
+    MAXPOOL_NHWC_WINDOWS(x, a, c, row, x0, n, best, at[k] = iy * a.in_w + ix0 + k * a.stride_x)
+
+// maxpool on NHWC tensors: an NHWC_RUN over y's N * out_h rows (a.n = elements of y). Same windows,
+// same comparisons, same bits as maxpool.
+KERNEL(S_NAME(maxpool_nhwc))(KBUF(S_T, y, 0), KCBUF(S_T, x, 1), KARGS(PoolArgs, a, 2) KTHREAD_IDS) {
+    NHWC_RUN(a.channels, a.n / (a.channels * a.out_w), a.out_w, c, row, x0)
+    MAXPOOL_NHWC_WINDOWS(x, a, c, row, x0, n, best, (void)0)
+    FOR_NHWC_RUN(k, x0, a.out_w) S_ST(y, (row * a.out_w + x0 + k) * a.channels + c, best[k]);
 }
 
 KERNEL(S_NAME(avgpool_local))(KBUF(S_T, y, 0), KCBUF(S_T, x, 1), KARGS(PoolArgs, a, 2) KTHREAD_IDS) {

@@ -351,7 +351,8 @@ KERNEL(S_NAME(normalize_channels_backward))(KCBUF(S_T, x, 0), KBUF(S_T, dy, 1),
 // ---- pooling (gathers, see kernels/backward.h) --------------------------------------------------
 // The argmax of window i (first strictly greatest in row-major window order, as the reference), as
 // the pixel iy * in_w + ix of its input plane (whose pixel 0 is at pool_plane(i), kernels/backward.h), or
-// -1 for a window with no input inside it. Either layout (layout_index.h), as every pooling kernel here.
+// -1 for a window with no input inside it. Either layout (layout_index.h), as every pooling kernel here,
+// though the max pooling ones run NCHW tensors only: NHWC ones take the _nhwc twins below.
 KFN int S_NAME(pool_argmax)(KGLOBAL const S_T* x, uint i, KARGS_PARAM(PoolArgs) a) {
     int pix = layout_pixel((int)i, a.channels, a.out_w * a.out_h, a.nhwc);
     int ox = pix % a.out_w, oy = pix / a.out_w;
@@ -405,6 +406,48 @@ KERNEL(S_NAME(maxpool_backward))(KCBUF(int, winner, 0), KCBUF(S_T, dy, 1), KBUF(
             if (winner[o] == me) acc += S_LD(dy, o);
         }
     S_ST(dx, i, acc);
+}
+
+// The same three on NHWC tensors, NHWC_RUNs (layout_index.h; a.n = elements of dx) that find their
+// windows' argmax with MAXPOOL_NHWC_ARGMAX (storage_kernels.h): the same comparisons, the same bits.
+// Pass 1 over dy's N * out_h rows: winner in dy's layout, as maxpool_argmax.
+KERNEL(S_NAME(maxpool_argmax_nhwc))(KCBUF(S_T, x, 0), KBUF(int, winner, 1), KARGS(PoolArgs, a, 2) KTHREAD_IDS) {
+    NHWC_RUN(a.channels, a.n / (a.channels * a.in_h * a.in_w) * a.out_h, a.out_w, c, row, x0)
+    MAXPOOL_NHWC_ARGMAX(x, a, c, row, x0, n, best, at)
+    FOR_NHWC_RUN(k, x0, a.out_w) winner[(row * a.out_w + x0 + k) * a.channels + c] = at[k];
+}
+
+// Windows that do not overlap, over dy's rows: every load (dy, x, then the winners' dx) before a store.
+KERNEL(S_NAME(maxpool_backward_disjoint_nhwc))(KCBUF(S_T, x, 0), KCBUF(S_T, dy, 1), KBUF(S_T, dx, 2),
+                                               KARGS(PoolArgs, a, 3) KTHREAD_IDS) {
+    NHWC_RUN(a.channels, a.n / (a.channels * a.in_h * a.in_w) * a.out_h, a.out_w, c, row, x0)
+    float d[NHWC_PASS_ELEMENTS];
+    FOR_NHWC_RUN(k, x0, a.out_w) d[k] = S_LD(dy, (row * a.out_w + x0 + k) * a.channels + c);
+    MAXPOOL_NHWC_ARGMAX(x, a, c, row, x0, n, best, at)
+    int image = n * a.in_h * a.in_w;
+    FOR_NHWC_RUN(k, x0, a.out_w) if (at[k] >= 0) d[k] = S_LD(dx, (image + at[k]) * a.channels + c) + d[k];
+    FOR_NHWC_RUN(k, x0, a.out_w) if (at[k] >= 0) S_ST(dx, (image + at[k]) * a.channels + c, d[k]);
+}
+
+// Pass 2 over dx's N * in_h rows: pixel me + k of the run takes the dy of every window whose winner it
+// is. A window's winner lies inside it, so the windows that cover any pixel of the run (oy as for one
+// pixel, ox from the run's first pixel's first to its last pixel's last) are all there is to look at,
+// each read once for the whole run, in (oy, ox) order: per pixel the sum of maxpool_backward.
+KERNEL(S_NAME(maxpool_backward_nhwc))(KCBUF(int, winner, 0), KCBUF(S_T, dy, 1), KBUF(S_T, dx, 2),
+                                      KARGS(PoolArgs, a, 3) KTHREAD_IDS) {
+    NHWC_RUN(a.channels, a.n / (a.channels * a.in_w), a.in_w, c, row, x0)
+    int n = row / a.in_h, iy = row - n * a.in_h, me = iy * a.in_w + x0, pad = a.padding / 2;
+    int last = x0 + NHWC_PASS_ELEMENTS < a.in_w ? x0 + NHWC_PASS_ELEMENTS - 1 : a.in_w - 1;
+    float acc[NHWC_PASS_ELEMENTS];
+    FOR_NHWC_RUN(k, x0, a.in_w) acc[k] = S_LD(dx, (row * a.in_w + x0 + k) * a.channels + c);
+    int ox0 = pool_first(x0 + pad, a.size, a.stride_x), ox1 = pool_last(last + pad, a.stride_x, a.out_w);
+    for (int oy = pool_first(iy + pad, a.size, a.stride_y); oy <= pool_last(iy + pad, a.stride_y, a.out_h); ++oy)
+        for (int ox = ox0; ox <= ox1; ++ox) {
+            int o = ((n * a.out_h + oy) * a.out_w + ox) * a.channels + c, w = winner[o];
+            float d = S_LD(dy, o);
+            FOR_NHWC_RUN(k, x0, a.in_w) if (w == me + k) acc[k] += d;
+        }
+    FOR_NHWC_RUN(k, x0, a.in_w) S_ST(dx, (row * a.in_w + x0 + k) * a.channels + c, acc[k]);
 }
 
 // avgpool_local backward: each window shares its dy equally among its in-bounds inputs (count of
