@@ -330,7 +330,8 @@ def layer_output_shapes(raw):
 def run_torch(name: str, size: int, args) -> dict:
     """PyTorch as its users run it (args.mode): inputs in pinned host memory copied with non_blocking=True
     (what a DataLoader with pin_memory=True hands over), cudnn.benchmark on; "fp32" with TF32 off,
-    "tf32" with TF32 on, "bf16" under autocast(bfloat16) with the model and inputs channels_last."""
+    "tf32" with TF32 on, "bf16" under autocast(bfloat16) with the model and inputs channels_last, "fp16"
+    the same under autocast(float16), training through a GradScaler (AMP's recipe for fp16)."""
     import torch
 
     tf32 = args.mode != "fp32"
@@ -338,7 +339,7 @@ def run_torch(name: str, size: int, args) -> dict:
     torch.backends.cudnn.allow_tf32 = tf32
     torch.backends.cudnn.benchmark = True
     dev = torch.device("cuda")
-    half = args.mode == "bf16"
+    half = args.mode in ("fp16", "bf16")
     fmt = torch.channels_last if half else torch.contiguous_format
     path = sized_cfg(name, size, 1)
     model = build_torch(path, size).to(dev, memory_format=fmt)
@@ -351,7 +352,7 @@ def run_torch(name: str, size: int, args) -> dict:
         return pinned.to(dev, non_blocking=True).contiguous(memory_format=fmt)
 
     def run(x):
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=half):
+        with torch.autocast("cuda", dtype=torch.float16 if args.mode == "fp16" else torch.bfloat16, enabled=half):
             return model(x)
 
     x1 = torch.from_numpy(rng.uniform(0, 1, (1, 3, size, size)).astype(np.float32)).pin_memory()
@@ -387,12 +388,15 @@ def run_torch(name: str, size: int, args) -> dict:
     with torch.no_grad():
         targets = [t.uniform_(0, 1) for t in (h.new_empty(h.shape, dtype=torch.float32) for h in run(upload(xt)))]
 
+    scaler = torch.amp.GradScaler("cuda", enabled=args.mode == "fp16")
+
     def step(x):
         heads = run(x)
         loss = sum(((h.float() - t) ** 2).sum() for h, t in zip(heads, targets))
         opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
 
     out["train_img_s"] = len(xt) / timed(lambda: step(upload(xt)), sync, 2, 3, 3.0, steps=4)
     out["peak_train_bytes"] = torch.cuda.max_memory_reserved()
@@ -406,9 +410,10 @@ WORKERS = {"ours": run_ours, "ours_train": run_ours_train, "torch": run_torch}
 # the columns: (worker group, mode); ours in fp32 and with TF32 allowed (DARKNET_PY_TF32=1), ours with
 # fp16 / bf16 activations and activation gradients (PRECISION.md)
 COLUMNS = [("ours", "fp32"), ("ours", "tf32"), ("ours_half", "fp16"), ("ours_half", "bf16"), ("torch", "fp32"),
-           ("torch", "tf32"), ("torch", "bf16")]
+           ("torch", "tf32"), ("torch", "fp16"), ("torch", "bf16")]
 LABELS = {("ours", "fp32"): "ours fp32", ("ours", "tf32"): "ours TF32", ("ours_half", "fp16"): "ours fp16",
           ("ours_half", "bf16"): "ours bf16", ("torch", "fp32"): "PyTorch fp32", ("torch", "tf32"): "PyTorch TF32",
+          ("torch", "fp16"): "PyTorch fp16 autocast + GradScaler + channels_last",
           ("torch", "bf16"): "PyTorch bf16 autocast + channels_last"}
 GROUP_WORKERS = {"ours": ["ours", "ours_train"], "ours_half": ["ours", "ours_train"], "torch": ["torch"]}
 

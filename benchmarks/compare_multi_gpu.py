@@ -6,7 +6,8 @@ inputs on both. Scaling efficiency = images/s on N / (N x images/s on 1).
     python benchmarks/compare_multi_gpu.py                       # yolov4-tiny 416, 1/2/4 GPUs, all columns
     python benchmarks/compare_multi_gpu.py --gpus 1,2 --columns ours:fp32,torch:fp32 --write /tmp/mg.md
 
-Columns: ours fp32 and TF32 (DARKNET_PY_TF32=1); PyTorch DDP fp32 and bf16 autocast + channels_last.
+Columns: ours fp32, TF32 (DARKNET_PY_TF32=1), fp16 and bf16; PyTorch DDP fp32, TF32, fp16 autocast +
+GradScaler + channels_last and bf16 autocast + channels_last.
 Also for ours at the largest N: the all-reduce bus bandwidth of our collective for 1 GiB (NCCL-tests'
 busbw = bytes / seconds x 2 (N - 1) / N), the time one all-reduce of the model's gradients takes
 alone, and the step time on 1 and on N GPUs: what the step gains on N (the all-reduce not hidden under
@@ -31,9 +32,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import compare_gpu as cg  # noqa: E402 (the torch model, weights copy, sized cfg and timer are shared)
 
-COLUMNS = [("ours", "fp32"), ("ours", "tf32"), ("ours", "fp16"), ("ours", "bf16"), ("torch", "fp32"), ("torch", "bf16")]
+COLUMNS = [("ours", "fp32"), ("ours", "tf32"), ("ours", "fp16"), ("ours", "bf16"), ("torch", "fp32"), ("torch", "tf32"),
+           ("torch", "fp16"), ("torch", "bf16")]
 LABELS = {("ours", "fp32"): "ours fp32", ("ours", "tf32"): "ours TF32", ("ours", "fp16"): "ours fp16",
-          ("ours", "bf16"): "ours bf16", ("torch", "fp32"): "PyTorch DDP fp32",
+          ("ours", "bf16"): "ours bf16", ("torch", "fp32"): "PyTorch DDP fp32", ("torch", "tf32"): "PyTorch DDP TF32",
+          ("torch", "fp16"): "PyTorch DDP fp16 autocast + GradScaler + channels_last",
           ("torch", "bf16"): "PyTorch DDP bf16 autocast + channels_last"}
 
 
@@ -95,7 +98,7 @@ def worker_torch(args) -> dict:
     torch.backends.cudnn.allow_tf32 = tf32
     torch.backends.cudnn.benchmark = True
     dev = torch.device("cuda", rank)
-    half = args.mode == "bf16"
+    half = args.mode in ("fp16", "bf16")
     fmt = torch.channels_last if half else torch.contiguous_format
     path = cg.sized_cfg(args.model, args.size, 1)
     torch.manual_seed(0)
@@ -110,18 +113,21 @@ def worker_torch(args) -> dict:
         return xb.to(dev, non_blocking=True).contiguous(memory_format=fmt)
 
     def run(x):
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=half):
+        with torch.autocast("cuda", dtype=torch.float16 if args.mode == "fp16" else torch.bfloat16, enabled=half):
             return ddp(x)
 
     with torch.no_grad():
         targets = [torch.rand(h.shape, device=dev) for h in run(upload())]
 
+    scaler = torch.amp.GradScaler("cuda", enabled=args.mode == "fp16")  # AMP's recipe for fp16
+
     def step():
         heads = run(upload())
         loss = sum(((h.float() - t) ** 2).sum() for h, t in zip(heads, targets))
         opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
 
     seconds = cg.timed(step, torch.cuda.synchronize, 2, 5, args.seconds, steps=4)
     out = {"img_s": world * args.batch / seconds,

@@ -390,12 +390,14 @@ def test_params_are_copies_on_a_device_and_set_params_writes_back():
 
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16"])
-def test_what_a_device_derives_from_parameters_follows_every_write(tmp_path, precision):
+@pytest.mark.parametrize("label", COMPILED)
+def test_what_a_device_derives_from_parameters_follows_every_write(tmp_path, label, precision):
     # A device keeps the half copies of the weights and the folded batchnorm between forwards
-    # (Backend::set_params_version): after set_params, load_weights and a training step the forward must
-    # see the new values, as the CPU network given the same writes does.
+    # (Backend::set_params_version), and CUDA records forwards that leave them out: after set_params,
+    # load_weights and a training step the forward must see the new values, as the CPU network given the
+    # same writes does.
     cfg = small_cfg(classes=2, size=32, batch=2, filters=(8,), head=8, anchors="8,8, 14,14, 22,22", burn_in=0)
-    cpu, gpu = pair(tmp_path, cfg, gpu_devices.device("pocl"))
+    cpu, gpu = pair(tmp_path, cfg, gpu_devices.device(label))
     gpu.precision = precision
     if precision == "fp16":  # a scale the first step's gradients fit, so that it applies as on the CPU
         gpu.loss_scale = 64.0

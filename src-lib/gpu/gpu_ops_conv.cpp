@@ -271,6 +271,60 @@ void GpuBackend::conv2d_backward_weights_nhwc(const Tensor& x, const Tensor& dy,
     conv2d_backward_weights(nchw_scratch(x, 6, true), nchw_scratch(dy, 7, true), g, dw);
 }
 
+void GpuBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w_param, const ConvGeom& g, Tensor& dx) {
+    // dy, dx in storage S; half gradients take the half copy of the fp32 weights that conv2d takes
+    const DType t = same_storage("conv2d_backward_data", {&dy, &dx});
+    const ConvParams p = conv_params(dx, dy, g);
+    if (pointwise_nhwc(dx, dy, g)) {  // dX[NP, in] += dY[NP, out] W[out, in]
+        const int rows = dx.shape().n * (int)dx.shape().plane(), in = dx.shape().c, out = dy.shape().c;
+        Tensor dx_flat = flat(dx);
+        return gemm_at(*this, false, false, rows, in, out, 1.0f, flat(dy), 0, out, flat(param_in(w_param, t)), 0, in,
+                       1.0f, dx_flat, 0, in);
+    }
+    const Tensor& w = param_in(w_param, t, dx.layout());
+    if (dev().conv2d_backward_data(p, dy.memory(), w.memory(), dx.memory())) return;
+    if (p.nhwc) {  // as conv2d: on NCHW copies, dx's added into
+        Tensor dx_nchw = nchw_scratch(dx, 7, true);
+        conv2d_backward_data(nchw_scratch(dy, 6, true), w_param, g, dx_nchw);
+        return relayout(dx_nchw, dx);
+    }
+    // col[K, run * P] = W_g^T[K, cout_g] * dY_g[cout_g, run * P]; dx += col2im(col). The column
+    // matrix is fp32 in every storage type, so a half dx is rounded once (in col2im), not also in col.
+    const Shape &xs = dx.shape(), &ys = dy.shape();
+    ConvSlice s = conv_slice(xs, ys, g);
+    const int P = s.out_plane, most = run_length(s, g.groups, xs.n);
+    const int image_stride = (int)((size_t)xs.c * xs.plane());
+    for (int n0 = 0; n0 < xs.n; n0 += most) {
+        int run = std::min(most, xs.n - n0);
+        for (int gi = 0; gi < g.groups; ++gi) {
+            size_t xo = s.x_offset(xs, n0, gi);
+            const Tensor* dy_g = &dy;
+            size_t dy_off = s.y_offset(ys, n0, gi);
+            if (run > 1) {  // [run][cout][P] -> [cout][run][P]
+                Tensor& dy_run = scratch(1, (size_t)s.cout_g * run * P, t);
+                swap_axes(*this, dy, s.y_offset(ys, n0, 0), run, s.cout_g, P, dy_run, 0, false);
+                dy_g = &dy_run;
+                dy_off = 0;
+            }
+            if (s.direct && run == 1) {  // dx += W^T dY in place: one rounding in half too
+                gemm_at(*this, true, false, s.K, P, s.cout_g, 1.0f, w, s.w_offset(gi), s.K, *dy_g, dy_off, P, 1.0f, dx,
+                        xo, P);
+                continue;
+            }
+            Tensor& col = scratch(2, (size_t)s.K * run * P);
+            gemm_at(*this, true, false, s.K, run * P, s.cout_g, 1.0f, w, s.w_offset(gi), s.K, *dy_g, dy_off, run * P,
+                    0.0f, col, 0, run * P);
+            if (s.direct && t == DType::f32) {  // [C][run][P] -> dx's [run][C][P], added (col2im does it in half)
+                swap_axes(*this, col, 0, s.K, run, P, dx, xo, true);
+                continue;
+            }
+            Col2imArgs a{(int32_t)((size_t)run * s.cin_g * xs.plane()), (int32_t)xo, 0, s.cin_g, xs.h, xs.w, g.kh, g.kw,
+                         g.pad, g.stride_y, g.stride_x, g.dilation, ys.h, ys.w, run, image_stride};
+            launch(storage_kernel("col2im", t).c_str(), (size_t)a.n, {buf(col), any_buf(dx)}, a);
+        }
+    }
+}
+
 float GpuBackend::half_dw_scale(DType t) const { return t == DType::f16 ? gradient_scale_ : 1.0f; }
 
 }  // namespace dn
