@@ -75,32 +75,41 @@ def test_recorded_forwards_replay_exactly_and_follow_changes(tmp_path):
     assert gpu.last_forward_replayed  # the second forward recorded, the third replayed
     for a, b in zip(runs[0], runs[2]):
         assert np.array_equal(a, b)
-    # a new input and new weights reach the replayed pass (it reads the same buffers)
+    # a new input reaches the replayed pass (it reads the same buffers)
     x2 = rng.uniform(0, 1, x.shape).astype(np.float32)
-    w = gpu.params(0)
-    w["weights"] = w["weights"] * 0.5
-    gpu.set_params(0, {"weights": w["weights"]})
-    cpu.set_params(0, {"weights": w["weights"]})
     got = gpu.forward(x2, heads)
     assert gpu.last_forward_replayed
     for g, c in zip(got, cpu.forward(x2, heads)):
         assert rel_err(g, c) < REL_TOL
+    # new weights: the recording left out the batchnorm folded from the old ones, so the next forward
+    # runs normally (folding the new ones), the one after records again, and both see the new weights
+    w = gpu.params(0)
+    w["weights"] = w["weights"] * 0.5
+    w["scales"] = w["scales"] * -2.0
+    gpu.set_params(0, {"weights": w["weights"], "scales": w["scales"]})
+    cpu.set_params(0, {"weights": w["weights"], "scales": w["scales"]})
+    for replayed in (False, True):
+        got = gpu.forward(x2, heads)
+        assert gpu.last_forward_replayed == replayed
+        for g, c in zip(got, cpu.forward(x2, heads)):
+            assert rel_err(g, c) < REL_TOL
     # another batch size: runs normally first, and the old recording is not replayed on it
     x3 = rng.uniform(0, 1, (1, 3, 64, 64)).astype(np.float32)
     got = gpu.forward(x3, heads)
     assert not gpu.last_forward_replayed
     for g, c in zip(got, cpu.forward(x3, heads)):
         assert rel_err(g, c) < REL_TOL
-    # training in between (it moves the batchnorm statistics) frees nothing a recording uses, and the
-    # replay still equals the CPU
+    # training in between moves the batchnorm statistics: as after new weights, one forward runs
+    # normally, then the recording made again replays, and both equal the CPU
     for _ in range(3):
         gpu.forward(x, heads)
     gpu.forward_train(x, [])
     cpu.forward_train(x, [])
-    got = gpu.forward(x, heads)
-    assert gpu.last_forward_replayed
-    for g, c in zip(got, cpu.forward(x, heads)):
-        assert rel_err(g, c) < REL_TOL
+    for replayed in (False, True, True):
+        got = gpu.forward(x, heads)
+        assert gpu.last_forward_replayed == replayed
+        for g, c in zip(got, cpu.forward(x, heads)):
+            assert rel_err(g, c) < REL_TOL
     gpu.record_forwards = False
     gpu.forward(x, heads)
     assert not gpu.last_forward_replayed
