@@ -146,20 +146,27 @@ def test_jitter_tables_built_from_the_factors_are_hsv_luts():
             _core.pixels_into_batch(colour, np.zeros((3, 96, 512), np.float32), bad)
 
 
+# Factors whose jitter tables all take the vectorised affine form (no product on a half level), so the
+# AVX2 copy's hand-written HSV round trip (loader_hsv_avx2.h) runs; those with 1.5 or 0.5 take the lookups
+AFFINE_JITTERS = [(0.1234, 1.4142136, 0.7071068), (-0.4321, 0.5773503, 1.7320508)]
+
 # Each copy of the CPU kernels is chosen once per process: one subprocess per copy prints a digest of
-# the pass on the every-colour image (jittered) and on a view of it, a grey plane and a plain copy
+# the pass on the every-colour image (jittered both ways, at a width of whole blocks and at odd widths,
+# flipped, into float and half rows) and on a view of it, a grey plane and a plain copy
 _EVERY_COPY = """
 import hashlib, sys
 import numpy as np
 sys.path.insert(0, {here!r})
-from test_loader_pixels import every_colour_image
+from test_loader_pixels import AFFINE_JITTERS, every_colour_image
 from darknet_py import _core
 from darknet_py.data import augment as A
 img = every_colour_image()
 h = hashlib.sha256()
 for x in (A.hsv_into_chw(img, 0.1, 1.5, 0.7, bgr=True), A.hsv_into_chw(img[3:, 5:4000], -0.5, 0.5, 0.5, flip=True),
           A.hsv_into_chw(np.ascontiguousarray(img[:, :, 1]), 0.1, 1.5, 0.7), A.hsv_into_chw(img, 0, 1, 1),
-          *(A.hsv_into_chw(img, 0.1, 1.5, 0.7, np.empty((3,) + img.shape[:2], t), True) for t in (np.float16, np.uint16))):
+          *(A.hsv_into_chw(img, 0.1, 1.5, 0.7, np.empty((3,) + img.shape[:2], t), True) for t in (np.float16, np.uint16)),
+          *(A.hsv_into_chw(img[:, :w], *j, np.empty((3, img.shape[0], w), t), True, w % 2 == 1)
+            for j, w, t in zip(AFFINE_JITTERS * 2, (4096, 4093, 4091, 4077), (np.float32, np.uint16, np.float16, np.float32)))):
     h.update(x.tobytes())
 print(_core.cpu_isa()["active"], h.hexdigest())
 """

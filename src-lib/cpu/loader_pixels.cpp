@@ -1,5 +1,6 @@
 // See loader_pixels.h. Compiled once per instruction set (isa.h), with -ffp-contract=off (OpenCV's
-// HSV formulas multiply then add: a fused multiply-add in the AVX2 copy would change the bits) and
+// HSV formulas multiply then add: a fused multiply-add in the AVX2 copy would change the bits; the two
+// written out by hand, in level_value and loader_hsv_avx2.h's unit8, compute a division exactly) and
 // -fno-trapping-math (GCC then turns the float selects below into vector blends; no FP exception
 // flags are read): cmake/cpu_isa.cmake.
 //
@@ -11,10 +12,12 @@
 // src-test/test_loader_pixels.py runs 2^21 colours against cv2.cvtColor), and the jitter tables are
 // applied as arithmetic where that reproduces them (JitterColumn). HSV -> RGB truncates to 8 bits as
 // OpenCV's vector blocks do (its scalar tail for the last pixels of a row rounds instead, hence
-// differences of at most one level there).
+// differences of at most one level there). In the AVX2 copies the jittered round trip of a colour row
+// runs in intrinsics (loader_hsv_avx2.h), the same operations in two stages.
 #include "loader_pixels.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -174,7 +177,14 @@ void apply_column(const JitterColumn& c, int* __restrict x, int n) {
 template <class T>
 inline T level_value(int level);
 template <>
-inline float level_value<float>(int level) { return (float)level / 255.0f; }
+inline float level_value<float>(int level) {
+#if defined(__FMA__)  // the same float without a division (loader_hsv_avx2.h's unit8: Markstein's step)
+    const float x = (float)level, q = x * (1.0f / 255.0f);
+    return std::fma(std::fma(-q, 255.0f, x), 1.0f / 255.0f, q);
+#else
+    return (float)level / 255.0f;
+#endif
+}
 template <>
 inline int level_value<int>(int level) { return level; }
 
@@ -221,24 +231,35 @@ void levels_to_half_row(const int* __restrict levels, int n, bool bf16, uint16_t
     }
 }
 
+#if defined(__AVX2__) && defined(__FMA__)
+#include "loader_hsv_avx2.h"
+#endif
+
 }  // namespace
 
 void cpu_pixels_into_batch(const PixelsIntoBatch& p) {
     const int w = p.w;
     const bool half = p.dst_type != DType::f32;
-    // one row as three int planes (the source levels, then H, S, V), and for a half row three more (its
-    // R, G, B levels before levels_to_half_row)
-    std::vector<int> buffer((half ? 6 : 3) * (size_t)w);
+    // one row as three int planes (the source levels, then H, S, V), and three more for its R, G, B
+    // levels where they are not written straight into a float row
+    std::vector<int> buffer(6 * (size_t)w);
     int *p0 = buffer.data(), *p1 = p0 + w, *p2 = p1 + w;
     JitterColumn hue, sat, val;
     if (p.tables) set_column(hue, p.tables, 0), set_column(sat, p.tables, 1), set_column(val, p.tables, 2);
+#if defined(__AVX2__) && defined(__FMA__)
+    const bool vectors = p.tables && p.channels == 3 && hue.affine && sat.affine && val.affine;
+    hsv_avx2::Jitter jitter;
+    const JitterColumn* columns[3] = {&hue, &sat, &val};
+    for (int c = 0; c < 3; ++c)
+        jitter.mul[c] = _mm256_set1_epi32(columns[c]->mul), jitter.add[c] = _mm256_set1_epi32(columns[c]->add);
+#endif
     // element offset of row y of plane c in dst
     auto at = [&](int y, int c) { return y * p.dst_row_stride + c * p.dst_plane_stride; };
-    auto store = [&](const int* levels, int y, int c) {  // one plane's row of levels into dst
+    auto store = [&](const int* levels, int y, int c, int x0 = 0) {  // levels of pixels x0.. of a row into dst
         if (half)
-            levels_to_half_row(levels, w, p.dst_type == DType::bf16, (uint16_t*)p.dst + at(y, c));
+            levels_to_half_row(levels, w - x0, p.dst_type == DType::bf16, (uint16_t*)p.dst + at(y, c) + x0);
         else
-            levels_to_row(levels, w, (float*)p.dst + at(y, c));
+            levels_to_row(levels, w - x0, (float*)p.dst + at(y, c) + x0);
     };
     for (int y = 0; y < p.h; ++y) {
         const uint8_t* row = p.src + y * p.src_row_stride;
@@ -248,6 +269,29 @@ void cpu_pixels_into_batch(const PixelsIntoBatch& p) {
             store(p0, y, 0);
             continue;
         }
+#if defined(__AVX2__) && defined(__FMA__)
+        if (vectors) {  // loader_hsv_avx2.h, the pixels past its blocks as below
+            int done = hsv_avx2::jittered_hsv_row(row, w, p.bgr, p.flip, jitter, p0, p1, p2);
+            if (done < w) {  // split_row's pixel i reads source pixel w - 1 - i when flipped
+                split_row(row + 3 * (p.flip ? 0 : done), w - done, p.bgr, p.flip, p0 + done, p1 + done, p2 + done);
+                rgb_to_hsv(w - done, p0 + done, p1 + done, p2 + done);
+                apply_column(hue, p0 + done, w - done), apply_column(sat, p1 + done, w - done);
+                apply_column(val, p2 + done, w - done);
+            }
+            int *r = p2 + w, *g = r + w, *b = g + w;
+            if (half) {  // the levels, then their halves in a loop of its own
+                done = hsv_avx2::rgb_row(p0, p1, p2, w, r, g, b);
+                hsv_to_rgb_rows(p0 + done, p1 + done, p2 + done, w - done, r + done, g + done, b + done);
+                store(r, y, 0), store(g, y, 1), store(b, y, 2);
+            } else {  // straight into the float rows, the last w % 8 pixels through the int planes
+                float* row_r = (float*)p.dst + at(y, 0);
+                done = hsv_avx2::rgb_row(p0, p1, p2, w, row_r, row_r + p.dst_plane_stride, row_r + 2 * p.dst_plane_stride);
+                hsv_to_rgb_rows(p0 + done, p1 + done, p2 + done, w - done, r, g, b);
+                store(r, y, 0, done), store(g, y, 1, done), store(b, y, 2, done);
+            }
+            continue;
+        }
+#endif
         split_row(row, w, p.bgr, p.flip, p0, p1, p2);
         if (!p.tables) {
             store(p0, y, 0), store(p1, y, 1), store(p2, y, 2);

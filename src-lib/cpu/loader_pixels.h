@@ -3,9 +3,10 @@
 // uint8 HWC image into its float32 planar RGB batch row (x / 255, as Darknet's mat_to_image).
 // One read of the image and one write of the row, instead of three OpenCV passes and a copy.
 // Built once per instruction set with the CPU kernels (loader_pixels.cpp, isa.h) and reached through
-// cpu_isa(): on a 2-core AMD EPYC, 0.59-0.62 ms at 416x416 in the AVX2 copy (its bytes split into
-// channels with byte shuffles; 0.73-0.91 ms one byte at a time), 1.5 ms in the x86-64 baseline's (SSE2),
-// with the horizontal flip on the way (flip) for free. The row may be written in a half type instead
+// cpu_isa(): on a 2-core AMD EPYC, a decoded 416x416 JPEG into a float32 batch row takes 0.48 ms in the
+// AVX2 copy (its HSV round trip in intrinsics, loader_hsv_avx2.h; 0.57 ms as GCC vectorised the plain
+// loops, 0.73-0.91 ms before the bytes were split with byte shuffles), 1.5 ms in the x86-64 baseline's
+// (SSE2), with the horizontal flip on the way (flip) for free. The row may be written in a half type instead
 // (dst_type fp16 / bf16: a training batch in the network's storage type, half the bytes).
 #pragma once
 #include <cstddef>

@@ -4,8 +4,8 @@ In threads (loader._Engine) the Python between OpenCV's calls holds the GIL; in 
 step runs in parallel. Each worker process runs the same SampleMaker.sample as the threads (same
 seed rules, same code: the same bits) and writes its images straight into a batch buffer in shared
 memory; a job is a few rows of a batch, and only the truths (a few boxes) and bad-file reports
-travel back through a queue. The batches are the caller's without a copy: a ring of prefetch + 2
-buffers, so the arrays of the last two batches handed out stay intact while the next ones are
+travel back, each worker's through a pipe of its own. The batches are the caller's without a copy: a
+ring of prefetch + 2 buffers, so the arrays of the last two batches handed out stay intact while the next ones are
 prepared (train() uploads a batch before it asks for the next one). Workers start with `spawn`
 (never `fork`: the parent may hold a GPU context and threads), so a script that trains through
 processes needs the usual `if __name__ == "__main__":` guard.
@@ -20,6 +20,7 @@ import shutil
 import signal
 import time
 from multiprocessing import shared_memory
+from multiprocessing.connection import wait
 from typing import Dict, List, Optional, Tuple
 
 import cv2
@@ -38,8 +39,25 @@ class _ForwardingReporter:
         self.results = results
 
     def report(self, kind: str, path: str, message: str) -> bool:
-        self.results.put(("report", kind, path, message))
+        self.results.send(("report", kind, path, message))
         return True
+
+
+def joined_truths(truths: List[np.ndarray]) -> Tuple[np.ndarray, List[int]]:
+    """A job's truths as one (n, 5) float32 array and each row's count: one array to pickle (3 us) instead
+    of eight (24 us), and on the parent's side one to unpickle."""
+    if not truths:
+        return np.zeros((0, 5), np.float32), []
+    return np.concatenate(truths), [len(t) for t in truths]
+
+
+def split_truths(joined: np.ndarray, counts: List[int]) -> List[np.ndarray]:
+    """joined_truths undone: each row's truths, a view of the joined array."""
+    out, start = [], 0
+    for n in counts:
+        out.append(joined[start:start + n])
+        start += n
+    return out
 
 
 def _portable_error(e: BaseException) -> BaseException:
@@ -82,7 +100,10 @@ def lower_priority(niceness: int) -> None:
 def _worker_main(maker: SampleMaker, jobs, results, current_gen, keep: int, parent: int, niceness: int,
                  dtype: str) -> None:
     """A worker process: jobs (buffer name, batch shape, gen, k, rows j0..j1) -> the images into the buffer,
-    one message back per job (the truths of its rows, or the first error).
+    one message back per job (the truths of its rows, joined_truths, or the first error), written by this
+    thread to `results`, its end of its own pipe to the parent. (A multiprocessing.Queue hands each message
+    to a feeder thread: its wake-ups put the worker's CPU beyond sample() at 77-82 us per image on the
+    2-core VM, 43-51 us with the pipe; benchmarks/RESULTS.md, stop 32.)
     It keeps the `keep` buffers it used last attached (the parent's ring). OpenCV runs on this one thread
     (WORKER_CV_THREADS). Its results do not depend on the count.
     `parent`: the parent's pid, passed in (the parent may die while this process still starts); `niceness`:
@@ -123,7 +144,10 @@ def _worker_main(maker: SampleMaker, jobs, results, current_gen, keep: int, pare
                 error = _portable_error(e)
         except BaseException as e:  # handed to the caller by next_batch
             error = _portable_error(e)
-        results.put(("done", gen, k, j0, j1, truths, error))
+        try:
+            results.send(("done", gen, k, j0, j1, *joined_truths(truths), error))
+        except (BrokenPipeError, ConnectionResetError):  # the parent is gone
+            break
     for shm in attached.values():
         shm.close()
 
@@ -210,16 +234,20 @@ class ProcessEngine:
         self.gen = 0
         self.closed = False
         ctx = mp.get_context("spawn")
-        self.jobs, self.results = ctx.Queue(), ctx.Queue()
+        self.jobs = ctx.Queue()
         self.current_gen = ctx.RawValue("l", 0)
         workers = max(1, workers)
         self.rows_per_job = rows_per_job(self.batch_size, workers)
-        args = (maker, self.jobs, self.results, self.current_gen, len(self.ring), os.getpid(), worker_niceness(),
-                self.dtype.str)
-        self.procs = [ctx.Process(target=_worker_main, args=args, name=f"darknet_py-loader-{i}", daemon=True)
-                      for i in range(workers)]
-        for p in self.procs:
+        self.procs, self.results = [], []  # each worker's process and the read end of its results pipe
+        for i in range(workers):
+            reader, writer = ctx.Pipe(duplex=False)
+            args = (maker, self.jobs, writer, self.current_gen, len(self.ring), os.getpid(), worker_niceness(),
+                    self.dtype.str)
+            p = ctx.Process(target=_worker_main, args=args, name=f"darknet_py-loader-{i}", daemon=True)
             p.start()
+            writer.close()  # the worker holds the only write end: its exit ends the pipe (EOFError here)
+            self.procs.append(p)
+            self.results.append(reader)
 
     def _buffer_for(self, k: int, nbytes: int) -> _Buffer:
         index = k % len(self.ring)
@@ -259,14 +287,19 @@ class ProcessEngine:
         if message[0] == "report":
             self.reporter.report(*message[1:])
             return
-        _, gen, k, j0, j1, truths, error = message
+        _, gen, k, j0, j1, joined, counts, error = message
         slot = self.slots.get(k)
         if slot is None or slot.gen != gen:
             return  # a batch dropped by set_size
         if error is not None and slot.error is None:
             slot.error = error
-        slot.truths[j0:j0 + len(truths)] = truths
+        slot.truths[j0:j0 + len(counts)] = split_truths(joined, counts)
         slot.remaining -= j1 - j0
+
+    def _stopped(self, worker: mp.Process) -> RuntimeError:
+        worker.join(1.0)  # its pipe has closed: its exit code comes once it is reaped
+        codes = [p.exitcode for p in self.procs]
+        return RuntimeError(f"a loader worker process has stopped (exit codes {codes})")
 
     def next_batch(self) -> Batch:
         if self.closed:
@@ -275,12 +308,11 @@ class ProcessEngine:
         k = self.next_k
         slot = self.slots[k]
         while slot.remaining > 0 and slot.error is None:
-            try:
-                self._dispatch(self.results.get(timeout=0.5))
-            except queue.Empty:
-                if not all(p.is_alive() for p in self.procs):
-                    codes = [p.exitcode for p in self.procs]
-                    raise RuntimeError(f"a loader worker process has stopped (exit codes {codes})") from None
+            for reader in wait(self.results, timeout=0.5):
+                try:
+                    self._dispatch(reader.recv())
+                except EOFError:  # its worker has exited, after the messages it had written
+                    raise self._stopped(self.procs[self.results.index(reader)]) from None
         if slot.error is not None:
             raise slot.error
         del self.slots[k]
@@ -314,9 +346,10 @@ class ProcessEngine:
             if p.is_alive():
                 p.terminate()
                 p.join(1.0)
-        for q in (self.jobs, self.results):
-            q.close()
-            q.cancel_join_thread()
+        self.jobs.close()
+        self.jobs.cancel_join_thread()
+        for reader in self.results:
+            reader.close()
         for buf in self.ring:
             if buf is not None:
                 self._retire(buf.shm)
