@@ -327,6 +327,13 @@ def layer_output_shapes(raw):
     return [tuple(layer["output"]) for layer in raw.layers()]
 
 
+def torch_autocast(torch, mode: str):
+    """The autocast a PyTorch user runs `mode` under: float16 or bfloat16 for "fp16" / "bf16", off otherwise
+    (compare_multi_gpu.py's DDP side shares it)."""
+    return torch.autocast("cuda", dtype=torch.float16 if mode == "fp16" else torch.bfloat16,
+                          enabled=mode in ("fp16", "bf16"))
+
+
 def run_torch(name: str, size: int, args) -> dict:
     """PyTorch as its users run it (args.mode): inputs in pinned host memory copied with non_blocking=True
     (what a DataLoader with pin_memory=True hands over), cudnn.benchmark on; "fp32" with TF32 off,
@@ -352,7 +359,7 @@ def run_torch(name: str, size: int, args) -> dict:
         return pinned.to(dev, non_blocking=True).contiguous(memory_format=fmt)
 
     def run(x):
-        with torch.autocast("cuda", dtype=torch.float16 if args.mode == "fp16" else torch.bfloat16, enabled=half):
+        with torch_autocast(torch, args.mode):
             return model(x)
 
     x1 = torch.from_numpy(rng.uniform(0, 1, (1, 3, size, size)).astype(np.float32)).pin_memory()

@@ -113,7 +113,7 @@ def worker_torch(args) -> dict:
         return xb.to(dev, non_blocking=True).contiguous(memory_format=fmt)
 
     def run(x):
-        with torch.autocast("cuda", dtype=torch.float16 if args.mode == "fp16" else torch.bfloat16, enabled=half):
+        with cg.torch_autocast(torch, args.mode):
             return ddp(x)
 
     with torch.no_grad():

@@ -222,10 +222,10 @@ void GpuBackend::conv2d_backward_weights(const Tensor& x, const Tensor& dy, cons
         // the whole accumulator to half and back, rounding the running sum too.) In fp16 without the
         // loss scale (half_dw_params), which the add puts back in fp32.
         Tensor& part = scratch(3, dw.size(), t);
-        const ConvParams p = half_dw_params(x, dy, g, half_dw_scale(t));
-        if (dev().conv2d_backward_weights(p, x.memory(), dy.memory(), part.memory())) {
+        const float scale = half_dw_scale(t);
+        if (dev().conv2d_backward_weights(half_dw_params(x, dy, g, scale), x.memory(), dy.memory(), part.memory())) {
             launch(storage_kernel("add_into_f32", t).c_str(), dw.size(), {buf(dw), any_buf(part)},
-                   ScaledArgs{(int32_t)dw.size(), half_dw_scale(t)});
+                   ScaledArgs{(int32_t)dw.size(), scale});
             return;
         }
     }
@@ -261,11 +261,11 @@ void GpuBackend::conv2d_backward_weights_nhwc(const Tensor& x, const Tensor& dy,
     const DType t = x.dtype();
     Tensor krsc(dw.shape(), scratch(3, dw.size(), t, Layout::nhwc).buffer());
     if (t == DType::f32) fill(krsc, 0.0f);
-    const ConvParams p = half_dw_params(x, dy, g, half_dw_scale(t));
-    if (dev().conv2d_backward_weights(p, x.memory(), dy.memory(), krsc.memory())) {
+    const float scale = half_dw_scale(t);
+    if (dev().conv2d_backward_weights(half_dw_params(x, dy, g, scale), x.memory(), dy.memory(), krsc.memory())) {
         const RelayoutArgs r = relayout_args(krsc, Layout::nchw);
         launch(storage_kernel("add_relayout_into_f32", t).c_str(), dw.size(), {buf(dw), flat_buf(krsc)},
-               RelayoutAddArgs{r.n, r.channels, r.plane, r.to_nhwc, half_dw_scale(t)});
+               RelayoutAddArgs{r.n, r.channels, r.plane, r.to_nhwc, scale});
         return;
     }
     conv2d_backward_weights(nchw_scratch(x, 6, true), nchw_scratch(dy, 7, true), g, dw);
