@@ -8,7 +8,9 @@ worker thread samples, against its rate alone): a thread pool tops out near 1 / 
 process loader (one worker process, batches of 64): the worker's CPU and minor page faults per image
 and the parent's CPU per image, batch by batch, in the first round of the shared batch ring (each
 buffer's pages allocated and mapped into the worker on first write) and after it: the worker's CPU
-beyond a whole sample() is its message handling.
+beyond a whole sample() is its message handling. Every stage is the uncached path (the loaders here run
+with cache=0): a draw whose decoded file the image cache holds (data/image_cache.py) skips read + imdecode,
+and its own cost is a row of its own.
 
 CPU time of this thread (time.thread_time, best of 3), OpenCV on one thread as in a worker process
 (process_loader.WORKER_CV_THREADS): figures that hold on a loaded machine better than wall time.
@@ -56,7 +58,7 @@ def whole_sample(data: str, cfg: str, n: int, heap: str) -> None:
     if heap == "kept":
         keep_freed_memory()
     cv2.setNumThreads(1)
-    with BatchLoader.from_files(data, cfg, 64, seed=1, workers=0) as loader:
+    with BatchLoader.from_files(data, cfg, 64, seed=1, workers=0, cache=0) as loader:
         m = loader.sampler
         out = np.zeros((n, m.channels, 416, 416), np.float32)
         for j in range(n):  # the batch's pages and the images' first touch
@@ -79,7 +81,7 @@ def process_loader_costs(data: str, cfg: str, batches: int = 12):
         return process_minor_faults(pid), process_cpu_seconds(pid)
 
     rows = {"first round of the batch ring": [], "after it (steady state)": []}
-    with BatchLoader.from_files(data, cfg, 64, seed=1, workers=1, processes=True) as loader:
+    with BatchLoader.from_files(data, cfg, 64, seed=1, workers=1, processes=True, cache=0) as loader:
         engine = loader._engine
         worker = engine.procs[0].pid
         loader.next_batch()  # the worker's start (imports, spawn) left out
@@ -108,6 +110,7 @@ def main(argv=None) -> int:
         return 0
     from darknet_py import _core
     from darknet_py.data import BatchLoader, augment as A
+    from darknet_py.data.image_cache import ImageCache
     from darknet_py.data.batch_storage import batch_dtype
     from darknet_py.data.heap import keep_freed_memory
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -119,7 +122,7 @@ def main(argv=None) -> int:
         subprocess.run([sys.executable, "-m", "darknet_py", "synth", tmp, "--images", str(args.images), "--classes", "4"],
                        check=True, stdout=subprocess.DEVNULL)
         cfg = adapted_cfg(4, 64, 416, os.path.join(tmp, "net.cfg"))
-        with BatchLoader.from_files(os.path.join(tmp, "shapes.data"), cfg, 64, seed=1, workers=0) as loader:
+        with BatchLoader.from_files(os.path.join(tmp, "shapes.data"), cfg, 64, seed=1, workers=0, cache=0) as loader:
             m, n = loader.sampler, args.images
             paths = m.paths[:n]
             raws = [np.fromfile(p, np.uint8) for p in paths]
@@ -156,7 +159,7 @@ def main(argv=None) -> int:
             ]
             stages = [  # what sample() runs for one plain image, in its order (augment.augment_one)
                 ("the sample's Generator (default_rng([seed, k, j])'s state)", lambda: [m._generator(2, j) for j in range(n)]),
-                ("read + imdecode (_load_image)", lambda: [m._load_image(p) for p in paths]),
+                ("read + imdecode (_load_image)", lambda: [m._load_image(i) for i in range(len(paths))]),
                 ("random choices (sample_crop, sample_pixel_noise)",
                  lambda: [(A.sample_crop(rng, 416, 416, 416, 416, m.opts), A.sample_pixel_noise(rng, m.opts)) for _ in bgr]),
                 ("boxes (correct_truth)",
@@ -167,7 +170,12 @@ def main(argv=None) -> int:
                  lambda: [A.hsv_into_chw(i, p.dhue, p.dsat, p.dexp, batch[j], bgr=True, flip=p.flip)
                           for j, (i, p) in enumerate(zip(sized, crops))]),
             ]
+            cache = ImageCache(n, sum(i.nbytes + 64 for i in bgr))
+            for i, image in enumerate(bgr):
+                cache.put(i, image)
             parts = [  # parts of the stages above, for scale
+                ("the decoded image from the image cache instead (image_cache.get: a draw of a stored file)",
+                 lambda: [cache.get(i) for i in range(n)]),
                 ("the pad colour alone (mean_colour)", lambda: [A.mean_colour(i) for i in bgr]),
                 ("cv2.flip alone (what the fused flip saves)", lambda: [cv2.flip(i, 1) for i in sized]),
             ]

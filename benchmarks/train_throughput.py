@@ -22,8 +22,12 @@ fp16 and bf16 train with half activations (`train(precision=...)`) and, as `trai
 network's half type (data/batch_storage.py): the loader writes them so and the in-memory step feeds them
 so. --half-batches on,off (the default) runs each half precision both ways (off: DARKNET_PY_HALF_BATCHES=0,
 float32 batches converted on the device), for A/B; the loader-alone table has a row per --loader-storage.
+--cache 0,auto (the default) runs the loader and train() without and with the image cache (decoded images
+kept in shared memory, data/image_cache.py): warm-ups of a few epochs of --images put the timed draws in a
+long run's steady state, where nearly every draw reads the cache (its share is printed).
 
     python benchmarks/train_throughput.py --images 1024 --workers 1,8,14 --train-workers 14 --precisions bf16
+    python benchmarks/train_throughput.py --images 1024 --loader-kinds processes --loader-warmup 100 --warmup 60
 """
 from __future__ import annotations
 
@@ -35,7 +39,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import numpy as np
 
@@ -83,18 +87,19 @@ def process_minor_faults(pid: int) -> int:
 
 
 def loader_rate(data: str, cfg: str, batch: int, workers: int, processes: bool, batches: int,
-                warmup: int = 2, batch_storage: str = "fp32") -> Dict[str, float]:
+                warmup: int = 2, batch_storage: str = "fp32", cache="auto") -> Dict[str, float]:
     """images/s of next_batch after `warmup` batches (the workers starting), and the CPU time per
     image of this process and its worker processes over the same batches: the cost that bounds images/s
     per core, unlike the wall time, whatever else the machine runs; and the worker processes' minor page
     faults per image: a worker maps a page of the shared batch buffers on its first write there (about
     500 faults per 416x416 image, 1-4 ms of CPU on a 2-core EPYC) until it has written every page of the
     ring, which takes many batches with many workers (loader_profile.py splits it). batch_storage: the
-    batches' type (fp32, or a half network's fp16 / bf16)."""
+    batches' type (fp32, or a half network's fp16 / bf16). cache: BatchLoader's (decoded images kept in
+    shared memory; 0: decoded at every draw); "hit_share": the timed batches' draws read from it."""
     from darknet_py.data import BatchLoader
 
     with BatchLoader.from_files(data, cfg, batch, seed=1, workers=workers, processes=processes,
-                                storage=batch_storage) as loader:
+                                storage=batch_storage, cache=cache) as loader:
         procs = getattr(loader._engine, "procs", [])
 
         def cpu() -> float:
@@ -103,14 +108,20 @@ def loader_rate(data: str, cfg: str, batch: int, workers: int, processes: bool, 
         def faults() -> int:
             return sum(process_minor_faults(p.pid) for p in procs)
 
+        def hits() -> Tuple[int, int]:
+            stats = loader.cache.stats() if loader.cache is not None else {"hits": 0, "misses": 0}
+            return stats["hits"], stats["misses"]
+
         for _ in range(warmup):
             loader.next_batch()
-        t0, c0, f0 = time.perf_counter(), cpu(), faults()
+        t0, c0, f0, h0 = time.perf_counter(), cpu(), faults(), hits()
         for _ in range(batches):
             loader.next_batch()
         seconds, cpu_seconds, worker_faults = time.perf_counter() - t0, cpu() - c0, faults() - f0
+        h1 = hits()
+    draws = (h1[0] - h0[0]) + (h1[1] - h0[1])
     return {"images_per_s": batches * batch / seconds, "cpu_ms_per_image": 1e3 * cpu_seconds / (batches * batch),
-            "faults_per_image": worker_faults / (batches * batch)}
+            "faults_per_image": worker_faults / (batches * batch), "hit_share": (h1[0] - h0[0]) / max(1, draws)}
 
 
 def storage(precision: str) -> str:
@@ -140,7 +151,7 @@ def engine_step(data: str, cfg: str, device: str, iterations: int, precision: st
 
 
 def train_run(data: str, cfg: str, device: str, iterations: int, warmup: int, workers: int, kind: str,
-              precision: str):
+              precision: str, cache="auto"):
     from darknet_py.training.train import train
 
     seconds, waits = [], []
@@ -151,11 +162,13 @@ def train_run(data: str, cfg: str, device: str, iterations: int, warmup: int, wo
 
     with tempfile.TemporaryDirectory() as out:
         r = train(data, cfg, out_dir=out, max_batches=iterations + warmup, workers=workers, loader_kind=kind,
-                  device=device, seed=1, quiet=True, chart=False, callback=callback, precision=storage(precision))
+                  device=device, seed=1, quiet=True, chart=False, callback=callback, precision=storage(precision),
+                  cache_images=cache)
     s = np.array(seconds[warmup:])
     batch = int(r.net.net_options()["batch"])
     return {"s_per_iteration": float(np.median(s)), "images_per_s": batch / float(np.median(s)),
-            "wait_share": float(np.sum(waits[warmup:]) / np.sum(s)), "loader": r.loader}
+            "wait_share": float(np.sum(waits[warmup:]) / np.sum(s)), "loader": r.loader,
+            "cache": r.image_cache}
 
 
 def child(args) -> int:
@@ -165,7 +178,7 @@ def child(args) -> int:
         out = engine_step(spec["data"], spec["cfg"], spec["device"], spec["iterations"], spec["precision"])
     else:
         out = train_run(spec["data"], spec["cfg"], spec["device"], spec["iterations"], spec["warmup"],
-                        spec["workers"], spec["kind"], spec["precision"])
+                        spec["workers"], spec["kind"], spec["precision"], spec["cache"])
     print("RESULT " + json.dumps(out))
     return 0
 
@@ -200,12 +213,18 @@ def main(argv=None) -> int:
                          "batches also pay for mapping the shared batch buffers' pages into each worker (the faults "
                          "column): more warm-up measures the steady state")
     ap.add_argument("--loader-only", action="store_true", help="only the loader-alone table")
+    ap.add_argument("--loader-kinds", default="threads,processes",
+                    help="the loader-alone table's workers: threads, processes or both (default)")
     ap.add_argument("--loader-storage", default="fp32,bf16",
                     help="batch types of the loader-alone table, a row each (default fp32,bf16: float32, and the "
                          "2-byte batches of half training; fp16 costs as bf16)")
     ap.add_argument("--half-batches", default="on,off",
                     help="fp16 / bf16 runs with half batches (on: what train does), float32 ones converted on the "
                          "device (off: DARKNET_PY_HALF_BATCHES=0), or both (default on,off: A/B)")
+    ap.add_argument("--cache", default="0,auto",
+                    help="the loader's image cache, a row (and end-to-end run) each: 0 (off: every draw decodes its "
+                         "file), auto (train's default) or bytes (default 0,auto: A/B). With the cache, the warm-ups "
+                         "should span a few epochs of --images so that the timed draws read it, as in a long run")
     ap.add_argument("--write", help="also write the markdown tables to this file")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -219,6 +238,7 @@ def main(argv=None) -> int:
     device = resolve(args.device or default_device())  # "auto" -> the device it picks (cuda:0 ...)
     precisions = (args.precisions or ("fp32,tf32,fp16,bf16" if device.startswith("cuda") else "fp32")).split(",")
     workers = [int(w) for w in args.workers.split(",")]
+    caches = [c if c == "auto" else int(c) for c in args.cache.split(",")]
     train_workers = [int(w) for w in (args.train_workers.split(",") if args.train_workers else
                                       sorted(workers)[-2:])]
     out: List[str] = [f"## `train` throughput: yolov4-tiny, {args.classes} classes, {args.size}x{args.size}, "
@@ -245,15 +265,18 @@ def main(argv=None) -> int:
         say("| workers | " + " | ".join(str(w) for w in workers) + " |")
         say("|---|" + "---|" * len(workers))
         for batch_storage in args.loader_storage.split(","):
-            for processes in (False, True):
-                cells = []
-                for w in workers:
-                    r = loader_rate(data, cfg, args.batch, w, processes, args.loader_batches, args.loader_warmup,
-                                    batch_storage)
-                    rate = r["images_per_s"]
-                    faults = f", {r['faults_per_image']:.0f} faults" if processes else ""
-                    cells.append(f"{rate:.0f} ({rate / w:.0f}); {r['cpu_ms_per_image']:.2f} ms{faults}")
-                say(f"| {'processes' if processes else 'threads'}, {batch_storage} | " + " | ".join(cells) + " |")
+            for processes in [{"threads": False, "processes": True}[k] for k in args.loader_kinds.split(",")]:
+                for cache in caches:
+                    cells = []
+                    for w in workers:
+                        r = loader_rate(data, cfg, args.batch, w, processes, args.loader_batches, args.loader_warmup,
+                                        batch_storage, cache)
+                        rate = r["images_per_s"]
+                        faults = f", {r['faults_per_image']:.0f} faults" if processes else ""
+                        cached = f", {100 * r['hit_share']:.0f}% cached" if cache != 0 else ""
+                        cells.append(f"{rate:.0f} ({rate / w:.0f}); {r['cpu_ms_per_image']:.2f} ms{faults}{cached}")
+                    say(f"| {'processes' if processes else 'threads'}, {batch_storage}, cache {cache} | " +
+                        " | ".join(cells) + " |")
         say("")
 
         if args.loader_only:
@@ -271,12 +294,15 @@ def main(argv=None) -> int:
                 step = in_child(dict(base, what="engine"), precision, half)
                 say(f"| {precision} | in-memory step{batches} | {step['s_per_iteration']:.4f} | "
                     f"{step['images_per_s']:.1f} | | 1.00 |")
-                for kind in ("threads", "processes"):
-                    for w in train_workers:
-                        r = in_child(dict(base, what="train", warmup=args.warmup, workers=w, kind=kind), precision, half)
-                        say(f"| {precision} | train, {r['loader']} | {r['s_per_iteration']:.4f} | "
-                            f"{r['images_per_s']:.1f} | {100 * r['wait_share']:.1f}% | "
-                            f"{r['images_per_s'] / step['images_per_s']:.2f} |")
+                for kind, w, cache in [(k, w, c) for k in args.loader_kinds.split(",") for w in train_workers
+                                       for c in caches]:
+                    r = in_child(dict(base, what="train", warmup=args.warmup, workers=w, kind=kind, cache=cache),
+                                 precision, half)
+                    cached = (f", cache {100 * r['cache']['hits'] / max(1, r['cache']['hits'] + r['cache']['misses']):.0f}"
+                              "% of draws" if r["cache"] else ", no cache")
+                    say(f"| {precision} | train, {r['loader']}{cached} | {r['s_per_iteration']:.4f} | "
+                        f"{r['images_per_s']:.1f} | {100 * r['wait_share']:.1f}% | "
+                        f"{r['images_per_s'] / step['images_per_s']:.2f} |")
         say("")
     if args.write:
         Path(args.write).write_text("\n".join(out) + "\n")

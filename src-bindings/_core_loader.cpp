@@ -1,10 +1,13 @@
 // Bindings of the training loader's C++ parts: the colour pass (src-lib/cpu/loader_pixels.h), which
-// data/augment.py's hsv_into_chw calls for each sample without the GIL, and the box arithmetic
-// (src-lib/loader_boxes.h) of its correct_truth.
+// data/augment.py's hsv_into_chw calls for each sample without the GIL, the box arithmetic
+// (src-lib/loader_boxes.h) of its correct_truth, and the decoded images' cache (src-lib/loader_image_cache.h)
+// that data/image_cache.py keeps in shared memory.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
+#include <cstring>
 #include <optional>
 #include <vector>
 
@@ -12,6 +15,7 @@
 #include "bindings.h"
 #include "cpu/loader_pixels.h"
 #include "loader_boxes.h"
+#include "loader_image_cache.h"
 #include "loader_jitter.h"
 #include "loader_seed.h"
 
@@ -27,6 +31,23 @@ std::string described(const py::array& a) {
     std::string strides;
     for (py::ssize_t i = 0; i < a.ndim(); ++i) strides += (i ? ", " : "") + std::to_string(a.strides(i));
     return s + " and strides (" + strides + ")";
+}
+
+// The pointer to an image cache's region (a writable buffer: a SharedMemory's buf), checked to be one.
+uint8_t* cache_region(const std::string& call, const py::buffer& region) {
+    py::buffer_info info = region.request(true);
+    int64_t size = (int64_t)info.size * info.itemsize;
+    if (!image_cache_valid(info.ptr, size))
+        bad_arg(call, "region", "the shared memory of an image cache (image_cache_init's layout)",
+                "a buffer of " + std::to_string(size) + " bytes without it");
+    return static_cast<uint8_t*>(info.ptr);  // the buffer's owner (the caller's SharedMemory) keeps it mapped
+}
+
+int64_t cache_index(const std::string& call, const uint8_t* region, int64_t index) {
+    int64_t entries = image_cache_entries(region);
+    if (index < 0 || index >= entries)
+        bad_arg(call, "index", "in 0.." + std::to_string(entries - 1), std::to_string(index));
+    return index;
 }
 
 }  // namespace
@@ -97,6 +118,57 @@ void bind_loader(py::module_& m) {
        "float32 CxHxW RGB in [0, 1] (a batch row or a window of one), mirrored left to right with flip=True, in one "
        "pass without the GIL, in the copy of the CPU kernels cpu_isa() names. A float16 `out` gets the fp16 of "
        "each float, a uint16 one its bf16 bits (round to nearest even, as half_bits): a half training batch.");
+
+    m.def("image_cache_region_bytes", [](int64_t entries, int64_t capacity) {
+        if (entries < 0 || capacity < 0)
+            bad_arg("image_cache_region_bytes", "entries, capacity", "non-negative",
+                    std::to_string(entries) + ", " + std::to_string(capacity));
+        return image_cache_region_bytes(entries, capacity);
+    }, py::arg("entries"), py::arg("capacity"),
+       "Bytes of an image cache's region for `entries` images and `capacity` bytes of pixels.");
+
+    m.def("image_cache_init", [](const py::buffer& region, int64_t entries, int64_t capacity) {
+        py::buffer_info info = region.request(true);
+        int64_t need = image_cache_region_bytes(std::max<int64_t>(entries, 0), std::max<int64_t>(capacity, 0));
+        if (entries < 0 || capacity < 0 || (int64_t)info.size * info.itemsize < need)
+            bad_arg("image_cache_init", "region", "a writable buffer of at least " + std::to_string(need) + " bytes",
+                    std::to_string((int64_t)info.size * info.itemsize) + " bytes");
+        std::memset(info.ptr, 0, (size_t)(need - capacity));  // header and table: every entry empty
+        image_cache_init(info.ptr, entries, capacity);
+    }, py::arg("region"), py::arg("entries"), py::arg("capacity"),
+       "Lays out an image cache in `region` (a writable buffer of image_cache_region_bytes bytes).");
+
+    m.def("image_cache_find", [](const py::buffer& region, int64_t index) -> py::object {
+        uint8_t* base = cache_region("image_cache_find", region);
+        CachedImage found;
+        if (!image_cache_find(base, cache_index("image_cache_find", base, index), &found)) return py::none();
+        return py::make_tuple(found.offset, found.rows, found.cols, found.channels);
+    }, py::arg("region"), py::arg("index"),
+       "(offset, rows, cols, channels) of image `index` in the cache (channels 0: a 2-D image), or None.");
+
+    m.def("image_cache_store", [](const py::buffer& region, int64_t index, const py::array& image) {
+        const std::string call = "image_cache_store";
+        uint8_t* base = cache_region(call, region);
+        cache_index(call, base, index);
+        if (image.dtype().kind() != 'u' || image.itemsize() != 1 || (image.ndim() != 2 && image.ndim() != 3) ||
+            !(image.flags() & py::array::c_style) || image.shape(0) < 1 || image.shape(1) < 1 ||
+            image.shape(0) > INT32_MAX || image.shape(1) > INT32_MAX || (image.ndim() == 3 && image.shape(2) > 4))
+            bad_arg(call, "image", "a C-contiguous uint8 HxW or HxWxC array (C <= 4)", described(image));
+        int channels = image.ndim() == 3 ? (int)image.shape(2) : 0;
+        const uint8_t* pixels = (const uint8_t*)image.data();
+        py::gil_scoped_release nogil;
+        return image_cache_store(base, index, pixels, (int)image.shape(0), (int)image.shape(1), channels);
+    }, py::arg("region"), py::arg("index"), py::arg("image"),
+       "Stores image `index` (a decoded image) in the cache unless another worker has, or the cache is full "
+       "(it is then not tried again); whether it was stored.");
+
+    m.def("image_cache_stats", [](const py::buffer& region) {
+        ImageCacheStats s = image_cache_stats(cache_region("image_cache_stats", region));
+        py::dict d;
+        d["capacity"] = s.capacity, d["used"] = s.used, d["stored"] = s.stored, d["hits"] = s.hits;
+        d["misses"] = s.misses;
+        return d;
+    }, py::arg("region"), "The cache's capacity and used bytes, images stored, and finds that hit or missed.");
 
     m.def("seed_sequence_state", [](const std::vector<uint32_t>& entropy, int n_words, bool uint64) {
         if (n_words < 0 || n_words > (1 << 20)) bad_arg("seed_sequence_state", "n_words", "in 0..2^20", std::to_string(n_words));

@@ -46,6 +46,19 @@ def positive_float(text: str) -> float:
     return v
 
 
+def gigabytes_or_auto(text: str) -> "int | str":
+    """A size in GB (0 or more; fractions welcome) as bytes, or "auto": memory budgets."""
+    if text == "auto":
+        return text
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of GB or 'auto': {text!r}") from None
+    if not 0 <= v < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be 0 or more GB, got {text}")
+    return int(v * 2 ** 30)
+
+
 def non_negative_int(text: str) -> int:
     """An integer >= 0: retries, where 0 means none."""
     try:

@@ -38,6 +38,7 @@ import numpy as np
 from . import augment as augmentation
 from .batch_storage import batch_dtype
 from .darknet_files import DataFileError, read_data_file, read_image_list
+from .image_cache import ImageCache, auto_capacity
 from .labels import DataReporter
 from .process_loader import ProcessEngine
 from .sampler import LOAD_THREADS, SampleMaker, load_group  # noqa: F401 (LOAD_THREADS, load_group: re-exported)
@@ -170,6 +171,30 @@ class _Engine:
                 t.join(max(0.0, deadline - time.monotonic()))
 
 
+def open_cache(images: int, capacity: "int | str", ranks: int = 1) -> Optional[ImageCache]:
+    """The loader's image cache of `capacity` bytes ("auto": image_cache.auto_capacity for `ranks` ranks on
+    this host), or None when that is 0 or shared memory cannot be had (a warning says so; the loader then
+    decodes at each draw, as without a cache)."""
+    if capacity == "auto":
+        capacity = auto_capacity(ranks)
+    elif isinstance(capacity, str) or int(capacity) < 0:
+        raise ValueError(f"cache must be a number of bytes (0: off) or 'auto', got {capacity!r}")
+    if int(capacity) <= 0:
+        return None
+    try:
+        return ImageCache(images, int(capacity))
+    except OSError as e:
+        warnings.warn(f"the loader's image cache ({int(capacity) / 2 ** 30:.1f} GB of shared memory) could not be "
+                      f"made ({e}): images are decoded at each draw", stacklevel=3)
+        return None
+
+
+def _close_all(engine: "_Engine | ProcessEngine", cache: Optional[ImageCache]) -> None:
+    engine.close()
+    if cache is not None:
+        cache.close()
+
+
 class BatchLoader:
     """Training batches of `batch_size` images at the network size, prepared by `workers`
     background threads (default min(4, cores); 0 = in the calling thread) `prefetch` batches ahead.
@@ -190,6 +215,9 @@ class BatchLoader:
     (SampleMaker.global_index): the ranks' batches together are one process's.
     storage: the batches' type: "fp32" (float32), or the half input of a network training in "fp16"
     (float16) or "bf16" (uint16 holding bf16 bits): batch_storage.py.
+    cache: bytes of decoded images the workers share (image_cache.py), so that a file is decoded once, not
+    at every draw; "auto" (default): up to a quarter of the available memory (image_cache.auto_capacity;
+    only what is stored takes memory); 0: off. The batches are the same either way.
     """
 
     def __init__(self, paths: Sequence[str], batch_size: int, classes: int,
@@ -199,7 +227,7 @@ class BatchLoader:
                  on_problem: Optional[Callable[[str, str, str], None]] = None,
                  reporter: Optional[DataReporter] = None, start: int = 0,
                  iteration_images: Optional[int] = None, processes: bool = False,
-                 shard: Tuple[int, int] = (0, 1), storage: str = "fp32") -> None:
+                 shard: Tuple[int, int] = (0, 1), storage: str = "fp32", cache: "int | str" = "auto") -> None:
         if not paths:
             raise ValueError("no training images")
         if batch_size < 1:
@@ -221,15 +249,16 @@ class BatchLoader:
         # None: a fresh random seed, kept in .seed so that the run can be repeated
         self.seed = int(np.random.SeedSequence().entropy % 2 ** 63) if seed is None else int(seed)
         self.reporter = reporter if reporter is not None else DataReporter(on_problem)
+        self.cache = open_cache(len(paths), cache, shard[1])
         maker = SampleMaker(paths, batch_size, classes, opts, self.seed, self.reporter, iteration_images or batch_size,
-                            shard)
+                            shard, self.cache)
         workers = default_workers() if workers is None else workers
         self.processes = bool(processes and workers > 0)
         if self.processes:
             self._engine: "_Engine | ProcessEngine" = ProcessEngine(maker, workers, prefetch, start, dtype)
         else:
             self._engine = _Engine(maker, workers, prefetch, start, dtype)
-        self._finalizer = weakref.finalize(self, self._engine.close)
+        self._finalizer = weakref.finalize(self, _close_all, self._engine, self.cache)
         self.wait_seconds = 0.0  # total time next_batch() waited for the workers
         self.last_wait = 0.0
 

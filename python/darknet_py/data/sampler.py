@@ -9,7 +9,8 @@ at batch k draws what an uninterrupted run would have. A data-parallel rank r of
 counts its own batches k and draws the batches global_index(k) of the whole run: its share of every
 iteration's, so that the ranks together draw exactly the batches one process would.
 
-A SampleMaker holds no threads or open files, so it can be sent (pickled) to worker processes.
+A SampleMaker holds no threads or open files, so it can be sent (pickled) to worker processes (its
+image cache, image_cache.py, goes as the name of its shared memory).
 Bad images and labels are reported once each through its reporter and skipped (labels.py).
 """
 from __future__ import annotations
@@ -24,6 +25,7 @@ from numpy.random.bit_generator import ISeedSequence
 from .. import _core
 from . import augment as augmentation
 from .darknet_files import label_path_for
+from .image_cache import ImageCache
 from .labels import DataReporter, read_labels
 
 # Darknet's train_detector loads with args.threads = 6 * ngpus; one GPU: six groups per iteration.
@@ -83,7 +85,8 @@ class SampleMaker:
     MAX_DRAWS = 1000  # consecutive unusable images before giving up
 
     def __init__(self, paths: Sequence[str], batch_size: int, classes: int, opts: Dict[str, float], seed: int,
-                 reporter: DataReporter, iteration_images: int = 0, shard: Tuple[int, int] = (0, 1)) -> None:
+                 reporter: DataReporter, iteration_images: int = 0, shard: Tuple[int, int] = (0, 1),
+                 cache: Optional[ImageCache] = None) -> None:
         self.paths = list(paths)
         self.batch_size, self.classes, self.opts = batch_size, classes, opts
         # batches per iteration (Darknet's subdivisions): the groups span an iteration's images
@@ -96,6 +99,7 @@ class SampleMaker:
         self.seed_words = entropy_words(self.seed)
         self.channels = int(opts["channels"]) if int(opts["channels"]) == 1 else 3
         self.reporter = reporter
+        self.cache = cache  # decoded images shared by the workers (image_cache.py), or None: decode at each draw
         self.labels: Dict[str, np.ndarray] = {}
         self.bad: set = set()
 
@@ -113,9 +117,16 @@ class SampleMaker:
         return state
 
     # ---- files ------------------------------------------------------------------------------
-    def _load_image(self, path: str) -> Optional[np.ndarray]:
+    def _load_image(self, index: int) -> Optional[np.ndarray]:
+        """Training image `index` as decoded (BGR, or grey), from the cache if a worker stored it there;
+        None for a bad file (reported once)."""
+        path = self.paths[index]
         if path in self.bad:
             return None
+        if self.cache is not None:
+            img = self.cache.get(index)
+            if img is not None:
+                return img
         # imdecode: no OpenCV warning on stderr for a bad file, and any path encoding works
         img = None
         try:  # a missing file raises in the read: no stat call before it (25-35 us inside a sample)
@@ -132,6 +143,8 @@ class SampleMaker:
             self.bad.add(path)
             self.reporter.report("unreadable-image", path, f"{path}: cannot decode the image: skipped")
             return None
+        if self.cache is not None:
+            self.cache.put(index, img)
         return img  # BGR as decoded: augment's bgr=True makes it RGB in its HSV step, at no extra pass
 
     def _boxes(self, path: str) -> np.ndarray:
@@ -145,10 +158,10 @@ class SampleMaker:
         """A random usable image (BGR as decoded, or grey) and its boxes (another one is drawn for a bad
         image)."""
         for _ in range(self.MAX_DRAWS):
-            path = self.paths[int(rng.integers(len(self.paths)))]
-            img = self._load_image(path)
+            index = int(rng.integers(len(self.paths)))
+            img = self._load_image(index)
             if img is not None:
-                return img, self._boxes(path)
+                return img, self._boxes(self.paths[index])
             if len(self.bad) >= len(self.paths):
                 break
         raise RuntimeError(f"no usable training image: {len(self.bad)} of {len(self.paths)} could not be read")

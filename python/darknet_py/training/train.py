@@ -51,7 +51,7 @@ from .lr_policy import LrSchedule
 from .phase_hook import phase
 from .queued_step import QueuedStep, read_at_once
 from .weights_transfer import load_start_weights, weights_layers_in_file  # noqa: F401 (public here too)
-from .train_rate import ThroughputMeter, default_train_workers, use_processes
+from .train_rate import ThroughputMeter, default_train_workers, image_cache_summary, use_processes
 
 LAST_EVERY = 100  # Darknet saves <cfg>_last.weights every 100 iterations
 # DARKNET_PY_HALF_BATCHES=0: fp16 / bf16 training loads float32 batches, converted on the device, instead
@@ -96,6 +96,7 @@ class TrainResult:
     data_wait_share: float = 0.0  # the share of those iterations' time spent waiting for the loader
     device_wait_share: float = 0.0  # ... and for the device (GPU devices; near 0: the host's work limits)
     loader: str = ""  # how the batches were prepared: "threads x4", "processes x8", "this thread"
+    image_cache: Optional[Dict[str, int]] = None  # the loader's image cache at the end (ImageCache.stats), if any
     skipped_steps: int = 0  # fp16: steps skipped because the gradients overflowed (loss scaling)
     net: Any = field(default=None, repr=False)  # the trained darknet_py._core.Net (its last input size)
 
@@ -237,7 +238,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
           verbose: bool = False, heads_every: int = 10, device: Optional[str] = None, stream: Optional[TextIO] = None,
           progress: Optional[bool] = None, chart: bool = True, multiscale: bool = True,
           quiet: bool = False, loader_kind: str = "auto", group: Any = None,
-          batch_mode: str = "split", precision: str = "fp32") -> TrainResult:
+          batch_mode: str = "split", precision: str = "fp32", cache_images: "int | str" = "auto") -> TrainResult:
     """Trains the detector `cfg` on the `train` list of the Darknet .data file `data` (or an
     Ultralytics dataset YAML). When the cfg's class count differs from the data's, an adapted copy
     is written to the backup folder and trained (fit_cfg_to_classes); `weights` made for the
@@ -264,8 +265,9 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
     (distributed/plan.py: "split" or "per-gpu"). precision: "fp32", or "fp16" / "bf16" on a GPU
     device: activations and their gradients in half, weights, their gradients and the optimizer in
     fp32; fp16 scales the loss dynamically and skips a step whose gradients overflowed (the log says
-    so; TrainResult.skipped_steps counts them). Returns a TrainResult; raises TrainingDiverged on
-    NaN/Inf."""
+    so; TrainResult.skipped_steps counts them). cache_images: bytes of decoded images the loader's
+    workers share (data/image_cache.py: each file decoded once; "auto": a quarter of the available memory,
+    shared among the ranks; 0: off). Returns a TrainResult; raises TrainingDiverged on NaN/Inf."""
     from .. import _core
     from ..model_files.cfgfiles import resolve_cfg
     from ..data import (BatchLoader, darknet_truth, random_network_size, read_data_file, read_image_list,
@@ -382,7 +384,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
     loader = BatchLoader.from_files(data, cfg, batch_size=plan.mini, seed=seed, workers=workers,
                                     start=start * plan.passes, iteration_images=plan.step_images, processes=processes,
                                     shard=(group.rank, ranks) if group is not None else (0, 1), storage=storage,
-                                    on_problem=lambda kind, path, message: warn(message))
+                                    cache=cache_images, on_problem=lambda kind, path, message: warn(message))
     result_loader = f"{'processes' if processes else 'threads'} x{workers}" if workers else "this thread"
     if storage != "fp32":
         result_loader += f", {storage} batches"
@@ -426,6 +428,9 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
 
     say(f"{base}: {len(raw.layers())} layers on {device}, {init_w}x{init_h}, batch {batch} (subdivisions {subdivisions}), "
         f"{train_images} training images, seed {seed}, loader {result_loader}")
+    if loader.cache is not None:
+        say(f"image cache: up to {loader.cache.stats()['capacity'] / 2 ** 30:.1f} GB of decoded images in shared memory "
+            "(--cache-images; 0: off)")
     if group is not None:
         say(f"data parallel: {ranks} ranks ({group.collective.name}), batch mode {batch_mode}: each trains "
             f"{plan.passes} x {plan.mini} images per step, a step sees {plan.step_images} images")
@@ -604,6 +609,8 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
         raise
     finally:
         con.close()
+        if loader.cache is not None:
+            result.image_cache = loader.cache.stats()
         loader.close()
         result.seconds = time.perf_counter() - t_start
         result.images_per_second, result.data_wait_share = rate_meter.images_per_second, rate_meter.wait_share
@@ -621,6 +628,8 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
     if iteration >= total:
         result.final = save(os.path.join(backup, f"{base}_final.weights"), iteration)
         say(f"training done: {result.final}")
+    if result.image_cache:
+        say(image_cache_summary(result.image_cache))
     if rate_meter.iterations:
         say(rate_meter.summary(result_loader))
     if precision == "fp16":

@@ -7,7 +7,7 @@ import os
 import sys
 from typing import Any, Optional, Tuple
 
-from ..commands.argtypes import non_negative_int, positive_float, positive_int
+from ..commands.argtypes import gigabytes_or_auto, non_negative_int, positive_float, positive_int
 from ..devices import add_precision_option, check_name
 from ..distributed import DEFAULT_TIMEOUT, RankInfo, init_process_group
 from ..distributed.launch import launch, report_peer_lost, watch_launcher
@@ -80,6 +80,10 @@ def add_parser(sub: Any, formatter: Any) -> argparse.ArgumentParser:
     p.add_argument("--loader", choices=("auto", "threads", "processes"), default="auto",
                    help="run the workers as threads or processes (processes scale with cores; default auto: "
                         "processes when training on a GPU with 2+ workers, else threads)")
+    p.add_argument("--cache-images", type=gigabytes_or_auto, default="auto", metavar="GB",
+                   help="keep up to GB of decoded training images in shared memory, so that each file is decoded once "
+                        "instead of at every draw (the same batches; only what is stored takes memory). Default auto: "
+                        "a quarter of the available memory (none on Windows); 0: off")
     p.add_argument("--max-batches", type=positive_int, metavar="N",
                    help="train to iteration N (replaces the cfg's; without DATA: default %d)" % QUICK_MAX_BATCHES)
     p.add_argument("--seed", type=int, metavar="S", help="random seed: initialisation, data, augmentation")
@@ -207,6 +211,7 @@ def cmd_train(args: argparse.Namespace) -> int:
                   save_every=args.save_every, out_dir=out, threads=args.threads, max_batches=max_batches,
                   seed=args.seed, workers=args.workers, verbose=args.verbose, device=device, group=group,
                   batch_mode=args.batch_mode, loader_kind=args.loader, precision=args.precision,
+                  cache_images=args.cache_images,
                   callback=(lambda _: not stop_asked.is_set()) if stop_asked is not None else None)
     except _core.CollectiveError as e:  # another rank died or hangs: that rank's launcher line says why
         return report_peer_lost(str(e))

@@ -5,6 +5,7 @@ own work per step (train.py)."""
 from __future__ import annotations
 
 import os
+from typing import Dict
 
 # below this share of waiting, the device (or the CPU engine) is the limit, not the data
 WAIT_WORTH_MENTIONING = 0.05
@@ -84,3 +85,14 @@ class ThroughputMeter:
         else:
             text += "; the training step limits training, not the data"
         return text
+
+
+def image_cache_summary(stats: Dict[str, int]) -> str:
+    """The end-of-training line on the loader's image cache (ImageCache.stats)."""
+    draws = stats["hits"] + stats["misses"]
+    text = (f"image cache: {stats['stored']} images stored ({stats['used'] / 2 ** 20:.0f} MB of "
+            f"{stats['capacity'] / 2 ** 20:.0f}), {100 * stats['hits'] / max(1, draws):.1f}% of {draws} image draws "
+            "read from it instead of decoded")
+    if stats["used"] + stats["used"] // max(1, stats["stored"]) > stats["capacity"]:
+        text += "; it is full: more memory (--cache-images GB) would decode less"
+    return text

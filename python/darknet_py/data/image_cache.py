@@ -1,0 +1,128 @@
+"""Decoded training images kept in shared memory: each file is decoded once per run, not once per draw.
+
+Darknet decodes an image every time it is drawn, and so did this loader: decoding a 416x416 JPEG was
+0.66-0.70 ms of a 1.8-2.3 ms sample on the H100 host, a third of the loader's CPU (benchmarks/RESULTS.md,
+stop 33). With the cache a file is decoded by the first worker that draws it; every later draw, in any
+worker thread or process, reads the decoder's pixels back. They are the same bytes, so the batches do not
+change (src-test/test_image_cache.py).
+
+One region of shared memory holds a table with an entry per training image and `capacity` bytes of pixels;
+src-lib/loader_image_cache.cpp coordinates the workers through atomics in it, and nobody waits on anyone.
+Images that do not fit are decoded at each draw as before. The loader's process creates the cache; a
+worker process attaches to it by name (pickling an ImageCache sends the name). A cached image is handed
+out as a read-only view: augmentation never writes into its source image.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import weakref
+from multiprocessing import shared_memory
+from typing import Dict, Optional
+
+import numpy as np
+
+from .. import _core
+
+AUTO_MEMORY_SHARE = 4  # auto: at most a quarter of the memory available when training starts
+
+
+def available_memory() -> Optional[int]:
+    """Bytes of memory available now (Linux's MemAvailable; elsewhere the physical memory), or None."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def auto_capacity(ranks_on_host: int = 1) -> int:
+    """The cache's size by default: a quarter of the available memory, shared among this host's
+    data-parallel ranks (each keeps its own cache), and at most half of Linux's /dev/shm free space (a
+    write past a full tmpfs kills the writer with SIGBUS). Shared memory takes memory only as images
+    are stored, so a dataset smaller than this costs its own decoded size, not the whole budget. 0 on
+    Windows, whose shared memory is committed in full when created."""
+    if sys.platform == "win32":
+        return 0
+    memory = available_memory() or 0
+    capacity = memory // AUTO_MEMORY_SHARE // max(1, ranks_on_host)
+    if os.path.isdir("/dev/shm"):
+        import shutil
+
+        capacity = min(capacity, shutil.disk_usage("/dev/shm").free // 2)
+    return max(0, capacity)
+
+
+class _Region(shared_memory.SharedMemory):
+    """Shared memory whose views may outlive a close(): closing is then left to the collector."""
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except (OSError, BufferError):
+            pass
+
+
+class ImageCache:
+    """Decoded images of a training list (index = the image's position in the list), up to `capacity`
+    bytes of pixels, in shared memory that worker processes attach to."""
+
+    def __init__(self, images: int, capacity: int) -> None:
+        if images < 0 or capacity < 0:
+            raise ValueError(f"an image cache needs non-negative images and capacity, got {images}, {capacity}")
+        self._shm = _Region(create=True, size=max(1, _core.image_cache_region_bytes(images, capacity)))
+        _core.image_cache_init(self._shm.buf, images, capacity)
+        # the creator unlinks the name; attached processes only unmap
+        self._finalizer = weakref.finalize(self, _unlink, self._shm)
+
+    def __getstate__(self) -> Dict[str, str]:
+        return {"name": self._shm.name}
+
+    def __setstate__(self, state: Dict[str, str]) -> None:
+        self._shm = _Region(name=state["name"])
+        self._finalizer = weakref.finalize(self, _close, self._shm)
+
+    def get(self, index: int) -> Optional[np.ndarray]:
+        """Image `index` as it was stored (a read-only view), or None."""
+        found = _core.image_cache_find(self._shm.buf, index)
+        if found is None:
+            return None
+        offset, rows, cols, channels = found
+        image = np.ndarray((rows, cols, channels) if channels else (rows, cols), np.uint8, self._shm.buf, offset)
+        image.flags.writeable = False
+        return image
+
+    def put(self, index: int, image: np.ndarray) -> bool:
+        """Stores a decoded image (uint8, HxW or HxWxC, C-contiguous) unless it is stored or being stored, or
+        does not fit; whether this call stored it."""
+        return _core.image_cache_store(self._shm.buf, index, image)
+
+    def stats(self) -> Dict[str, int]:
+        """capacity and used (bytes of pixels), stored (images), hits and misses (lookups) so far, all
+        workers together."""
+        return _core.image_cache_stats(self._shm.buf)
+
+    def close(self) -> None:
+        """Unmaps it here (and, in the process that created it, frees it)."""
+        self._finalizer()
+
+
+def _close(shm: shared_memory.SharedMemory) -> None:
+    try:
+        shm.close()
+    except BufferError:  # a view of a cached image still lives: the mapping goes with it
+        pass
+
+
+def _unlink(shm: shared_memory.SharedMemory) -> None:
+    try:
+        shm.unlink()
+    except FileNotFoundError:
+        pass
+    _close(shm)

@@ -1,0 +1,137 @@
+"""The loader's cache of decoded images (data/image_cache.py, src-lib/loader_image_cache.cpp): the batches
+are the same bits with it as without, in the calling thread, in threads and in processes; the workers of
+every kind share one cache (its hits are counted across processes); a full cache decodes the rest; racing
+writers store an image once; bad input to the C++ side is refused with its name; the shared memory is
+freed when the loader closes."""
+import sys
+import threading
+from multiprocessing import shared_memory
+
+import numpy as np
+import pytest
+
+from darknet_py import _core
+from darknet_py.data import BatchLoader, synth
+from darknet_py.data import image_cache
+from darknet_py.data.image_cache import ImageCache
+
+OPTS = dict(width=64, height=48, jitter=0.3, hue=0.1, saturation=1.5, exposure=1.5, flip=1, mosaic=1, blur=1,
+            gaussian_noise=20, max_boxes=90)
+IMAGES = 12
+
+
+@pytest.fixture(scope="module")
+def shapes(tmp_path_factory):
+    return synth.generate(tmp_path_factory.mktemp("cache"), images=IMAGES, classes=3, size=(96, 80), seed=4,
+                          valid_fraction=0.0, workers=1)
+
+
+def batches(loader, n):
+    out = []
+    for _ in range(n):
+        images, truths = loader.next_batch()
+        out.append((images.copy(), [t.copy() for t in truths]))  # processes: valid for two more batches
+    return out
+
+
+def assert_same(a, b):
+    for (ia, ta), (ib, tb) in zip(a, b):
+        np.testing.assert_array_equal(ia, ib)
+        assert len(ta) == len(tb) and all(np.array_equal(x, y) for x, y in zip(ta, tb))
+
+
+@pytest.mark.parametrize("kw", [dict(workers=0), dict(workers=2), dict(workers=2, processes=True)],
+                         ids=["this-thread", "threads", "processes"])
+def test_cached_batches_are_the_decoded_bits(shapes, kw):
+    with BatchLoader.from_files(shapes, None, 6, options=OPTS, seed=3, cache=0, **kw) as loader:
+        assert loader.cache is None
+        plain = batches(loader, 6)
+    with BatchLoader.from_files(shapes, None, 6, options=OPTS, seed=3, cache=1 << 24, **kw) as loader:
+        cached = batches(loader, 6)
+        stats = loader.cache.stats()
+    assert_same(plain, cached)
+    # 36 samples, mosaics among them, from 12 images: every image stored once, most draws read back
+    assert 0 < stats["stored"] <= IMAGES
+    assert stats["used"] >= stats["stored"] * 96 * 80 * 3
+    assert stats["hits"] > stats["misses"] >= stats["stored"]
+
+
+def test_a_full_cache_decodes_the_rest(shapes):
+    with BatchLoader.from_files(shapes, None, 6, options=OPTS, seed=5, cache=0) as loader:
+        plain = batches(loader, 4)
+    with BatchLoader.from_files(shapes, None, 6, options=OPTS, seed=5, cache=96 * 80 * 3 + 100) as loader:
+        cached = batches(loader, 4)
+        stats = loader.cache.stats()
+    assert_same(plain, cached)
+    assert stats["stored"] == 1 and stats["hits"] >= 1
+
+
+def test_the_loader_frees_its_cache(shapes):
+    loader = BatchLoader.from_files(shapes, None, 2, options=OPTS, seed=1, workers=1, processes=True)
+    assert loader.cache is not None  # "auto" on a machine with memory to spare
+    name = loader.cache._shm.name
+    loader.next_batch()
+    loader.close()
+    with pytest.raises(FileNotFoundError):
+        shared_memory.SharedMemory(name=name)
+
+
+def test_an_image_is_stored_once_and_read_back_read_only():
+    cache = ImageCache(3, 1 << 16)
+    colour = np.random.default_rng(0).integers(0, 256, (7, 9, 3), dtype=np.uint8)
+    grey = colour[..., 0].copy()
+    assert cache.get(0) is None
+    assert cache.put(0, colour) and not cache.put(0, grey)  # the first writer wins
+    assert cache.put(2, grey)
+    got = cache.get(0)
+    np.testing.assert_array_equal(got, colour)
+    assert not got.flags.writeable
+    with pytest.raises(ValueError):
+        got[0, 0, 0] = 1
+    np.testing.assert_array_equal(cache.get(2), grey)
+    assert cache.get(2).shape == (7, 9)
+    assert cache.stats() == dict(capacity=1 << 16, used=256, stored=2, hits=3, misses=1)
+    del got
+    cache.close()
+
+
+def test_racing_writers_store_each_image_once():
+    images = 64
+    cache = ImageCache(images, 1 << 20)
+    pixels = [np.full((16, 16, 3), i, np.uint8) for i in range(images)]
+    stored = []
+
+    def writer():
+        stored.append(sum(cache.put(i, pixels[i]) for i in range(images)))  # the C++ store runs without the GIL
+
+    threads = [threading.Thread(target=writer) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(stored) == images and cache.stats()["stored"] == images
+    assert all(np.array_equal(cache.get(i), pixels[i]) for i in range(images))
+    cache.close()
+
+
+def test_bad_input_is_refused_by_name():
+    cache = ImageCache(2, 1024)
+    with pytest.raises(ValueError, match="index must be in 0..1"):
+        cache.get(2)
+    with pytest.raises(ValueError, match="C-contiguous uint8"):
+        cache.put(0, np.zeros((4, 4, 3), np.float32))
+    with pytest.raises(ValueError, match="C-contiguous uint8"):
+        cache.put(0, np.zeros((4, 8, 3), np.uint8)[:, ::2])
+    with pytest.raises(ValueError, match="shared memory of an image cache"):
+        _core.image_cache_find(bytearray(4096), 0)
+    with pytest.raises(ValueError, match="cache must be a number of bytes"):
+        BatchLoader([__file__], 1, 1, cache="lots")
+    cache.close()
+
+
+def test_auto_takes_a_share_of_the_memory_and_none_on_windows(monkeypatch):
+    monkeypatch.setattr(image_cache, "available_memory", lambda: 8 << 30)
+    assert 0 < image_cache.auto_capacity() <= 2 << 30
+    assert image_cache.auto_capacity(ranks_on_host=4) <= (2 << 30) // 4
+    monkeypatch.setattr(sys, "platform", "win32")
+    assert image_cache.auto_capacity() == 0
