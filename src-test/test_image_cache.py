@@ -3,6 +3,7 @@ are the same bits with it as without, in the calling thread, in threads and in p
 every kind share one cache (its hits are counted across processes); a full cache decodes the rest; racing
 writers store an image once; bad input to the C++ side is refused with its name; the shared memory is
 freed when the loader closes."""
+import pickle
 import sys
 import threading
 from multiprocessing import shared_memory
@@ -47,6 +48,7 @@ def test_cached_batches_are_the_decoded_bits(shapes, kw):
         assert loader.cache is None
         plain = batches(loader, 6)
     with BatchLoader.from_files(shapes, None, 6, options=OPTS, seed=3, cache=1 << 24, **kw) as loader:
+        assert (loader.cache.name is not None) == loader.processes  # threads: this process's own memory
         cached = batches(loader, 6)
         stats = loader.cache.stats()
     assert_same(plain, cached)
@@ -69,15 +71,16 @@ def test_a_full_cache_decodes_the_rest(shapes):
 def test_the_loader_frees_its_cache(shapes):
     loader = BatchLoader.from_files(shapes, None, 2, options=OPTS, seed=1, workers=1, processes=True)
     assert loader.cache is not None  # "auto" on a machine with memory to spare
-    name = loader.cache._shm.name
+    name = loader.cache.name
     loader.next_batch()
     loader.close()
     with pytest.raises(FileNotFoundError):
         shared_memory.SharedMemory(name=name)
 
 
-def test_an_image_is_stored_once_and_read_back_read_only():
-    cache = ImageCache(3, 1 << 16)
+@pytest.mark.parametrize("shared", [True, False], ids=["shared", "private"])
+def test_an_image_is_stored_once_and_read_back_read_only(shared):
+    cache = ImageCache(3, 1 << 16, shared)
     colour = np.random.default_rng(0).integers(0, 256, (7, 9, 3), dtype=np.uint8)
     grey = colour[..., 0].copy()
     assert cache.get(0) is None
@@ -91,13 +94,20 @@ def test_an_image_is_stored_once_and_read_back_read_only():
     np.testing.assert_array_equal(cache.get(2), grey)
     assert cache.get(2).shape == (7, 9)
     assert cache.stats() == dict(capacity=1 << 16, used=256, stored=2, hits=3, misses=1)
+    if shared:  # what a worker process gets: the same memory, by name
+        other = pickle.loads(pickle.dumps(cache))
+        np.testing.assert_array_equal(other.get(0), colour)
+        other.close()
+    else:
+        with pytest.raises(TypeError, match="cannot go to another process"):
+            pickle.dumps(cache)
     del got
     cache.close()
 
 
 def test_racing_writers_store_each_image_once():
     images = 64
-    cache = ImageCache(images, 1 << 20)
+    cache = ImageCache(images, 1 << 20, shared=False)
     pixels = [np.full((16, 16, 3), i, np.uint8) for i in range(images)]
     stored = []
 
@@ -131,7 +141,19 @@ def test_bad_input_is_refused_by_name():
 
 def test_auto_takes_a_share_of_the_memory_and_none_on_windows(monkeypatch):
     monkeypatch.setattr(image_cache, "available_memory", lambda: 8 << 30)
-    assert 0 < image_cache.auto_capacity() <= 2 << 30
-    assert image_cache.auto_capacity(ranks_on_host=4) <= (2 << 30) // 4
+    assert image_cache.auto_capacity(shared=False) == 2 << 30
+    assert image_cache.auto_capacity(ranks_on_host=4, shared=False) == (2 << 30) // 4
+    assert 0 < image_cache.auto_capacity() <= 2 << 30  # also within half of /dev/shm's free space
     monkeypatch.setattr(sys, "platform", "win32")
     assert image_cache.auto_capacity() == 0
+
+
+def test_train_takes_the_cache_size_in_gigabytes(capsys):
+    from darknet_py.commands.argtypes import gigabytes_or_auto
+    from darknet_py.commands.cli import main
+
+    assert gigabytes_or_auto("auto") == "auto" and gigabytes_or_auto("1.5") == 3 << 29 and gigabytes_or_auto("0") == 0
+    for bad, says in (("lots", "not a number of GB or 'auto'"), ("-1", "must be 0 or more GB")):
+        with pytest.raises(SystemExit) as e:
+            main(["train", "yolov4-tiny.cfg", "--cache-images", bad])
+        assert e.value.code == 2 and says in capsys.readouterr().err

@@ -232,13 +232,19 @@ def test_train_through_processes_is_the_run_through_threads(shapes, tmp_path):
     cfg.write_text(small_cfg(classes=3, size=64, batch=4, lr=0.002, burn_in=0, max_batches=1000, filters=(8, 16),
                              head=16, anchors="8,8, 14,14, 22,22"))
     params, logs = {}, {}
-    for kind in ("threads", "processes"):
+    for run, kind, cache in (("threads", "threads", "auto"), ("processes", "processes", "auto"),
+                             ("no cache", "processes", 0)):
         log = io.StringIO()
-        r = train(shapes, str(cfg), out_dir=str(tmp_path / kind), max_batches=3, seed=5, workers=2, loader_kind=kind,
-                  device="cpu", chart=False, stream=log, progress=False)
-        params[kind], logs[kind] = all_params(r.net), log.getvalue()
+        r = train(shapes, str(cfg), out_dir=str(tmp_path / run), max_batches=3, seed=5, workers=2, loader_kind=kind,
+                  device="cpu", chart=False, stream=log, progress=False, cache_images=cache)
+        params[run], logs[run] = all_params(r.net), log.getvalue()
         assert r.loader == f"{kind} x2" and r.images_per_second > 0 and 0 <= r.data_wait_share <= 1
+        assert (r.image_cache is None) == (cache == 0)
     np.testing.assert_array_equal(params["threads"], params["processes"])
+    np.testing.assert_array_equal(params["processes"], params["no cache"])
+    # the image cache: its size at the start, its use at the end (12 images, 12 draws a run), none when off
+    assert "image cache: up to " in logs["processes"] and "image cache: " not in logs["no cache"]
+    assert "image draws read from it instead of decoded" in logs["processes"].splitlines()[-2]
     lines = [ln for ln in logs["processes"].splitlines() if " avg loss, " in ln]
     assert len(lines) == 3 and all(ln.split("hours left, ")[1].endswith("% waiting for data") for ln in lines)
     assert "images/s" in lines[0] and "loader processes x2" in logs["processes"]

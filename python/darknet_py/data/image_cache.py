@@ -6,14 +6,17 @@ stop 33). With the cache a file is decoded by the first worker that draws it; ev
 worker thread or process, reads the decoder's pixels back. They are the same bytes, so the batches do not
 change (src-test/test_image_cache.py).
 
-One region of shared memory holds a table with an entry per training image and `capacity` bytes of pixels;
+One region of memory holds a table with an entry per training image and `capacity` bytes of pixels;
 src-lib/loader_image_cache.cpp coordinates the workers through atomics in it, and nobody waits on anyone.
-Images that do not fit are decoded at each draw as before. The loader's process creates the cache; a
-worker process attaches to it by name (pickling an ImageCache sends the name). A cached image is handed
-out as a read-only view: augmentation never writes into its source image.
+Images that do not fit are decoded at each draw as before. For worker processes the region is shared
+memory: the loader's process creates it and a worker attaches to it by name (pickling an ImageCache sends
+the name). For threads it is the process's own anonymous memory, which no /dev/shm size limits. Either
+way pages are taken only as images are stored. A cached image is handed out as a read-only view:
+augmentation never writes into its source image.
 """
 from __future__ import annotations
 
+import mmap
 import os
 import sys
 import weakref
@@ -42,17 +45,16 @@ def available_memory() -> Optional[int]:
         return None
 
 
-def auto_capacity(ranks_on_host: int = 1) -> int:
+def auto_capacity(ranks_on_host: int = 1, shared: bool = True) -> int:
     """The cache's size by default: a quarter of the available memory, shared among this host's
-    data-parallel ranks (each keeps its own cache), and at most half of Linux's /dev/shm free space (a
-    write past a full tmpfs kills the writer with SIGBUS). Shared memory takes memory only as images
-    are stored, so a dataset smaller than this costs its own decoded size, not the whole budget. 0 on
-    Windows, whose shared memory is committed in full when created."""
+    data-parallel ranks (each keeps its own cache); a shared cache also at most half of Linux's /dev/shm
+    free space (a write past a full tmpfs kills the writer with SIGBUS). Pages are taken only as images are
+    stored, so a dataset smaller than this costs its own decoded size, not the whole budget. 0 on Windows,
+    which commits such memory in full when it is made."""
     if sys.platform == "win32":
         return 0
-    memory = available_memory() or 0
-    capacity = memory // AUTO_MEMORY_SHARE // max(1, ranks_on_host)
-    if os.path.isdir("/dev/shm"):
+    capacity = (available_memory() or 0) // AUTO_MEMORY_SHARE // max(1, ranks_on_host)
+    if shared and os.path.isdir("/dev/shm"):
         import shutil
 
         capacity = min(capacity, shutil.disk_usage("/dev/shm").free // 2)
@@ -71,51 +73,69 @@ class _Region(shared_memory.SharedMemory):
 
 class ImageCache:
     """Decoded images of a training list (index = the image's position in the list), up to `capacity`
-    bytes of pixels, in shared memory that worker processes attach to."""
+    bytes of pixels; shared=True: in shared memory that worker processes attach to, else in this
+    process's memory (for threads)."""
 
-    def __init__(self, images: int, capacity: int) -> None:
+    def __init__(self, images: int, capacity: int, shared: bool = True) -> None:
         if images < 0 or capacity < 0:
             raise ValueError(f"an image cache needs non-negative images and capacity, got {images}, {capacity}")
-        self._shm = _Region(create=True, size=max(1, _core.image_cache_region_bytes(images, capacity)))
-        _core.image_cache_init(self._shm.buf, images, capacity)
-        # the creator unlinks the name; attached processes only unmap
-        self._finalizer = weakref.finalize(self, _unlink, self._shm)
+        size = max(1, _core.image_cache_region_bytes(images, capacity))
+        if shared:
+            self._memory: "shared_memory.SharedMemory | mmap.mmap" = _Region(create=True, size=size)
+            self._buf = self._memory.buf
+            # the creator unlinks the name; attached processes only unmap
+            self._finalizer = weakref.finalize(self, _unlink, self._memory)
+        else:
+            self._memory = mmap.mmap(-1, size)  # anonymous: zero pages, taken as they are written
+            self._buf = memoryview(self._memory)
+            self._finalizer = weakref.finalize(self, _close, self._memory, self._buf)
+        _core.image_cache_init(self._buf, images, capacity)
+
+    @property
+    def name(self) -> Optional[str]:
+        """The shared memory's name, or None for a cache in this process's memory."""
+        return getattr(self._memory, "name", None)
 
     def __getstate__(self) -> Dict[str, str]:
-        return {"name": self._shm.name}
+        if self.name is None:
+            raise TypeError("an image cache in a process's own memory (shared=False) cannot go to another process")
+        return {"name": self.name}
 
     def __setstate__(self, state: Dict[str, str]) -> None:
-        self._shm = _Region(name=state["name"])
-        self._finalizer = weakref.finalize(self, _close, self._shm)
+        self._memory = _Region(name=state["name"])
+        self._buf = self._memory.buf
+        self._finalizer = weakref.finalize(self, _close, self._memory)
 
     def get(self, index: int) -> Optional[np.ndarray]:
         """Image `index` as it was stored (a read-only view), or None."""
-        found = _core.image_cache_find(self._shm.buf, index)
+        found = _core.image_cache_find(self._buf, index)
         if found is None:
             return None
         offset, rows, cols, channels = found
-        image = np.ndarray((rows, cols, channels) if channels else (rows, cols), np.uint8, self._shm.buf, offset)
+        image = np.ndarray((rows, cols, channels) if channels else (rows, cols), np.uint8, self._buf, offset)
         image.flags.writeable = False
         return image
 
     def put(self, index: int, image: np.ndarray) -> bool:
         """Stores a decoded image (uint8, HxW or HxWxC, C-contiguous) unless it is stored or being stored, or
         does not fit; whether this call stored it."""
-        return _core.image_cache_store(self._shm.buf, index, image)
+        return _core.image_cache_store(self._buf, index, image)
 
     def stats(self) -> Dict[str, int]:
         """capacity and used (bytes of pixels), stored (images), hits and misses (lookups) so far, all
         workers together."""
-        return _core.image_cache_stats(self._shm.buf)
+        return _core.image_cache_stats(self._buf)
 
     def close(self) -> None:
         """Unmaps it here (and, in the process that created it, frees it)."""
         self._finalizer()
 
 
-def _close(shm: shared_memory.SharedMemory) -> None:
+def _close(memory: "shared_memory.SharedMemory | mmap.mmap", view: Optional[memoryview] = None) -> None:
     try:
-        shm.close()
+        if view is not None:
+            view.release()
+        memory.close()
     except BufferError:  # a view of a cached image still lives: the mapping goes with it
         pass
 

@@ -171,18 +171,19 @@ class _Engine:
                 t.join(max(0.0, deadline - time.monotonic()))
 
 
-def open_cache(images: int, capacity: "int | str", ranks: int = 1) -> Optional[ImageCache]:
+def open_cache(images: int, capacity: "int | str", ranks: int = 1, shared: bool = True) -> Optional[ImageCache]:
     """The loader's image cache of `capacity` bytes ("auto": image_cache.auto_capacity for `ranks` ranks on
-    this host), or None when that is 0 or shared memory cannot be had (a warning says so; the loader then
-    decodes at each draw, as without a cache)."""
+    this host), in shared memory for worker processes (shared) or in this process's, or None when that is 0
+    or the memory cannot be had (a warning says so; the loader then decodes at each draw, as without a
+    cache)."""
     if capacity == "auto":
-        capacity = auto_capacity(ranks)
+        capacity = auto_capacity(ranks, shared)
     elif isinstance(capacity, str) or int(capacity) < 0:
         raise ValueError(f"cache must be a number of bytes (0: off) or 'auto', got {capacity!r}")
     if int(capacity) <= 0:
         return None
     try:
-        return ImageCache(images, int(capacity))
+        return ImageCache(images, int(capacity), shared)
     except OSError as e:
         warnings.warn(f"the loader's image cache ({int(capacity) / 2 ** 30:.1f} GB of shared memory) could not be "
                       f"made ({e}): images are decoded at each draw", stacklevel=3)
@@ -215,9 +216,9 @@ class BatchLoader:
     (SampleMaker.global_index): the ranks' batches together are one process's.
     storage: the batches' type: "fp32" (float32), or the half input of a network training in "fp16"
     (float16) or "bf16" (uint16 holding bf16 bits): batch_storage.py.
-    cache: bytes of decoded images the workers share (image_cache.py), so that a file is decoded once, not
-    at every draw; "auto" (default): up to a quarter of the available memory (image_cache.auto_capacity;
-    only what is stored takes memory); 0: off. The batches are the same either way.
+    cache: bytes of decoded images the workers share (image_cache.py; shared memory for processes), so that
+    a file is decoded once, not at every draw; "auto" (default): up to a quarter of the available memory
+    (image_cache.auto_capacity; only what is stored takes memory); 0: off. The batches are the same either way.
     """
 
     def __init__(self, paths: Sequence[str], batch_size: int, classes: int,
@@ -249,11 +250,11 @@ class BatchLoader:
         # None: a fresh random seed, kept in .seed so that the run can be repeated
         self.seed = int(np.random.SeedSequence().entropy % 2 ** 63) if seed is None else int(seed)
         self.reporter = reporter if reporter is not None else DataReporter(on_problem)
-        self.cache = open_cache(len(paths), cache, shard[1])
-        maker = SampleMaker(paths, batch_size, classes, opts, self.seed, self.reporter, iteration_images or batch_size,
-                            shard, self.cache)
         workers = default_workers() if workers is None else workers
         self.processes = bool(processes and workers > 0)
+        self.cache = open_cache(len(paths), cache, shard[1], shared=self.processes)
+        maker = SampleMaker(paths, batch_size, classes, opts, self.seed, self.reporter, iteration_images or batch_size,
+                            shard, self.cache)
         if self.processes:
             self._engine: "_Engine | ProcessEngine" = ProcessEngine(maker, workers, prefetch, start, dtype)
         else:

@@ -429,8 +429,8 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
     say(f"{base}: {len(raw.layers())} layers on {device}, {init_w}x{init_h}, batch {batch} (subdivisions {subdivisions}), "
         f"{train_images} training images, seed {seed}, loader {result_loader}")
     if loader.cache is not None:
-        say(f"image cache: up to {loader.cache.stats()['capacity'] / 2 ** 30:.1f} GB of decoded images in shared memory "
-            "(--cache-images; 0: off)")
+        say(f"image cache: up to {loader.cache.stats()['capacity'] / 2 ** 30:.1f} GB of decoded images, shared by the "
+            "loader's workers (--cache-images; 0: off)")
     if group is not None:
         say(f"data parallel: {ranks} ranks ({group.collective.name}), batch mode {batch_mode}: each trains "
             f"{plan.passes} x {plan.mini} images per step, a step sees {plan.step_images} images")

@@ -81,8 +81,8 @@ def add_parser(sub: Any, formatter: Any) -> argparse.ArgumentParser:
                    help="run the workers as threads or processes (processes scale with cores; default auto: "
                         "processes when training on a GPU with 2+ workers, else threads)")
     p.add_argument("--cache-images", type=gigabytes_or_auto, default="auto", metavar="GB",
-                   help="keep up to GB of decoded training images in shared memory, so that each file is decoded once "
-                        "instead of at every draw (the same batches; only what is stored takes memory). Default auto: "
+                   help="keep up to GB of decoded training images in memory the loader's workers share, so that each file "
+                        "is decoded once instead of at every draw (the same batches; only what is stored takes memory). Default auto: "
                         "a quarter of the available memory (none on Windows); 0: off")
     p.add_argument("--max-batches", type=positive_int, metavar="N",
                    help="train to iteration N (replaces the cfg's; without DATA: default %d)" % QUICK_MAX_BATCHES)
