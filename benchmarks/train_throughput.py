@@ -171,6 +171,25 @@ def train_run(data: str, cfg: str, device: str, iterations: int, warmup: int, wo
             "cache": r.image_cache}
 
 
+def several_gpus_run(data: str, cfg: str, gpus: int, iterations: int, workers: int, precision: str,
+                     cache) -> Dict[str, float]:
+    """`darknet_py train --gpus 0,..,gpus-1 --batch-mode per-gpu` (each rank trains the cfg's whole batch) as a
+    user runs it: its closing throughput line (images/s of all ranks over every iteration but the first, so
+    the image cache's cold first epochs are in it, and the share of the time rank 0 waited for data)."""
+    with tempfile.TemporaryDirectory() as out:
+        env = {**os.environ, "DARKNET_PY_TF32": "1" if precision == "tf32" else "0"}
+        p = subprocess.run([sys.executable, "-m", "darknet_py", "train", cfg, data, "--gpus",
+                            ",".join(str(g) for g in range(gpus)), "--batch-mode", "per-gpu", "--max-batches",
+                            str(iterations), "--workers", str(workers), "--precision", storage(precision),
+                            "--cache-images", str(cache if cache == "auto" else cache / 2 ** 30), "--seed", "1",
+                            "--out", out], capture_output=True, text=True, env=env, timeout=900)
+    line = next((ln for ln in p.stdout.splitlines() if ln.startswith("throughput: ")), None)
+    if p.returncode or line is None:
+        raise RuntimeError(f"train --gpus failed ({p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-3000:]}")
+    words = line.split()
+    return {"images_per_s": float(words[1]), "wait_share": float(words[6].rstrip("%")) / 100}
+
+
 def child(args) -> int:
     """One measurement in this process (the parent sets DARKNET_PY_TF32); prints its JSON."""
     spec = json.loads(args.child)
@@ -225,6 +244,10 @@ def main(argv=None) -> int:
                     help="the loader's image cache, a row (and end-to-end run) each: 0 (off: every draw decodes its "
                          "file), auto (train's default) or bytes (default 0,auto: A/B). With the cache, the warm-ups "
                          "should span a few epochs of --images so that the timed draws read it, as in a long run")
+    ap.add_argument("--gpus", type=int, default=0,
+                    help="also `darknet_py train --gpus` on this many GPUs end to end (per-gpu batch mode, "
+                         "--gpu-iterations iterations, --train-workers' largest a rank), per precision and --cache")
+    ap.add_argument("--gpu-iterations", type=int, default=200)
     ap.add_argument("--write", help="also write the markdown tables to this file")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -304,6 +327,19 @@ def main(argv=None) -> int:
                         f"{r['images_per_s']:.1f} | {100 * r['wait_share']:.1f}% | "
                         f"{r['images_per_s'] / step['images_per_s']:.2f} |")
         say("")
+        if args.gpus > 1:
+            say(f"### `darknet_py train --gpus` on {args.gpus} GPUs, per-gpu batch mode (each rank {args.batch} images "
+                f"a step), {max(train_workers)} workers a rank, {args.gpu_iterations} iterations")
+            say("")
+            say("| precision | cache | images/s, all ranks | per GPU | rank 0 waiting for data |")
+            say("|---|---|---|---|---|")
+            for precision in args.precisions.split(",") if args.precisions else ["fp32", "tf32", "fp16", "bf16"]:
+                for cache in caches:
+                    r = several_gpus_run(data, cfg, args.gpus, args.gpu_iterations, max(train_workers), precision,
+                                         cache)
+                    say(f"| {precision} | {cache} | {r['images_per_s']:.0f} | {r['images_per_s'] / args.gpus:.0f} | "
+                        f"{100 * r['wait_share']:.1f}% |")
+            say("")
     if args.write:
         Path(args.write).write_text("\n".join(out) + "\n")
     return 0
