@@ -423,7 +423,9 @@ def test_a_rank_that_dies_or_hangs_or_ctrl_c_stops_every_rank(job, fault):
     lines = [ln for ln in err.splitlines() if ln.startswith("darknet_py train:")]
     if fault == "kill":
         assert p.returncode == RANK_FAILED and seconds < 15, (p.returncode, seconds, err)
-        assert lines == [f"darknet_py train: rank 1 (cpu, pid {pids[1]}) was killed by SIGKILL; stopping the other 1 ranks"], err
+        # rank 0 may notice the lost peer and exit before the launcher's next look: nobody left to stop then
+        killed = f"darknet_py train: rank 1 (cpu, pid {pids[1]}) was killed by SIGKILL; stopping "
+        assert lines in ([killed + "the other 1 ranks"], [killed + "training"]), err
     elif fault == "stop":
         assert p.returncode == RANK_FAILED and seconds < 20, (p.returncode, seconds, err)
         assert len(lines) == 1 and "rank 0" in lines[0] and "from rank 1" in lines[0] and "no data for 2" in lines[0], err
