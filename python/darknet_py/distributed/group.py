@@ -133,4 +133,5 @@ def init_process_group(info: RankInfo, device: str, *, collective: str = "auto",
     # step's gradient reductions, so each step's loss sum waited for that step's whole backward and the
     # GPUs then idled while the hosts prepared the next step (train --gpus 4 from JPEGs: 6594 images/s,
     # the step alone 16267; benchmarks/RESULTS_GPU.md, stop 33). The ring waits only for the ranks.
-    return ProcessGroup(info, comm, host=ring)
+    # DARKNET_PY_LOSS_REDUCE=nccl: the old way, for timing the difference
+    return ProcessGroup(info, comm, host=comm if env.get("DARKNET_PY_LOSS_REDUCE") == "nccl" else ring)
