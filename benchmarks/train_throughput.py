@@ -247,7 +247,7 @@ def main(argv=None) -> int:
                          "file), auto (train's default) or bytes (default 0,auto: A/B). With the cache, the warm-ups "
                          "should span a few epochs of --images so that the timed draws read it, as in a long run")
     ap.add_argument("--gpus", type=int, default=0,
-                    help="also `darknet_py train --gpus` on this many GPUs end to end (per-gpu batch mode, "
+                    help="also `darknet_py train --gpus` on this many GPUs end to end (1: one, several: per-gpu batch mode, "
                          "--gpu-iterations iterations, --train-workers' largest a rank), per precision and --cache")
     ap.add_argument("--gpu-iterations", type=int, default=200)
     ap.add_argument("--write", help="also write the markdown tables to this file")
@@ -329,7 +329,7 @@ def main(argv=None) -> int:
                         f"{r['images_per_s']:.1f} | {100 * r['wait_share']:.1f}% | "
                         f"{r['images_per_s'] / step['images_per_s']:.2f} |")
         say("")
-        if args.gpus > 1:
+        if args.gpus:
             burned_in = adapted_cfg(args.classes, args.batch, args.size, os.path.join(tmp, "gpus.cfg"), burn_in=1000)
             say(f"### `darknet_py train --gpus` on {args.gpus} GPUs, per-gpu batch mode (each rank {args.batch} images "
                 f"a step), {max(train_workers)} workers a rank, {args.gpu_iterations} iterations")

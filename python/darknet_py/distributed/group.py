@@ -52,17 +52,14 @@ class RankInfo:
 
 
 class ProcessGroup:
-    """This rank's collective (darknet_py._core.Collective: all_reduce, broadcast_params) and its place.
-    `host`: the collective of all_reduce's host values (default: `collective`)."""
+    """This rank's collective (darknet_py._core.Collective: all_reduce, broadcast_params) and its place."""
 
-    def __init__(self, info: RankInfo, collective: Any, host: Any = None) -> None:
+    def __init__(self, info: RankInfo, collective: Any) -> None:
         self.rank, self.size, self.local_rank = info.rank, info.world_size, info.local_rank
         self.collective = collective
-        self.host = collective if host is None else host
 
     def all_reduce(self, values):
-        """The sum over the ranks of a few host values (each step's loss, the stop flag), through `host`."""
-        return self.host.all_reduce(values)
+        return self.collective.all_reduce(values)
 
 
 def _open_store(info: RankInfo, env: Mapping[str, str], timeout: float):
@@ -111,8 +108,7 @@ def _ring(info: RankInfo, store, timeout: float):
 def init_process_group(info: RankInfo, device: str, *, collective: str = "auto", timeout: float = DEFAULT_TIMEOUT,
                        env: Optional[Dict[str, str]] = None) -> ProcessGroup:
     """Rendezvous, then this rank's collective: NCCL for cuda:N devices when NCCL opens (or
-    collective="nccl", which then fails if it cannot), else the TCP ring ("tcp"). The TCP ring also carries
-    the host values of ProcessGroup.all_reduce in either case."""
+    collective="nccl", which then fails if it cannot), else the TCP ring ("tcp")."""
     from .. import _core
 
     env = dict(os.environ if env is None else env)
@@ -122,16 +118,11 @@ def init_process_group(info: RankInfo, device: str, *, collective: str = "auto",
     if collective == "auto" and device.startswith("cuda:") and info.world_size > 1:
         use_nccl = bool(_core.nccl_status()[0])
     store = _open_store(info, env, timeout)
-    send, recv = _ring(info, store, timeout)
-    ring = _core.tcp_collective(info.rank, info.world_size, send, recv, timeout)
-    if not use_nccl:
-        return ProcessGroup(info, ring)
-    if info.rank == 0:
-        store.set("nccl_id", _core.nccl_unique_id())
-    comm = _core.nccl_collective(info.rank, info.world_size, store.get("nccl_id", timeout), device, timeout)
-    # Host values take the TCP ring even with NCCL: NCCL's host all-reduce runs on its stream, behind the
-    # step's gradient reductions, so each step's loss sum waited for that step's whole backward and the
-    # GPUs then idled while the hosts prepared the next step (train --gpus 4 from JPEGs: 6594 images/s,
-    # the step alone 16267; benchmarks/RESULTS_GPU.md, stop 33). The ring waits only for the ranks.
-    # DARKNET_PY_LOSS_REDUCE=nccl: the old way, for timing the difference
-    return ProcessGroup(info, comm, host=comm if env.get("DARKNET_PY_LOSS_REDUCE") == "nccl" else ring)
+    if use_nccl:
+        if info.rank == 0:
+            store.set("nccl_id", _core.nccl_unique_id())
+        comm = _core.nccl_collective(info.rank, info.world_size, store.get("nccl_id", timeout), device, timeout)
+    else:
+        send, recv = _ring(info, store, timeout)
+        comm = _core.tcp_collective(info.rank, info.world_size, send, recv, timeout)
+    return ProcessGroup(info, comm)
