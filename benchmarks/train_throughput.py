@@ -23,11 +23,14 @@ network's half type (data/batch_storage.py): the loader writes them so and the i
 so. --half-batches on,off (the default) runs each half precision both ways (off: DARKNET_PY_HALF_BATCHES=0,
 float32 batches converted on the device), for A/B; the loader-alone table has a row per --loader-storage.
 --cache 0,auto (the default) runs the loader and train() without and with the image cache (decoded images
-kept in shared memory, data/image_cache.py): warm-ups of a few epochs of --images put the timed draws in a
-long run's steady state, where nearly every draw reads the cache (its share is printed).
+kept in memory the workers share, data/image_cache.py): warm-ups of a few epochs of --images put the timed
+draws in a long run's steady state, where nearly every draw reads the cache (its share is printed).
+--gpus N also runs the command line, `darknet_py train --gpus 0..N-1 --batch-mode per-gpu`, and reads its
+closing `throughput:` line: what a user sees, the cache's cold first epoch included.
 
     python benchmarks/train_throughput.py --images 1024 --workers 1,8,14 --train-workers 14 --precisions bf16
     python benchmarks/train_throughput.py --images 1024 --loader-kinds processes --loader-warmup 100 --warmup 60
+    python benchmarks/train_throughput.py --images 1024 --workers 14 --loader-only --gpus 4 --precisions bf16
 """
 from __future__ import annotations
 
@@ -96,7 +99,7 @@ def loader_rate(data: str, cfg: str, batch: int, workers: int, processes: bool, 
     500 faults per 416x416 image, 1-4 ms of CPU on a 2-core EPYC) until it has written every page of the
     ring, which takes many batches with many workers (loader_profile.py splits it). batch_storage: the
     batches' type (fp32, or a half network's fp16 / bf16). cache: BatchLoader's (decoded images kept in
-    shared memory; 0: decoded at every draw); "hit_share": the timed batches' draws read from it."""
+    memory; 0: decoded at every draw); "hit_share": the timed batches' draws read from it."""
     from darknet_py.data import BatchLoader
 
     with BatchLoader.from_files(data, cfg, batch, seed=1, workers=workers, processes=processes,

@@ -26,6 +26,7 @@ from typing import Dict, Optional
 import numpy as np
 
 from .. import _core
+from .shared_buffer import SharedBuffer
 
 AUTO_MEMORY_SHARE = 4  # auto: at most a quarter of the memory available when training starts
 
@@ -61,16 +62,6 @@ def auto_capacity(ranks_on_host: int = 1, shared: bool = True) -> int:
     return max(0, capacity)
 
 
-class _Region(shared_memory.SharedMemory):
-    """Shared memory whose views may outlive a close(): closing is then left to the collector."""
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except (OSError, BufferError):
-            pass
-
-
 class ImageCache:
     """Decoded images of a training list (index = the image's position in the list), up to `capacity`
     bytes of pixels; shared=True: in shared memory that worker processes attach to, else in this
@@ -81,7 +72,7 @@ class ImageCache:
             raise ValueError(f"an image cache needs non-negative images and capacity, got {images}, {capacity}")
         size = max(1, _core.image_cache_region_bytes(images, capacity))
         if shared:
-            self._memory: "shared_memory.SharedMemory | mmap.mmap" = _Region(create=True, size=size)
+            self._memory: "shared_memory.SharedMemory | mmap.mmap" = SharedBuffer(create=True, size=size)
             self._buf = self._memory.buf
             # the creator unlinks the name; attached processes only unmap
             self._finalizer = weakref.finalize(self, _unlink, self._memory)
@@ -102,7 +93,7 @@ class ImageCache:
         return {"name": self.name}
 
     def __setstate__(self, state: Dict[str, str]) -> None:
-        self._memory = _Region(name=state["name"])
+        self._memory = SharedBuffer(name=state["name"])
         self._buf = self._memory.buf
         self._finalizer = weakref.finalize(self, _close, self._memory)
 

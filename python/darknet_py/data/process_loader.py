@@ -28,6 +28,7 @@ import numpy as np
 
 from .heap import keep_freed_memory
 from .sampler import SampleMaker
+from .shared_buffer import SharedBuffer
 
 Batch = Tuple[np.ndarray, List[np.ndarray]]
 
@@ -186,22 +187,11 @@ def batch_ring_bytes(batch_size: int, channels: int, width: int, height: int, pr
     return itemsize * (max(1, prefetch) + PREFETCH_SLACK) * batch_size * channels * width * height
 
 
-class _SharedBuffer(shared_memory.SharedMemory):
-    """Shared memory whose arrays may outlive it: a batch handed out keeps its mapping alive, and
-    closing it meanwhile is put off (BufferError) instead of reported at collection."""
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except (OSError, BufferError):
-            pass
-
-
 class _Buffer:
     """One batch's shared memory (at least `nbytes`), tagged with the size generation it serves."""
 
     def __init__(self, nbytes: int, gen: int) -> None:
-        self.shm = _SharedBuffer(create=True, size=max(1, nbytes))
+        self.shm = SharedBuffer(create=True, size=max(1, nbytes))
         self.gen = gen
 
 
