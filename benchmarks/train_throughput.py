@@ -16,7 +16,9 @@ trains yolov4-tiny adapted to its classes (batch --batch, subdivisions 1) from r
      synchronization each (compare_gpu.timed);
   3. `train()` itself per precision and loader: median seconds per iteration from its callback (the
      first --warmup iterations left out), images/s, the share of the iteration spent waiting for
-     data, and the ratio to the in-memory step.
+     data, and the ratio to the in-memory step; and the mean and 90th percentile, with the count of slow
+     iterations (over twice the median) and how many of them spent over half their time waiting for data:
+     the log's throughput is the mean's, so slow iterations are what separates it from the median.
 Each precision's runs are subprocesses with DARKNET_PY_TF32 set (fp32: 0, tf32: 1), as compare_gpu.py;
 fp16 and bf16 train with half activations (`train(precision=...)`) and, as `train` does, batches in the
 network's half type (data/batch_storage.py): the loader writes them so and the in-memory step feeds them
@@ -168,11 +170,13 @@ def train_run(data: str, cfg: str, device: str, iterations: int, warmup: int, wo
         r = train(data, cfg, out_dir=out, max_batches=iterations + warmup, workers=workers, loader_kind=kind,
                   device=device, seed=1, quiet=True, chart=False, callback=callback, precision=storage(precision),
                   cache_images=cache)
-    s = np.array(seconds[warmup:])
+    s, w = np.array(seconds[warmup:]), np.array(waits[warmup:])
     batch = int(r.net.net_options()["batch"])
+    slow = s > 2 * np.median(s)  # the iterations that pull the mean (what the log's throughput sums) up
     return {"s_per_iteration": float(np.median(s)), "images_per_s": batch / float(np.median(s)),
-            "wait_share": float(np.sum(waits[warmup:]) / np.sum(s)), "loader": r.loader,
-            "cache": r.image_cache}
+            "wait_share": float(np.sum(w) / np.sum(s)), "loader": r.loader, "cache": r.image_cache,
+            "mean_s": float(np.mean(s)), "p90_s": float(np.percentile(s, 90)), "slow": int(np.sum(slow)),
+            "slow_data_bound": int(np.sum(slow & (w > s / 2)))}
 
 
 def several_gpus_run(data: str, cfg: str, gpus: int, iterations: int, workers: int, precision: str,
@@ -311,8 +315,9 @@ def main(argv=None) -> int:
         else:
             say("### End to end: `train` against the engine's in-memory step")
             say("")
-            say("| precision | run | s/iteration | images/s | waiting for data | / in-memory step |")
-            say("|---|---|---|---|---|---|")
+            say("| precision | run | s/iteration | images/s | waiting for data | / in-memory step | mean, 90th "
+                "percentile s; iterations over 2x the median (of them, over half waiting for data) |")
+            say("|---|---|---|---|---|---|---|")
         half_modes = [{"on": True, "off": False}[m] for m in args.half_batches.split(",")]
         for precision in precisions:
             base = {"data": data, "cfg": cfg, "device": device, "iterations": args.iterations}
@@ -320,7 +325,7 @@ def main(argv=None) -> int:
                 batches = "" if storage(precision) == "fp32" else (", half batches" if half else ", fp32 batches")
                 step = in_child(dict(base, what="engine"), precision, half)
                 say(f"| {precision} | in-memory step{batches} | {step['s_per_iteration']:.4f} | "
-                    f"{step['images_per_s']:.1f} | | 1.00 |")
+                    f"{step['images_per_s']:.1f} | | 1.00 | |")
                 for kind, w, cache in [(k, w, c) for k in args.loader_kinds.split(",") for w in train_workers
                                        for c in caches]:
                     r = in_child(dict(base, what="train", warmup=args.warmup, workers=w, kind=kind, cache=cache),
@@ -329,7 +334,8 @@ def main(argv=None) -> int:
                               "% of draws" if r["cache"] else ", no cache")
                     say(f"| {precision} | train, {r['loader']}{cached} | {r['s_per_iteration']:.4f} | "
                         f"{r['images_per_s']:.1f} | {100 * r['wait_share']:.1f}% | "
-                        f"{r['images_per_s'] / step['images_per_s']:.2f} |")
+                        f"{r['images_per_s'] / step['images_per_s']:.2f} | {r['mean_s']:.4f}, {r['p90_s']:.4f}; "
+                        f"{r['slow']} ({r['slow_data_bound']}) |")
         say("")
         if args.gpus:
             say(f"### `darknet_py train --gpus` on {args.gpus} GPUs, per-gpu batch mode (each rank {args.batch} images "
