@@ -251,6 +251,20 @@ def test_train_through_processes_is_the_run_through_threads(shapes, tmp_path):
     assert "throughput: " in logs["processes"].splitlines()[-1]
 
 
+def test_the_throughput_counts_the_time_between_steps(shapes, tmp_path):
+    """images/s is wall time from report to report: work between the steps (here a callback that sleeps
+    0.2 s; in a run, saves and the chart) lowers it, as a user waits for it."""
+    from darknet_py.training.train import train
+    from test_train import small_cfg
+
+    cfg = tmp_path / "tiny.cfg"
+    cfg.write_text(small_cfg(classes=3, size=64, batch=4, lr=0.002, burn_in=0, max_batches=1000, filters=(8, 16),
+                             head=16, anchors="8,8, 14,14, 22,22"))
+    r = train(shapes, str(cfg), out_dir=str(tmp_path / "out"), max_batches=4, seed=5, workers=0, device="cpu",
+              chart=False, quiet=True, callback=lambda stats: time.sleep(0.2))
+    assert 0 < r.images_per_second <= 4 / 0.2  # 4 images an iteration, each after a 0.2 s callback
+
+
 def test_too_little_shared_memory_is_an_error_not_a_crash(shapes, monkeypatch):
     """A full /dev/shm (Docker's default is 64 MB) would kill a worker with SIGBUS mid-write."""
     from collections import namedtuple

@@ -32,7 +32,8 @@ def use_processes(loader_kind: str, device: str, workers: int) -> bool:
 
 
 class ThroughputMeter:
-    """Iteration times, data waits and device waits. The first iteration (the loader starting, the
+    """Iteration times, data waits and device waits (train.py gives each iteration the wall time from the
+    last report to its own, mAP passes left out: the saves, the chart and the log between steps count). The first iteration (the loader starting, the
     device's first-call work) is left out of the totals once there are others. queued_device: the
     device runs a queued step beside the loop (GPU devices, statistics read one step late), so the
     loop's wait for a step's loss is its wait for the device; elsewhere that wait means nothing."""
