@@ -165,10 +165,11 @@ void bind_loader(py::module_& m) {
     m.def("image_cache_stats", [](const py::buffer& region) {
         ImageCacheStats s = image_cache_stats(cache_region("image_cache_stats", region));
         py::dict d;
-        d["capacity"] = s.capacity, d["used"] = s.used, d["stored"] = s.stored, d["hits"] = s.hits;
-        d["misses"] = s.misses;
+        d["images"] = s.entries, d["capacity"] = s.capacity, d["used"] = s.used, d["stored"] = s.stored;
+        d["hits"] = s.hits, d["misses"] = s.misses;
         return d;
-    }, py::arg("region"), "The cache's capacity and used bytes, images stored, and finds that hit or missed.");
+    }, py::arg("region"), "The cache's images (entries), capacity and used bytes, images stored, and finds that hit "
+       "or missed.");
 
     m.def("seed_sequence_state", [](const std::vector<uint32_t>& entropy, int n_words, bool uint64) {
         if (n_words < 0 || n_words > (1 << 20)) bad_arg("seed_sequence_state", "n_words", "in 0..2^20", std::to_string(n_words));

@@ -95,7 +95,7 @@ bool image_cache_store(void* region, int64_t index, const uint8_t* pixels, int r
 
 ImageCacheStats image_cache_stats(const void* region) {
     const Header* h = header(region);
-    return {h->capacity, h->used.load(), h->stored.load(), h->hits.load(), h->misses.load()};
+    return {h->entries, h->capacity, h->used.load(), h->stored.load(), h->hits.load(), h->misses.load()};
 }
 
 }  // namespace dn

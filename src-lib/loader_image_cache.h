@@ -37,6 +37,7 @@ bool image_cache_find(void* region, int64_t index, CachedImage* out);
 bool image_cache_store(void* region, int64_t index, const uint8_t* pixels, int rows, int cols, int channels);
 
 struct ImageCacheStats {
+    int64_t entries;              // the images it has room to index
     int64_t capacity, used;       // arena bytes
     int64_t stored, hits, misses;  // images stored; finds that found one, that did not
 };

@@ -10,6 +10,7 @@ process: what CI can check of `darknet_py train --device cuda:0,1` without GPUs.
 - failure: a rank killed (SIGKILL) or stopped (SIGSTOP) ends every rank with one line naming it;
   Ctrl-C stops all; no process outlives the launcher; the saved weights stay loadable.
 """
+import glob
 import os
 import re
 import signal
@@ -278,6 +279,10 @@ def test_two_ranks_train_as_one_process_then_resume_with_one(job, one_process):
     assert p2.returncode == 0, err2
     assert "data parallel: 2 ranks (tcp-ring), batch mode split: each trains 1 x 4 images per step" in out2
     assert out2.count("\n4: ") == 1  # rank 0 alone prints its iteration lines
+    # one image cache for the host's ranks: rank 0's line counts both ranks' 2 x 4 iterations x 4 draws (its
+    # own cache would count 16), and the shared memory is gone once they end
+    assert "% of 32 image draws read from it" in out2, out2
+    assert not glob.glob("/dev/shm/dnpy_cache_*")
     b = trained_params(str(two / "tiny_final.weights"), job["cfg"])
     rel = np.abs(one_process - b).max() / np.abs(one_process).max()
     print(f"2 ranks vs 1 process after 4 iterations: max relative parameter difference {rel:.2e}")
@@ -288,6 +293,17 @@ def test_two_ranks_train_as_one_process_then_resume_with_one(job, one_process):
     assert r.returncode == 0, err
     assert "resuming at iteration 4 (seen = 32 images)" in out and "\n5: " in out
     assert not np.array_equal(trained_params(str(two / "tiny_final.weights"), job["cfg"]), start)
+
+
+def test_ranks_with_loader_processes_share_one_image_cache_and_leave_no_shared_memory(job):
+    """Rank 1 and its loader processes use the image cache local rank 0 made; all end cleanly and the shared
+    memory goes with rank 0 (test_image_cache checks that attached processes leave it to its maker)."""
+    p = cli(job, job["root"] / "procs", "--max-batches", "3", "--device", "cpu,cpu", "--workers", "1", "--loader",
+            "processes")
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    assert "image draws read from it" in out and "leaked" not in err, err
+    assert not glob.glob("/dev/shm/dnpy_cache_*")
 
 
 def test_ranks_started_as_torchrun_starts_them(job, one_process):

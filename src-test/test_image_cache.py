@@ -3,6 +3,7 @@ are the same bits with it as without, in the calling thread, in threads and in p
 every kind share one cache (its hits are counted across processes); a full cache decodes the rest; racing
 writers store an image once; bad input to the C++ side is refused with its name; the shared memory is
 freed when the loader closes."""
+import os
 import pickle
 import sys
 import threading
@@ -93,7 +94,7 @@ def test_an_image_is_stored_once_and_read_back_read_only(shared):
         got[0, 0, 0] = 1
     np.testing.assert_array_equal(cache.get(2), grey)
     assert cache.get(2).shape == (7, 9)
-    assert cache.stats() == dict(capacity=1 << 16, used=256, stored=2, hits=3, misses=1)
+    assert cache.stats() == dict(images=3, capacity=1 << 16, used=256, stored=2, hits=3, misses=1)
     if shared:  # what a worker process gets: the same memory, by name
         other = pickle.loads(pickle.dumps(cache))
         np.testing.assert_array_equal(other.get(0), colour)
@@ -157,3 +158,31 @@ def test_train_takes_the_cache_size_in_gigabytes(capsys):
         with pytest.raises(SystemExit) as e:
             main(["train", "yolov4-tiny.cfg", "--cache-images", bad])
         assert e.value.code == 2 and says in capsys.readouterr().err
+
+
+def test_another_process_attaches_by_name_and_leaves_it_to_its_maker(tmp_path):
+    """What a data-parallel rank does with its host's cache (train._host_image_cache): attach by name, read,
+    exit; the segment stays for its maker (Python before 3.13 would unlink it at the attacher's exit)."""
+    import subprocess
+
+    cache = ImageCache(2, 1 << 12, name=f"dnpy_cache_test_{os.getpid()}")
+    cache.put(1, np.full((4, 5, 3), 7, np.uint8))
+    # the attaching process also hands the cache to a spawned worker, as a rank's loader does
+    code = ("import multiprocessing as mp, sys\n"
+            "from darknet_py.data.image_cache import ImageCache\n"
+            "def worker(c): print(int(c.get(1).sum()), flush=True)\n"
+            "if __name__ == '__main__':\n"
+            "    c = ImageCache.attach(sys.argv[1]); print(int(c.get(1).sum()), c.get(0), flush=True)\n"
+            "    p = mp.get_context('spawn').Process(target=worker, args=(c,)); p.start(); p.join()\n"
+            "    c.close()\n")
+    script = tmp_path / "attach.py"
+    script.write_text(code)
+    out = subprocess.run([sys.executable, str(script), cache.name], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == [str(7 * 60), "None", str(7 * 60)], out
+    assert "leaked" not in out.stderr, out.stderr
+    shared_memory.SharedMemory(name=cache.name).close()  # still there
+    with pytest.raises(ValueError, match="indexes 2 images, not these 3"):
+        BatchLoader([__file__] * 3, 1, 1, cache=cache)
+    cache.close()
+    with pytest.raises(FileNotFoundError):
+        ImageCache.attach(cache.name)

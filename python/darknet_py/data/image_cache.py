@@ -21,7 +21,7 @@ import os
 import sys
 import weakref
 from multiprocessing import shared_memory
-from typing import Dict, Optional
+from typing import Any, Dict, Optional
 
 import numpy as np
 
@@ -67,12 +67,12 @@ class ImageCache:
     bytes of pixels; shared=True: in shared memory that worker processes attach to, else in this
     process's memory (for threads)."""
 
-    def __init__(self, images: int, capacity: int, shared: bool = True) -> None:
+    def __init__(self, images: int, capacity: int, shared: bool = True, name: Optional[str] = None) -> None:
         if images < 0 or capacity < 0:
             raise ValueError(f"an image cache needs non-negative images and capacity, got {images}, {capacity}")
         size = max(1, _core.image_cache_region_bytes(images, capacity))
-        if shared:
-            self._memory: "shared_memory.SharedMemory | mmap.mmap" = SharedBuffer(create=True, size=size)
+        if shared:  # name: one that other processes know (data-parallel ranks); default a fresh one
+            self._memory: "shared_memory.SharedMemory | mmap.mmap" = SharedBuffer(create=True, size=size, name=name)
             self._buf = self._memory.buf
             # the creator unlinks the name; attached processes only unmap
             self._finalizer = weakref.finalize(self, _unlink, self._memory)
@@ -87,15 +87,26 @@ class ImageCache:
         """The shared memory's name, or None for a cache in this process's memory."""
         return getattr(self._memory, "name", None)
 
-    def __getstate__(self) -> Dict[str, str]:
+    def __getstate__(self) -> Dict[str, Any]:
         if self.name is None:
             raise TypeError("an image cache in a process's own memory (shared=False) cannot go to another process")
-        return {"name": self.name}
+        return {"name": self.name, "foreign": getattr(self, "_foreign", False)}
 
-    def __setstate__(self, state: Dict[str, str]) -> None:
+    def __setstate__(self, state: Dict[str, Any]) -> None:
         self._memory = SharedBuffer(name=state["name"])
         self._buf = self._memory.buf
         self._finalizer = weakref.finalize(self, _close, self._memory)
+        self._foreign = state.get("foreign", False)
+        if self._foreign:
+            _untrack(self._memory)
+
+    @classmethod
+    def attach(cls, name: str) -> "ImageCache":
+        """The cache another process made under `name` (a data-parallel rank's on this host), mapped here;
+        its maker frees it. (A worker process gets its loader's cache by pickling instead.)"""
+        cache = cls.__new__(cls)
+        cache.__setstate__({"name": name, "foreign": True})
+        return cache
 
     def get(self, index: int) -> Optional[np.ndarray]:
         """Image `index` as it was stored (a read-only view), or None."""
@@ -113,13 +124,25 @@ class ImageCache:
         return _core.image_cache_store(self._buf, index, image)
 
     def stats(self) -> Dict[str, int]:
-        """capacity and used (bytes of pixels), stored (images), hits and misses (lookups) so far, all
-        workers together."""
+        """images (the entries it indexes), capacity and used (bytes of pixels), stored (images), hits and
+        misses (lookups) so far, all workers together."""
         return _core.image_cache_stats(self._buf)
 
     def close(self) -> None:
         """Unmaps it here (and, in the process that created it, frees it)."""
         self._finalizer()
+
+
+def _untrack(shm: shared_memory.SharedMemory) -> None:
+    """Python before 3.13 registers an attached segment with this process's resource tracker (shared with
+    the worker processes it spawns), which unlinks it when they end: not ours to free when another process
+    made it (a data-parallel rank's cache: its maker frees it)."""
+    try:
+        from multiprocessing import resource_tracker
+
+        resource_tracker.unregister(shm._name, "shared_memory")  # type: ignore[attr-defined]
+    except (ImportError, AttributeError, OSError):
+        pass
 
 
 def _close(memory: "shared_memory.SharedMemory | mmap.mmap", view: Optional[memoryview] = None) -> None:

@@ -171,11 +171,16 @@ class _Engine:
                 t.join(max(0.0, deadline - time.monotonic()))
 
 
-def open_cache(images: int, capacity: "int | str", ranks: int = 1, shared: bool = True) -> Optional[ImageCache]:
+def open_cache(images: int, capacity: "int | str | ImageCache", ranks: int = 1,
+               shared: bool = True) -> Optional[ImageCache]:
     """The loader's image cache of `capacity` bytes ("auto": image_cache.auto_capacity for `ranks` ranks on
     this host), in shared memory for worker processes (shared) or in this process's, or None when that is 0
     or the memory cannot be had (a warning says so; the loader then decodes at each draw, as without a
-    cache)."""
+    cache). An ImageCache is used as it is (shared, and closed by whoever made it)."""
+    if isinstance(capacity, ImageCache):
+        if capacity.stats()["images"] != images:
+            raise ValueError(f"the image cache handed in indexes {capacity.stats()['images']} images, not these {images}")
+        return capacity
     if capacity == "auto":
         capacity = auto_capacity(ranks, shared)
     elif isinstance(capacity, str) or int(capacity) < 0:
@@ -218,7 +223,8 @@ class BatchLoader:
     (float16) or "bf16" (uint16 holding bf16 bits): batch_storage.py.
     cache: bytes of decoded images the workers share (image_cache.py; shared memory for processes), so that
     a file is decoded once, not at every draw; "auto" (default): up to a quarter of the available memory
-    (image_cache.auto_capacity; only what is stored takes memory); 0: off. The batches are the same either way.
+    (image_cache.auto_capacity; only what is stored takes memory); 0: off; or an ImageCache of these paths
+    to use (train() gives a host's data-parallel ranks one). The batches are the same either way.
     """
 
     def __init__(self, paths: Sequence[str], batch_size: int, classes: int,
@@ -253,13 +259,14 @@ class BatchLoader:
         workers = default_workers() if workers is None else workers
         self.processes = bool(processes and workers > 0)
         self.cache = open_cache(len(paths), cache, shard[1], shared=self.processes)
+        own_cache = self.cache is not cache  # one handed in is its owner's to close
         maker = SampleMaker(paths, batch_size, classes, opts, self.seed, self.reporter, iteration_images or batch_size,
                             shard, self.cache)
         if self.processes:
             self._engine: "_Engine | ProcessEngine" = ProcessEngine(maker, workers, prefetch, start, dtype)
         else:
             self._engine = _Engine(maker, workers, prefetch, start, dtype)
-        self._finalizer = weakref.finalize(self, _close_all, self._engine, self.cache)
+        self._finalizer = weakref.finalize(self, _close_all, self._engine, self.cache if own_cache else None)
         self.wait_seconds = 0.0  # total time next_batch() waited for the workers
         self.last_wait = 0.0
 

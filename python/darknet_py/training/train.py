@@ -35,6 +35,7 @@ import glob
 import math
 import os
 import random
+import secrets
 import signal
 import sys
 import threading
@@ -143,6 +144,37 @@ def _broadcast_int(group, value: int) -> int:
     digits = np.array([(value >> (16 * i)) & 0xFFFF for i in range(4)], np.float32)
     summed = group.all_reduce(digits)
     return sum(int(d) << (16 * i) for i, d in enumerate(summed))
+
+
+def _host_image_cache(group, images: int, capacity: "int | str", warn: Callable[[str], None]):
+    """One image cache for the data-parallel ranks of each host instead of one per rank: the same images
+    decoded once and held once. Local rank 0 makes it under a name made of rank 0's random token; the
+    others attach once every host's exists. 0 (no cache) on every rank if a maker failed; a rank that cannot
+    attach goes without (each draw decoded), the others keep it."""
+    from ..data.image_cache import ImageCache, auto_capacity
+
+    token = _broadcast_int(group, secrets.randbits(48) if group.rank == 0 else 0)
+    name = f"dnpy_cache_{token:012x}"
+    cache, made = None, 1.0
+    if group.local_rank == 0:
+        size = auto_capacity() if capacity == "auto" else int(capacity)
+        try:
+            cache = ImageCache(images, size, name=name) if size > 0 else None
+        except OSError as e:
+            warn(f"the ranks' image cache ({size / 2 ** 30:.1f} GB of shared memory) could not be made ({e}): images "
+                 "are decoded at each draw")
+        made = float(cache is not None)
+    if group.all_reduce(np.array([made], np.float32))[0] < group.size:  # also waits until every cache exists
+        if cache is not None:
+            cache.close()
+        return 0
+    if cache is None:
+        try:
+            cache = ImageCache.attach(name)
+        except OSError as e:  # LOCAL_RANK not given per host, say: this rank decodes at each draw
+            warn(f"rank {group.rank}: cannot use this host's image cache {name} ({e}): images are decoded at each draw")
+            return 0
+    return cache
 
 
 def _head_line(layer: int, s: Dict[str, float]) -> str:
@@ -381,10 +413,18 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
         if problem:
             warn(problem + "; loading in threads")
             processes = False
-    loader = BatchLoader.from_files(data, cfg, batch_size=plan.mini, seed=seed, workers=workers,
-                                    start=start * plan.passes, iteration_images=plan.step_images, processes=processes,
-                                    shard=(group.rank, ranks) if group is not None else (0, 1), storage=storage,
-                                    cache=cache_images, on_problem=lambda kind, path, message: warn(message))
+    cache = cache_images
+    if group is not None and cache_images != 0 and spec.train and os.path.exists(spec.train):
+        cache = _host_image_cache(group, len(read_image_list(spec.train)), cache_images, warn)
+    try:
+        loader = BatchLoader.from_files(data, cfg, batch_size=plan.mini, seed=seed, workers=workers,
+                                        start=start * plan.passes, iteration_images=plan.step_images,
+                                        processes=processes, shard=(group.rank, ranks) if group is not None else (0, 1),
+                                        storage=storage, cache=cache, on_problem=lambda kind, path, message: warn(message))
+    except BaseException:
+        if not isinstance(cache, (int, str)):
+            cache.close()
+        raise
     result_loader = f"{'processes' if processes else 'threads'} x{workers}" if workers else "this thread"
     if storage != "fp32":
         result_loader += f", {storage} batches"
@@ -622,6 +662,8 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
         if loader.cache is not None:
             result.image_cache = loader.cache.stats()
         loader.close()
+        if not isinstance(cache, (int, str)):  # the ranks' shared cache: this rank's to close
+            cache.close()
         result.seconds = time.perf_counter() - t_start
         result.images_per_second, result.data_wait_share = rate_meter.images_per_second, rate_meter.wait_share
         result.device_wait_share = rate_meter.device_wait_share
