@@ -298,8 +298,8 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
     device: activations and their gradients in half, weights, their gradients and the optimizer in
     fp32; fp16 scales the loss dynamically and skips a step whose gradients overflowed (the log says
     so; TrainResult.skipped_steps counts them). cache_images: bytes of decoded images the loader's
-    workers share (data/image_cache.py: each file decoded once; "auto": a quarter of the available memory,
-    shared among the ranks; 0: off). Returns a TrainResult; raises TrainingDiverged on NaN/Inf."""
+    workers share (data/image_cache.py: each file decoded once; "auto": a quarter of the available memory;
+    0: off); data-parallel ranks share one per host. Returns a TrainResult; raises TrainingDiverged on NaN/Inf."""
     from .. import _core
     from ..model_files.cfgfiles import resolve_cfg
     from ..data import (BatchLoader, darknet_truth, random_network_size, read_data_file, read_image_list,
