@@ -186,3 +186,19 @@ def test_another_process_attaches_by_name_and_leaves_it_to_its_maker(tmp_path):
     cache.close()
     with pytest.raises(FileNotFoundError):
         ImageCache.attach(cache.name)
+
+
+def test_no_shared_memory_means_no_cache_and_a_warning(shapes, monkeypatch):
+    """Where the cache's memory cannot be had, the loader says so and decodes at each draw: the same batches."""
+    def refuse(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    with BatchLoader.from_files(shapes, None, 6, options=OPTS, seed=3, cache=0) as loader:
+        plain = batches(loader, 2)
+    monkeypatch.setattr(image_cache, "SharedBuffer", refuse)
+    with pytest.warns(UserWarning, match=r"image cache \(1 MB of memory\) could not be made .*No space left"):
+        loader = BatchLoader.from_files(shapes, None, 6, options=OPTS, seed=3, cache=1 << 20, workers=1,
+                                        processes=True)
+    with loader:
+        assert loader.cache is None
+        assert_same(plain, batches(loader, 2))

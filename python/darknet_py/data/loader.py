@@ -190,7 +190,7 @@ def open_cache(images: int, capacity: "int | str | ImageCache", ranks: int = 1,
     try:
         return ImageCache(images, int(capacity), shared)
     except OSError as e:
-        warnings.warn(f"the loader's image cache ({int(capacity) / 2 ** 30:.1f} GB of shared memory) could not be "
+        warnings.warn(f"the loader's image cache ({int(capacity) / 2 ** 20:.0f} MB of memory) could not be "
                       f"made ({e}): images are decoded at each draw", stacklevel=3)
         return None
 

@@ -161,7 +161,7 @@ def _host_image_cache(group, images: int, capacity: "int | str", warn: Callable[
         try:
             cache = ImageCache(images, size, name=name) if size > 0 else None
         except OSError as e:
-            warn(f"the ranks' image cache ({size / 2 ** 30:.1f} GB of shared memory) could not be made ({e}): images "
+            warn(f"the ranks' image cache ({size / 2 ** 20:.0f} MB of shared memory) could not be made ({e}): images "
                  "are decoded at each draw")
         made = float(cache is not None)
     if group.all_reduce(np.array([made], np.float32))[0] < group.size:  # also waits until every cache exists
