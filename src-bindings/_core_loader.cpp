@@ -7,7 +7,6 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
-#include <cstring>
 #include <optional>
 #include <vector>
 
@@ -133,7 +132,6 @@ void bind_loader(py::module_& m) {
         if (entries < 0 || capacity < 0 || (int64_t)info.size * info.itemsize < need)
             bad_arg("image_cache_init", "region", "a writable buffer of at least " + std::to_string(need) + " bytes",
                     std::to_string((int64_t)info.size * info.itemsize) + " bytes");
-        std::memset(info.ptr, 0, (size_t)(need - capacity));  // header and table: every entry empty
         image_cache_init(info.ptr, entries, capacity);
     }, py::arg("region"), py::arg("entries"), py::arg("capacity"),
        "Lays out an image cache in `region` (a writable buffer of image_cache_region_bytes bytes).");

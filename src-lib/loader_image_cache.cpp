@@ -41,7 +41,8 @@ Entry* entry(void* region, int64_t index) {
 int64_t image_cache_region_bytes(int64_t entries, int64_t capacity) { return arena_offset(entries) + capacity; }
 
 void image_cache_init(void* region, int64_t entries, int64_t capacity) {
-    Header* h = new (region) Header{};  // the atomics start at 0, the entries' states (zeroed memory) at kEmpty
+    std::memset(region, 0, (size_t)arena_offset(entries));  // the header and the table: every entry kEmpty
+    Header* h = new (region) Header{};  // its atomics start at 0
     h->entries = entries;
     h->capacity = capacity;
     h->arena = arena_offset(entries);

@@ -17,7 +17,8 @@ namespace dn {
 // Bytes of a region holding `entries` images in `capacity` bytes of pixels.
 int64_t image_cache_region_bytes(int64_t entries, int64_t capacity);
 
-// Lays out a zeroed region of image_cache_region_bytes(entries, capacity) bytes.
+// Lays out a region of image_cache_region_bytes(entries, capacity) bytes: header and table zeroed (every
+// entry empty), the pixels left as they are.
 void image_cache_init(void* region, int64_t entries, int64_t capacity);
 
 // Whether `region` (of `size` bytes) was laid out by image_cache_init: its mark and sizes agree.

@@ -269,12 +269,12 @@ def test_too_little_shared_memory_is_an_error_not_a_crash(shapes, monkeypatch):
     """A full /dev/shm (Docker's default is 64 MB) would kill a worker with SIGBUS mid-write."""
     from collections import namedtuple
 
-    from darknet_py.data import process_loader
+    from darknet_py.data import shared_buffer
 
-    if not os.path.isdir(process_loader.SHM_FOLDER):
-        pytest.skip(f"no {process_loader.SHM_FOLDER} here: nothing is checked")
+    if not os.path.isdir(shared_buffer.SHM_FOLDER):
+        pytest.skip(f"no {shared_buffer.SHM_FOLDER} here: nothing is checked")
     usage = namedtuple("usage", "total used free")
-    monkeypatch.setattr(process_loader.shutil, "disk_usage", lambda path: usage(2 ** 20, 2 ** 20 - 1000, 1000))
+    monkeypatch.setattr(shared_buffer.shutil, "disk_usage", lambda path: usage(2 ** 20, 2 ** 20 - 1000, 1000))
     with pytest.raises(OSError, match=r"need 0 MB of shared memory .* has 0 MB free: enlarge it \(docker run "
                                       r"--shm-size=2g\) or load in threads \(--loader threads\)"):
         BatchLoader.from_files(shapes, None, 2, options=OPTS, workers=1, processes=True)

@@ -26,7 +26,7 @@ from typing import Any, Dict, Optional
 import numpy as np
 
 from .. import _core
-from .shared_buffer import SharedBuffer
+from .shared_buffer import SharedBuffer, shared_memory_free
 
 AUTO_MEMORY_SHARE = 4  # auto: at most a quarter of the memory available when training starts
 
@@ -55,10 +55,9 @@ def auto_capacity(ranks_on_host: int = 1, shared: bool = True) -> int:
     if sys.platform == "win32":
         return 0
     capacity = (available_memory() or 0) // AUTO_MEMORY_SHARE // max(1, ranks_on_host)
-    if shared and os.path.isdir("/dev/shm"):
-        import shutil
-
-        capacity = min(capacity, shutil.disk_usage("/dev/shm").free // 2)
+    free = shared_memory_free() if shared else None
+    if free is not None:
+        capacity = min(capacity, free // 2)
     return max(0, capacity)
 
 
@@ -80,6 +79,7 @@ class ImageCache:
             self._memory = mmap.mmap(-1, size)  # anonymous: zero pages, taken as they are written
             self._buf = memoryview(self._memory)
             self._finalizer = weakref.finalize(self, _close, self._memory, self._buf)
+        self._foreign = False  # made here: this process frees it
         _core.image_cache_init(self._buf, images, capacity)
 
     @property
@@ -90,7 +90,7 @@ class ImageCache:
     def __getstate__(self) -> Dict[str, Any]:
         if self.name is None:
             raise TypeError("an image cache in a process's own memory (shared=False) cannot go to another process")
-        return {"name": self.name, "foreign": getattr(self, "_foreign", False)}
+        return {"name": self.name, "foreign": self._foreign}
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
         self._memory = SharedBuffer(name=state["name"])

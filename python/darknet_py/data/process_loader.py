@@ -16,7 +16,6 @@ import multiprocessing as mp
 import os
 import pickle
 import queue
-import shutil
 import signal
 import time
 from multiprocessing import shared_memory
@@ -28,7 +27,7 @@ import numpy as np
 
 from .heap import keep_freed_memory
 from .sampler import SampleMaker
-from .shared_buffer import SharedBuffer
+from .shared_buffer import SHM_FOLDER, SharedBuffer, shared_memory_free
 
 Batch = Tuple[np.ndarray, List[np.ndarray]]
 
@@ -164,16 +163,13 @@ def rows_per_job(batch_size: int, workers: int) -> int:
 
 
 PREFETCH_SLACK = 2  # buffers beyond `prefetch`: the batch in use and the one before it stay intact
-SHM_FOLDER = "/dev/shm"  # where Linux keeps POSIX shared memory (a tmpfs; Docker's default is 64 MB)
 
 
 def shared_memory_shortfall(nbytes: int) -> Optional[str]:
     """Why `nbytes` more of shared memory would not fit (a write past a full tmpfs kills the worker
     with SIGBUS), or None. Only Linux's /dev/shm is checked; elsewhere None."""
-    if not os.path.isdir(SHM_FOLDER):
-        return None
-    free = shutil.disk_usage(SHM_FOLDER).free
-    if nbytes <= free:
+    free = shared_memory_free()
+    if free is None or nbytes <= free:
         return None
     return (f"the loader's worker processes need {nbytes / 2 ** 20:.0f} MB of shared memory for their batches but "
             f"{SHM_FOLDER} has {free / 2 ** 20:.0f} MB free: enlarge it (docker run --shm-size=2g) or load in threads "
