@@ -149,8 +149,8 @@ def _broadcast_int(group, value: int) -> int:
 def _host_image_cache(group, images: int, capacity: "int | str", warn: Callable[[str], None]):
     """One image cache for the data-parallel ranks of each host instead of one per rank: the same images
     decoded once and held once. Local rank 0 makes it under a name made of rank 0's random token; the
-    others attach once every host's exists. 0 (no cache) on every rank if a maker failed; a rank that cannot
-    attach goes without (each draw decoded), the others keep it."""
+    others attach once every host's exists. None (no cache) on every rank if a maker failed; a rank that
+    cannot attach goes without (each draw decoded), the others keep it."""
     from ..data.image_cache import ImageCache, auto_capacity
 
     token = _broadcast_int(group, secrets.randbits(48) if group.rank == 0 else 0)
@@ -167,13 +167,13 @@ def _host_image_cache(group, images: int, capacity: "int | str", warn: Callable[
     if group.all_reduce(np.array([made], np.float32))[0] < group.size:  # also waits until every cache exists
         if cache is not None:
             cache.close()
-        return 0
+        return None
     if cache is None:
         try:
             cache = ImageCache.attach(name)
         except OSError as e:  # LOCAL_RANK not given per host, say: this rank decodes at each draw
             warn(f"rank {group.rank}: cannot use this host's image cache {name} ({e}): images are decoded at each draw")
-            return 0
+            return None
     return cache
 
 
@@ -413,17 +413,18 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
         if problem:
             warn(problem + "; loading in threads")
             processes = False
-    cache = cache_images
+    cache, host_cache = cache_images, None  # host_cache: the ranks' shared one, this rank closes its mapping
     if group is not None and cache_images != 0 and spec.train and os.path.exists(spec.train):
-        cache = _host_image_cache(group, len(read_image_list(spec.train)), cache_images, warn)
+        host_cache = _host_image_cache(group, len(read_image_list(spec.train)), cache_images, warn)
+        cache = host_cache if host_cache is not None else 0
     try:
         loader = BatchLoader.from_files(data, cfg, batch_size=plan.mini, seed=seed, workers=workers,
                                         start=start * plan.passes, iteration_images=plan.step_images,
                                         processes=processes, shard=(group.rank, ranks) if group is not None else (0, 1),
                                         storage=storage, cache=cache, on_problem=lambda kind, path, message: warn(message))
     except BaseException:
-        if not isinstance(cache, (int, str)):
-            cache.close()
+        if host_cache is not None:
+            host_cache.close()
         raise
     result_loader = f"{'processes' if processes else 'threads'} x{workers}" if workers else "this thread"
     if storage != "fp32":
@@ -662,8 +663,8 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
         if loader.cache is not None:
             result.image_cache = loader.cache.stats()
         loader.close()
-        if not isinstance(cache, (int, str)):  # the ranks' shared cache: this rank's to close
-            cache.close()
+        if host_cache is not None:
+            host_cache.close()
         result.seconds = time.perf_counter() - t_start
         result.images_per_second, result.data_wait_share = rate_meter.images_per_second, rate_meter.wait_share
         result.device_wait_share = rate_meter.device_wait_share
