@@ -27,6 +27,9 @@ float32 batches converted on the device), for A/B; the loader-alone table has a 
 --cache 0,auto (the default) runs the loader and train() without and with the image cache (decoded images
 kept in memory the workers share, data/image_cache.py): warm-ups of a few epochs of --images put the timed
 draws in a long run's steady state, where nearly every draw reads the cache (its share is printed).
+--pin on,off runs each end-to-end case with the loader's batch buffers page-locked for the GPU (on: what train
+does on CUDA, the batches go up by DMA from the workers' shared memory) and without (off:
+DARKNET_PY_PIN_BATCHES=0, each batch copied into staging buffers by the training process's threads), for A/B.
 --gpus N also runs the command line, `darknet_py train --gpus 0..N-1 --batch-mode per-gpu`, and reads its
 closing `throughput:` line: what a user sees, the cache's cold first epoch included.
 
@@ -180,12 +183,13 @@ def train_run(data: str, cfg: str, device: str, iterations: int, warmup: int, wo
 
 
 def several_gpus_run(data: str, cfg: str, gpus: int, iterations: int, workers: int, precision: str,
-                     cache) -> Dict[str, float]:
+                     cache, pin: bool = True) -> Dict[str, float]:
     """`darknet_py train --gpus 0,..,gpus-1 --batch-mode per-gpu` (each rank trains the cfg's whole batch) as a
     user runs it: its closing throughput line (images/s of all ranks over every iteration but the first, so
     the image cache's cold first epochs are in it, and the share of the time rank 0 waited for data)."""
     with tempfile.TemporaryDirectory() as out:
-        env = {**os.environ, "DARKNET_PY_TF32": "1" if precision == "tf32" else "0"}
+        env = {**os.environ, "DARKNET_PY_TF32": "1" if precision == "tf32" else "0",
+               "DARKNET_PY_PIN_BATCHES": "1" if pin else "0"}
         p = subprocess.run([sys.executable, "-m", "darknet_py", "train", cfg, data, "--gpus",
                             ",".join(str(g) for g in range(gpus)), "--batch-mode", "per-gpu", "--max-batches",
                             str(iterations), "--workers", str(workers), "--precision", storage(precision),
@@ -210,9 +214,9 @@ def child(args) -> int:
     return 0
 
 
-def in_child(spec: dict, precision: str, half_batches: bool = True) -> dict:
+def in_child(spec: dict, precision: str, half_batches: bool = True, pin: bool = True) -> dict:
     env = {**os.environ, "DARKNET_PY_TF32": "1" if precision == "tf32" else "0",
-           "DARKNET_PY_HALF_BATCHES": "1" if half_batches else "0"}
+           "DARKNET_PY_HALF_BATCHES": "1" if half_batches else "0", "DARKNET_PY_PIN_BATCHES": "1" if pin else "0"}
     p = subprocess.run([sys.executable, __file__, "--child", json.dumps(dict(spec, precision=precision))],
                        capture_output=True, text=True, env=env, timeout=600)
     for line in p.stdout.splitlines():
@@ -252,6 +256,9 @@ def main(argv=None) -> int:
                     help="the loader's image cache, a row (and end-to-end run) each: 0 (off: every draw decodes its "
                          "file), auto (train's default) or bytes (default 0,auto: A/B). With the cache, the warm-ups "
                          "should span a few epochs of --images so that the timed draws read it, as in a long run")
+    ap.add_argument("--pin", default="on",
+                    help="end-to-end runs with the batch buffers page-locked for the GPU (on: what train does), staged "
+                         "by the CPU instead (off: DARKNET_PY_PIN_BATCHES=0), or both (on,off: A/B)")
     ap.add_argument("--gpus", type=int, default=0,
                     help="also `darknet_py train --gpus` on this many GPUs end to end (1: one, several: per-gpu batch mode, "
                          "--gpu-iterations iterations, --train-workers' largest a rank), per precision and --cache")
@@ -270,6 +277,7 @@ def main(argv=None) -> int:
     precisions = (args.precisions or ("fp32,tf32,fp16,bf16" if device.startswith("cuda") else "fp32")).split(",")
     workers = [int(w) for w in args.workers.split(",")]
     caches = [c if c == "auto" else int(c) for c in args.cache.split(",")]
+    pins = [{"on": True, "off": False}[m] for m in args.pin.split(",")]
     train_workers = [int(w) for w in (args.train_workers.split(",") if args.train_workers else
                                       sorted(workers)[-2:])]
     out: List[str] = [f"## `train` throughput: yolov4-tiny, {args.classes} classes, {args.size}x{args.size}, "
@@ -326,10 +334,10 @@ def main(argv=None) -> int:
                 step = in_child(dict(base, what="engine"), precision, half)
                 say(f"| {precision} | in-memory step{batches} | {step['s_per_iteration']:.4f} | "
                     f"{step['images_per_s']:.1f} | | 1.00 | |")
-                for kind, w, cache in [(k, w, c) for k in args.loader_kinds.split(",") for w in train_workers
-                                       for c in caches]:
+                for kind, w, cache, pin in [(k, w, c, p) for k in args.loader_kinds.split(",") for w in train_workers
+                                            for c in caches for p in pins]:
                     r = in_child(dict(base, what="train", warmup=args.warmup, workers=w, kind=kind, cache=cache),
-                                 precision, half)
+                                 precision, half, pin)
                     cached = (f", cache {100 * r['cache']['hits'] / max(1, r['cache']['hits'] + r['cache']['misses']):.0f}"
                               "% of draws" if r["cache"] else ", no cache")
                     say(f"| {precision} | train, {r['loader']}{cached} | {r['s_per_iteration']:.4f} | "
@@ -341,14 +349,14 @@ def main(argv=None) -> int:
             say(f"### `darknet_py train --gpus` on {args.gpus} GPUs, per-gpu batch mode (each rank {args.batch} images "
                 f"a step), {max(train_workers)} workers a rank, {args.gpu_iterations} iterations")
             say("")
-            say("| precision | cache | images/s, all ranks | per GPU | rank 0 waiting for data |")
-            say("|---|---|---|---|---|")
+            say("| precision | cache | batches page-locked | images/s, all ranks | per GPU | rank 0 waiting for data |")
+            say("|---|---|---|---|---|---|")
             for precision in args.precisions.split(",") if args.precisions else ["fp32", "tf32", "fp16", "bf16"]:
-                for cache in caches:
+                for cache, pin in [(c, p) for c in caches for p in pins]:
                     r = several_gpus_run(data, cfg, args.gpus, args.gpu_iterations, max(train_workers), precision,
-                                         cache)
-                    say(f"| {precision} | {cache} | {r['images_per_s']:.0f} | {r['images_per_s'] / args.gpus:.0f} | "
-                        f"{100 * r['wait_share']:.1f}% |")
+                                         cache, pin)
+                    say(f"| {precision} | {cache} | {'yes' if pin else 'no'} | {r['images_per_s']:.0f} | "
+                        f"{r['images_per_s'] / args.gpus:.0f} | {100 * r['wait_share']:.1f}% |")
             say("")
     if args.write:
         Path(args.write).write_text("\n".join(out) + "\n")

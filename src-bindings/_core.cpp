@@ -519,6 +519,21 @@ PYBIND11_MODULE(_core, m) {
            "the device (CUDA: cudaHostAlloc), as PyTorch's pin_memory() makes: uploads from it go by DMA alone, "
            "without the CPU's copy into staging buffers. The array itself (C-contiguous) where the device has none "
            "(the CPU, OpenCL, Metal).")
+        .def("pin_host_memory", [](const Network& n, const py::buffer& b) {
+            auto lk = lock_net(n);
+            py::buffer_info info = b.request(true);
+            auto dev = n.backend().device();
+            return dev && dev->host_register(info.ptr, (size_t)(info.size * info.itemsize));
+        }, py::arg("buffer"),
+           "Page-locks a writable buffer in place (CUDA: cudaHostRegister), so that uploads from it go by DMA "
+           "alone, without the CPU's copy into staging buffers: the loader's batch buffers in shared memory. "
+           "False where the device offers none (the CPU, OpenCL, Metal) or refuses; then nothing changed. "
+           "unpin_host_memory must follow before the buffer's memory is unmapped.")
+        .def("unpin_host_memory", [](const Network& n, const py::buffer& b) {
+            auto lk = lock_net(n);
+            auto dev = n.backend().device();
+            if (dev) dev->host_unregister(b.request().ptr);
+        }, py::arg("buffer"), "Undoes pin_host_memory (nothing if that buffer was not pinned).")
         .def("bytes_moved", [](const Network& n) { auto lk = lock_net(n);
             auto dev = n.backend().device();
             py::dict d;
@@ -529,7 +544,7 @@ PYBIND11_MODULE(_core, m) {
             return d;
         }, "Host->device ('up') and device->host ('down') bytes since the device was opened (0 on the CPU), "
            "'blocking_downloads': the downloads that waited for all the work queued before them, and "
-           "'pinned_uploads': the uploads that went straight from pin_memory's arrays.")
+           "'pinned_uploads': the uploads that went straight from pin_memory's arrays or pinned buffers.")
         .def("memory_stats", [](const Network& n) { auto lk = lock_net(n);
             auto dev = n.backend().device();
             DeviceMemoryStats s = dev ? dev->memory_stats() : DeviceMemoryStats{};

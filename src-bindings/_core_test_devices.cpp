@@ -15,12 +15,17 @@
 //   _core.upload_ahead_device(id)   an OpenCL device that offers upload_ahead (as a plain upload) and
 //                                  checks every caller keeps its promise (src-test/test_upload_ahead.py);
 //                                  _core.run_network_on(net, device) puts a Network on it.
-// The last three wrap a real device (ForwardingDevice) and override only what they count or check.
+//   _core.host_register_device(id)  an OpenCL device that offers host_register (keeping a list) and
+//                                  checks its callers (src-test/test_pinned_batches.py).
+// The last four wrap a real device (ForwardingDevice) and override only what they count or check.
 #include <pybind11/stl.h>
 
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#ifdef __linux__
+#include <sys/mman.h>  // mincore
+#endif
 
 #include "bindings.h"
 #include "devices.h"
@@ -68,6 +73,8 @@ public:
     }
     void* host_alloc(size_t bytes) override { return inner_->host_alloc(bytes); }
     void host_free(void* p) override { inner_->host_free(p); }
+    bool host_register(void* p, size_t b) override { return inner_->host_register(p, b); }
+    void host_unregister(void* p) override { inner_->host_unregister(p); }
     bool can_upload_ahead() const override { return inner_->can_upload_ahead(); }
     void upload_ahead(DeviceMemory* d, size_t o, const void* s, size_t b) override { inner_->upload_ahead(d, o, s, b); }
     void copy(const DeviceMemory* s, size_t so, DeviceMemory* d, size_t dof, size_t b) override {
@@ -215,6 +222,64 @@ private:
     std::mutex mutex_;
     uint64_t seq_ = 0, upload_point_ = 0;
     std::map<const DeviceMemory*, uint64_t> allocated_, last_use_;
+};
+
+// ---- host_register's contract, checked over a real device ----
+
+// Offers Device::host_register (page-locking nothing: it keeps a list) and checks its callers: each
+// region registered once and unregistered while still mapped (Linux: mincore). Counts in `calls`:
+// "host_register", "host_unregister", and "upload from registered memory" for each upload (ahead or
+// not) whose source lies in a registered region; a broken promise goes to `notes`.
+class HostRegisterCheckingDevice final : public ForwardingDevice {
+public:
+    HostRegisterCheckingDevice(std::shared_ptr<Device> inner, TestDevice& t)
+        : ForwardingDevice(std::move(inner)), notes_(t.notes), calls_(t.calls) {}
+
+    bool host_register(void* p, size_t bytes) override {
+        std::lock_guard<std::mutex> lock(mutex_);
+        ++(*calls_)["host_register"];
+        if (!regions_.emplace(reinterpret_cast<uintptr_t>(p), bytes).second) notes_->push_back("registered twice");
+        return true;
+    }
+    void host_unregister(void* p) override {
+        std::lock_guard<std::mutex> lock(mutex_);
+        ++(*calls_)["host_unregister"];
+        auto it = regions_.find(reinterpret_cast<uintptr_t>(p));
+        if (it == regions_.end()) return;  // allowed: nothing happens
+        if (!mapped(p, it->second)) notes_->push_back("unregistered after its memory was unmapped");
+        regions_.erase(it);
+    }
+    void upload(DeviceMemory* d, size_t o, const void* s, size_t b) override {
+        count_registered(s, b);
+        inner_->upload(d, o, s, b);
+    }
+    void upload_ahead(DeviceMemory* d, size_t o, const void* s, size_t b) override {
+        count_registered(s, b);
+        inner_->upload_ahead(d, o, s, b);
+    }
+
+private:
+    static bool mapped(void* p, size_t bytes) {
+#ifdef __linux__
+        std::vector<unsigned char> pages((bytes + 4095) / 4096 + 1);
+        return mincore(p, bytes, pages.data()) == 0;  // ENOMEM: part of the range is not mapped
+#else
+        (void)p, (void)bytes;
+        return true;
+#endif
+    }
+    void count_registered(const void* s, size_t bytes) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        auto at = reinterpret_cast<uintptr_t>(s);
+        auto it = regions_.upper_bound(at);
+        if (it != regions_.begin() && at + bytes <= std::prev(it)->first + std::prev(it)->second)
+            ++(*calls_)["upload from registered memory"];
+    }
+
+    std::shared_ptr<std::vector<std::string>> notes_;
+    std::shared_ptr<std::map<std::string, int>> calls_;
+    std::mutex mutex_;
+    std::map<uintptr_t, size_t> regions_;  // start -> bytes
 };
 
 // ---- kernel launches counted on a real device ----
@@ -431,6 +496,13 @@ void bind_test_devices(py::module_& m) {
         t->device = std::make_shared<UploadAheadCheckingDevice>(be->device(), *t);
         return t;
     }, "Device `id` offering upload_ahead (a plain upload) and noting every broken promise of its callers.");
+    m.def("host_register_device", [](const std::string& id) {
+        auto t = std::make_unique<TestDevice>();
+        auto be = make_backend(id);
+        if (!be->device()) throw DarknetError(id + " is not a device");
+        t->device = std::make_shared<HostRegisterCheckingDevice>(be->device(), *t);
+        return t;
+    }, "Device `id` offering host_register (keeping a list) and noting every broken promise of its callers.");
     m.def("run_network_on", [](Network& n, std::shared_ptr<Device> d) { n.set_backend(std::make_unique<GpuBackend>(d)); },
           "Moves a Network onto a test device (GpuBackend over it).");
 

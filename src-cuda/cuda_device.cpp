@@ -53,8 +53,9 @@ DeviceInfo describe(int index, const cudaDeviceProp& p) {
     return info;
 }
 
-// Host memory from host_alloc, for the whole process (cudaHostAllocPortable: pinned for every device,
-// so an upload on any CudaDevice may DMA straight from it).
+// Page-locked host memory for the whole process (portable: pinned for every device, so an upload on
+// any CudaDevice may DMA straight from it): host_alloc's blocks, and the caller's memory that
+// host_register page-locked in place.
 class PinnedHostBlocks {
 public:
     static PinnedHostBlocks& instance() {
@@ -67,13 +68,28 @@ public:
             cudaGetLastError();  // out of memory is not sticky; the caller uses pageable memory
             return nullptr;
         }
-        std::lock_guard<std::mutex> lock(mutex_);
-        blocks_[reinterpret_cast<uintptr_t>(p)] = bytes;
+        add(p, bytes, false);
         return p;
     }
-    void free(void* p) {
+    bool register_memory(void* p, size_t bytes) {
+        if (!p || !bytes || covers(p, 1)) return false;
+        if (cudaHostRegister(p, bytes, cudaHostRegisterPortable) != cudaSuccess) {
+            cudaGetLastError();  // e.g. memory the driver cannot lock: the caller's uploads are staged
+            return false;
+        }
+        add(p, bytes, true);
+        return true;
+    }
+    // host_free's and host_unregister's: each undoes only its own kind of block.
+    void release(void* p, bool registered) {
         std::lock_guard<std::mutex> lock(mutex_);
-        if (blocks_.erase(reinterpret_cast<uintptr_t>(p))) cudaFreeHost(p);
+        auto it = blocks_.find(reinterpret_cast<uintptr_t>(p));
+        if (it == blocks_.end() || it->second.registered != registered) return;
+        blocks_.erase(it);
+        if (registered)
+            cudaHostUnregister(p);
+        else
+            cudaFreeHost(p);
     }
     // Whether [p, p + bytes) lies inside one block.
     bool covers(const void* p, size_t bytes) const {
@@ -82,12 +98,20 @@ public:
         auto it = blocks_.upper_bound(at);
         if (it == blocks_.begin()) return false;
         --it;
-        return at + bytes <= it->first + it->second;
+        return at + bytes <= it->first + it->second.bytes;
     }
 
 private:
+    struct Block {
+        size_t bytes;
+        bool registered;  // host_register's (cudaHostUnregister), not host_alloc's (cudaFreeHost)
+    };
+    void add(void* p, size_t bytes, bool registered) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        blocks_[reinterpret_cast<uintptr_t>(p)] = Block{bytes, registered};
+    }
     mutable std::mutex mutex_;
-    std::map<uintptr_t, size_t> blocks_;  // start -> bytes
+    std::map<uintptr_t, Block> blocks_;  // start -> block
 };
 
 // What a recording needs after the capture: the graph, and which buffers it reads or writes (a
@@ -190,7 +214,12 @@ public:
     }
 
     void* host_alloc(size_t bytes) override { return PinnedHostBlocks::instance().alloc(bytes); }
-    void host_free(void* p) override { PinnedHostBlocks::instance().free(p); }
+    void host_free(void* p) override { PinnedHostBlocks::instance().release(p, false); }
+    bool host_register(void* p, size_t bytes) override {
+        check(cudaSetDevice(index_), "cudaSetDevice");
+        return PinnedHostBlocks::instance().register_memory(p, bytes);
+    }
+    void host_unregister(void* p) override { PinnedHostBlocks::instance().release(p, true); }
 
     void upload(DeviceMemory* dst, size_t offset, const void* src, size_t bytes) override {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -477,19 +506,21 @@ private:
     // A batch (a 64-image 416x416 batch is 133 MB) goes up through two pinned buffers in turn: the
     // CPU threads copy chunk k+1 into one while the DMA engine sends chunk k from the other. Pageable
     // cudaMemcpy does the same staging with one thread and half the speed (7 GB/s measured on an H100
-    // host). From host_alloc's pinned memory it goes by DMA alone. Either way it returns once the
-    // caller may reuse `src`: staged, after the last chunk is staged; pinned, after the copy.
+    // host). From host_alloc's or host_register's pinned memory it goes by DMA alone. Either way it
+    // returns once the caller may reuse `src`: staged, after the last chunk is staged; pinned, after
+    // the copy.
     static constexpr size_t kStagingBytes = size_t(8) << 20;
     void copy_to_device(char* dst, const void* src, size_t bytes, cudaStream_t stream) {
-        if (bytes < kStagingBytes) {
-            // From pageable memory this returns once `src` has been staged, so the caller may reuse it.
-            check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream), "upload");
-        } else if (PinnedHostBlocks::instance().covers(src, bytes)) {
-            // Waits for the work queued before it, as the staging does once both buffers are in use.
+        if (PinnedHostBlocks::instance().covers(src, bytes)) {
+            // Waits for the work queued before it, as the staging does once both buffers are in use, and
+            // for the copy itself: an asynchronous copy from pinned memory reads `src` after returning.
             check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream), "upload");
             check(cudaEventRecord(direct_done_, stream), "upload");
             check(cudaEventSynchronize(direct_done_), "upload");
             ++pinned_uploads;
+        } else if (bytes < kStagingBytes) {
+            // From pageable memory this returns once `src` has been staged, so the caller may reuse it.
+            check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream), "upload");
         } else {
             staged_upload(dst, static_cast<const char*>(src), bytes, stream);
         }

@@ -149,6 +149,40 @@ def test_uploads_from_pinned_memory_go_by_dma_and_keep_their_contract(tmp_path):
     del pinned  # given back to the device (cudaFreeHost) with the arrays
 
 
+def test_training_uploads_the_loader_processes_batches_from_page_locked_shared_memory(tmp_path, monkeypatch):
+    """train() pins the loader's batch buffers (cudaHostRegister on shared memory): every batch goes up by
+    DMA from the memory the worker processes wrote, and the run is the one whose batches are staged."""
+    import io
+
+    from darknet_py.data import synth
+    from darknet_py.training.train import train
+    from test_train import all_params
+
+    data = synth.generate(tmp_path / "data", images=8, classes=2, size=(200, 160), seed=2, valid_fraction=0.0,
+                          workers=1)
+    # 8 x 3 x 448 x 448 float32: 19 MB a batch, above the 8 MiB from which uploads are staged
+    cfg = tmp_path / "net.cfg"
+    cfg.write_text(small_cfg(classes=2, size=448, batch=8, lr=0.001, burn_in=0, filters=(8, 16), head=16,
+                             anchors="20,20, 60,60, 120,120"))
+    runs = {}  # (the nets share the process's CUDA device, whose counters run on: "0" runs first)
+    for pin in ("0", "1"):
+        monkeypatch.setenv("DARKNET_PY_PIN_BATCHES", pin)
+        log = io.StringIO()
+        r = train(data, str(cfg), out_dir=str(tmp_path / pin), max_batches=6, seed=3, workers=2,
+                  loader_kind="processes", device=CUDA, chart=False, stream=log, progress=False, multiscale=False)
+        runs[pin] = (all_params(r.net), r.net.bytes_moved()["pinned_uploads"], r.loader, log.getvalue())
+    params, pinned_uploads, loader, log = runs["1"]
+    assert pinned_uploads == runs["0"][1] + 6 and loader == "processes x2, page-locked batches"
+    assert "(loader: processes x2, page-locked batches)" in log.splitlines()[-1]
+    assert runs["0"][2] == "processes x2"
+    # the same batches; two CUDA runs of them differ in the last digits here (2e-4 at most after 6 steps)
+    np.testing.assert_allclose(params, runs["0"][0], rtol=2e-3, atol=1e-5)
+    # below 8 MiB too, an upload from pinned memory waits for its copy before the caller may reuse it
+    small = r.net.pin_memory(np.ones((1, 3, 448, 448), np.float32))
+    r.net.forward(small, [])
+    assert r.net.bytes_moved()["pinned_uploads"] == pinned_uploads + 1
+
+
 def test_memory_pool_reuses_blocks_across_iterations(tmp_path):
     cfg = small_cfg(classes=2, size=64, batch=4, filters=(8, 16), head=16)
     _, gpu = pair(tmp_path, cfg, CUDA)

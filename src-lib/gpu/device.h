@@ -138,6 +138,16 @@ public:
         return nullptr;
     }
     virtual void host_free(void* p) { (void)p; }
+    // Optional: page-locks `bytes` of the caller's memory at p (CUDA: cudaHostRegister), so that uploads
+    // from it go by DMA alone, as from host_alloc's: the loader's batch buffers in shared memory, which
+    // its worker processes fill, go up without the training process copying them into staging. False
+    // where not offered or refused (the memory stays as it was). host_unregister(p) must come before
+    // the memory is unmapped.
+    virtual bool host_register(void* p, size_t bytes) {
+        (void)p, (void)bytes;
+        return false;
+    }
+    virtual void host_unregister(void* p) { (void)p; }
     virtual void copy(const DeviceMemory* src, size_t src_offset, DeviceMemory* dst, size_t dst_offset,
                       size_t bytes) = 0;
     // Optional: `rows` rows of `row_bytes` each, from src (rows src_pitch bytes apart) to dst (dst_pitch
@@ -252,7 +262,7 @@ public:
     // download() calls: each waited for all the work queued before it (download_marked waits for its
     // mark only). Tests count them where a loop must not wait for the device (a queued training step).
     std::atomic<uint64_t> blocking_downloads{0};
-    // Uploads that went by DMA straight from host_alloc's memory, not through staging.
+    // Uploads that went by DMA straight from host_alloc's or host_register's memory, not through staging.
     std::atomic<uint64_t> pinned_uploads{0};
 };
 

@@ -66,6 +66,8 @@ class _Engine:
     threads do not keep the loader alive: when the loader is collected (or at interpreter exit)
     its finalizer stops them."""
 
+    pinned: Optional[bool] = None  # threads' batches are fresh arrays, never page-locked (ProcessEngine.pinned)
+
     def __init__(self, maker: SampleMaker, workers: int, prefetch: int, start: int = 0,
                  dtype: np.dtype = np.dtype(np.float32)) -> None:
         self.maker, self.dtype = maker, dtype
@@ -225,6 +227,8 @@ class BatchLoader:
     a file is decoded once, not at every draw; "auto" (default): up to a quarter of the available memory
     (image_cache.auto_capacity; only what is stored takes memory); 0: off; or an ImageCache of these paths
     to use (train() gives a host's data-parallel ranks one). The batches are the same either way.
+    pin_for: a network (_core.Net) whose device page-locks the worker processes' batch buffers
+    (Net.pin_host_memory), so that its uploads of them go by DMA alone; see `pinned`. Threads ignore it.
     """
 
     def __init__(self, paths: Sequence[str], batch_size: int, classes: int,
@@ -234,7 +238,8 @@ class BatchLoader:
                  on_problem: Optional[Callable[[str, str, str], None]] = None,
                  reporter: Optional[DataReporter] = None, start: int = 0,
                  iteration_images: Optional[int] = None, processes: bool = False,
-                 shard: Tuple[int, int] = (0, 1), storage: str = "fp32", cache: "int | str" = "auto") -> None:
+                 shard: Tuple[int, int] = (0, 1), storage: str = "fp32", cache: "int | str" = "auto",
+                 pin_for=None) -> None:
         if not paths:
             raise ValueError("no training images")
         if batch_size < 1:
@@ -263,7 +268,7 @@ class BatchLoader:
         maker = SampleMaker(paths, batch_size, classes, opts, self.seed, self.reporter, iteration_images or batch_size,
                             shard, self.cache)
         if self.processes:
-            self._engine: "_Engine | ProcessEngine" = ProcessEngine(maker, workers, prefetch, start, dtype)
+            self._engine: "_Engine | ProcessEngine" = ProcessEngine(maker, workers, prefetch, start, dtype, pin_for)
         else:
             self._engine = _Engine(maker, workers, prefetch, start, dtype)
         self._finalizer = weakref.finalize(self, _close_all, self._engine, self.cache if own_cache else None)
@@ -309,6 +314,12 @@ class BatchLoader:
     def size(self) -> Tuple[int, int]:
         """The network input size (width, height) of the next batch."""
         return self._engine.size
+
+    @property
+    def pinned(self) -> Optional[bool]:
+        """Whether the batches are in memory page-locked for pin_for's device: None where not asked (no
+        pin_for, threads) or before the first batch, False where the device offers none or refused."""
+        return self._engine.pinned
 
     def set_size(self, width: int, height: int) -> None:
         """Batches from the next one on are made at width x height (`random=1` multi-scale)."""

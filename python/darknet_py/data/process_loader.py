@@ -6,7 +6,9 @@ seed rules, same code: the same bits) and writes its images straight into a batc
 memory; a job is a few rows of a batch, and only the truths (a few boxes) and bad-file reports
 travel back, each worker's through a pipe of its own. The batches are the caller's without a copy: a
 ring of prefetch + 2 buffers, so the arrays of the last two batches handed out stay intact while the next ones are
-prepared (train() uploads a batch before it asks for the next one). Workers start with `spawn`
+prepared (train() uploads a batch before it asks for the next one). The buffers last across multi-scale
+resizes (one is replaced only when too small), so train() page-locks them once for its GPU (pin_for):
+the batches then go up by DMA straight from the memory the workers wrote. Workers start with `spawn`
 (never `fork`: the parent may hold a GPU context and threads), so a script that trains through
 processes needs the usual `if __name__ == "__main__":` guard.
 """
@@ -100,7 +102,8 @@ def lower_priority(niceness: int) -> None:
 def _worker_main(maker: SampleMaker, jobs, results, current_gen, keep: int, parent: int, niceness: int,
                  dtype: str) -> None:
     """A worker process: jobs (buffer name, batch shape, gen, k, rows j0..j1) -> the images into the buffer,
-    one message back per job (the truths of its rows, joined_truths, or the first error), written by this
+    one message back per job, a job dropped by set_size included (the truths of its rows, joined_truths, or
+    the first error; the parent rewrites a buffer only once every job of it has answered), written by this
     thread to `results`, its end of its own pipe to the parent. (A multiprocessing.Queue hands each message
     to a feeder thread: its wake-ups put the worker's CPU beyond sample() at 77-82 us per image on the
     2-core VM, 43-51 us with the pipe; benchmarks/RESULTS.md, stop 32.)
@@ -126,26 +129,24 @@ def _worker_main(maker: SampleMaker, jobs, results, current_gen, keep: int, pare
         if job is None:
             break
         name, shape, gen, k, j0, j1 = job
-        if gen != current_gen.value:
-            continue  # dropped by set_size
         truths: List[np.ndarray] = []
         error = None
         try:
-            shm = attached.get(name)
-            if shm is None:
-                if len(attached) >= keep:  # the oldest: most likely one the parent has replaced
-                    attached.pop(next(iter(attached))).close()
-                shm = attached[name] = shared_memory.SharedMemory(name=name)
-            images = np.ndarray(shape, dtype, buffer=shm.buf)
             for j in range(j0, j1):
+                if gen != current_gen.value:
+                    break  # dropped by set_size: the rest of the job is skipped, and the job still answered
+                if not truths:
+                    shm = attached.get(name)
+                    if shm is None:
+                        if len(attached) >= keep:  # the oldest: most likely one the parent has replaced
+                            attached.pop(next(iter(attached))).close()
+                        shm = attached[name] = shared_memory.SharedMemory(name=name)
+                    images = np.ndarray(shape, dtype, buffer=shm.buf)
                 truths.append(maker.sample(k, j, shape[3], shape[2], out=images[j])[1])
-        except FileNotFoundError as e:  # the buffer of a batch dropped by set_size
-            if gen == current_gen.value:
-                error = _portable_error(e)
         except BaseException as e:  # handed to the caller by next_batch
             error = _portable_error(e)
         try:
-            results.send(("done", gen, k, j0, j1, *joined_truths(truths), error))
+            results.send(("done", name, gen, k, j0, j1, *joined_truths(truths), error))
         except (BrokenPipeError, ConnectionResetError):  # the parent is gone
             break
     for shm in attached.values():
@@ -184,11 +185,17 @@ def batch_ring_bytes(batch_size: int, channels: int, width: int, height: int, pr
 
 
 class _Buffer:
-    """One batch's shared memory (at least `nbytes`), tagged with the size generation it serves."""
+    """One batch's shared memory (at least `nbytes`), page-locked for `pin_for`'s device where it can be
+    (pin_host_memory), and the jobs sent for it that have not answered yet."""
 
-    def __init__(self, nbytes: int, gen: int) -> None:
+    def __init__(self, nbytes: int, pin_for) -> None:
         self.shm = SharedBuffer(create=True, size=max(1, nbytes))
-        self.gen = gen
+        self.pending = 0
+        self.pin_for = pin_for if pin_for is not None and pin_for.pin_host_memory(self.shm.buf) else None
+
+    @property
+    def pinned(self) -> bool:
+        return self.pin_for is not None
 
 
 class _ProcessSlot:
@@ -203,8 +210,9 @@ class ProcessEngine:
     """BatchLoader's engine with `workers` processes; the interface of loader._Engine."""
 
     def __init__(self, maker: SampleMaker, workers: int, prefetch: int, start: int = 0,
-                 dtype: np.dtype = np.dtype(np.float32)) -> None:
+                 dtype: np.dtype = np.dtype(np.float32), pin_for=None) -> None:
         self.maker, self.reporter, self.dtype = maker, maker.reporter, np.dtype(dtype)
+        self.pin_for = pin_for
         self.paths, self.batch_size, self.channels = maker.paths, maker.batch_size, maker.channels
         self.size = (int(maker.opts["width"]), int(maker.opts["height"]))
         self.prefetch = max(1, prefetch)
@@ -215,6 +223,7 @@ class ProcessEngine:
         if problem:
             raise OSError(problem)
         self.retired: List[shared_memory.SharedMemory] = []  # unlinked, closed once no array uses them
+        self.by_name: Dict[str, _Buffer] = {}  # the ring's buffers, by their shared memory's name
         self.slots: Dict[int, _ProcessSlot] = {}
         self.next_k = self.scheduled = start
         self.gen = 0
@@ -236,18 +245,34 @@ class ProcessEngine:
             self.results.append(reader)
 
     def _buffer_for(self, k: int, nbytes: int) -> _Buffer:
+        """Batch k's buffer: the ring's, once every job sent for it has answered (after set_size, the
+        dropped batches' jobs still running or queued), replaced only when too small. So the buffers, and
+        their page-locking, last across multi-scale resizes."""
         index = k % len(self.ring)
         buf = self.ring[index]
-        if buf is None or buf.gen != self.gen or buf.shm.size < nbytes:
-            if buf is not None:  # a batch of an old size may still be read (or written by a stale job)
-                self._retire(buf.shm)
+        while buf is not None and buf.pending:
+            self._receive()
+        if buf is None or buf.shm.size < nbytes:
+            if buf is not None:  # the arrays of a batch of an old size may still be read
+                self._retire(buf)
             problem = shared_memory_shortfall(nbytes)
             if problem:
                 raise OSError(problem)
-            buf = self.ring[index] = _Buffer(nbytes, self.gen)
+            buf = self.ring[index] = _Buffer(nbytes, self.pin_for)
+            self.by_name[buf.shm.name] = buf
         return buf
 
-    def _retire(self, shm: shared_memory.SharedMemory) -> None:
+    @property
+    def pinned(self) -> Optional[bool]:
+        """Whether the batch buffers are page-locked for pin_for's device (None: not asked, or none made yet)."""
+        made = [buf.pinned for buf in self.ring if buf is not None]
+        return all(made) if self.pin_for is not None and made else None
+
+    def _retire(self, buf: _Buffer) -> None:
+        del self.by_name[buf.shm.name]
+        if buf.pin_for is not None:  # before the memory is unmapped (uploads from it have returned)
+            buf.pin_for.unpin_host_memory(buf.shm.buf)
+        shm = buf.shm
         shm.unlink()
         self.retired.append(shm)
         still = []
@@ -267,13 +292,23 @@ class ProcessEngine:
             self.slots[k] = _ProcessSlot(self.gen, buf, shape)
             for j0 in range(0, self.batch_size, self.rows_per_job):
                 self.jobs.put((buf.shm.name, shape, self.gen, k, j0, min(j0 + self.rows_per_job, self.batch_size)))
+                buf.pending += 1
             self.scheduled += 1
+
+    def _receive(self) -> None:
+        """Handles the workers' messages that come within half a second."""
+        for reader in wait(self.results, timeout=0.5):
+            try:
+                self._dispatch(reader.recv())
+            except EOFError:  # its worker has exited, after the messages it had written
+                raise self._stopped(self.procs[self.results.index(reader)]) from None
 
     def _dispatch(self, message) -> None:
         if message[0] == "report":
             self.reporter.report(*message[1:])
             return
-        _, gen, k, j0, j1, joined, counts, error = message
+        _, name, gen, k, j0, j1, joined, counts, error = message
+        self.by_name[name].pending -= 1
         slot = self.slots.get(k)
         if slot is None or slot.gen != gen:
             return  # a batch dropped by set_size
@@ -294,11 +329,7 @@ class ProcessEngine:
         k = self.next_k
         slot = self.slots[k]
         while slot.remaining > 0 and slot.error is None:
-            for reader in wait(self.results, timeout=0.5):
-                try:
-                    self._dispatch(reader.recv())
-                except EOFError:  # its worker has exited, after the messages it had written
-                    raise self._stopped(self.procs[self.results.index(reader)]) from None
+            self._receive()
         if slot.error is not None:
             raise slot.error
         del self.slots[k]
@@ -338,5 +369,5 @@ class ProcessEngine:
             reader.close()
         for buf in self.ring:
             if buf is not None:
-                self._retire(buf.shm)
+                self._retire(buf)
         self.ring = []

@@ -58,6 +58,9 @@ LAST_EVERY = 100  # Darknet saves <cfg>_last.weights every 100 iterations
 # DARKNET_PY_HALF_BATCHES=0: fp16 / bf16 training loads float32 batches, converted on the device, instead
 # of batches in the network's half type (data/batch_storage.py); for A/B timing, the same losses either way
 HALF_BATCHES_ENV = "DARKNET_PY_HALF_BATCHES"
+# DARKNET_PY_PIN_BATCHES=0: the loader's batch buffers are not page-locked for the device (data/process_loader.py),
+# so each batch is copied into staging buffers by the CPU on its way up; for A/B timing, the same batches either way
+PIN_BATCHES_ENV = "DARKNET_PY_PIN_BATCHES"
 MULTISCALE_EVERY = 10  # random=1 picks a new network size every 10 iterations
 CHART_NAME = "chart.png"
 PLOTS_NAME = "plots"  # the best weights' evaluation plots (evaluation/plots.py), in the backup folder
@@ -96,7 +99,7 @@ class TrainResult:
     images_per_second: float = 0.0  # training images per second over this run's iterations
     data_wait_share: float = 0.0  # the share of those iterations' time spent waiting for the loader
     device_wait_share: float = 0.0  # ... and for the device (GPU devices; near 0: the host's work limits)
-    loader: str = ""  # how the batches were prepared: "threads x4", "processes x8", "this thread"
+    loader: str = ""  # how the batches were prepared: "threads x4", "processes x8, bf16 batches, page-locked batches"
     image_cache: Optional[Dict[str, int]] = None  # the loader's image cache at the end (ImageCache.stats), if any
     skipped_steps: int = 0  # fp16: steps skipped because the gradients overflowed (loss scaling)
     net: Any = field(default=None, repr=False)  # the trained darknet_py._core.Net (its last input size)
@@ -421,7 +424,8 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
         loader = BatchLoader.from_files(data, cfg, batch_size=plan.mini, seed=seed, workers=workers,
                                         start=start * plan.passes, iteration_images=plan.step_images,
                                         processes=processes, shard=(group.rank, ranks) if group is not None else (0, 1),
-                                        storage=storage, cache=cache, on_problem=lambda kind, path, message: warn(message))
+                                        storage=storage, cache=cache, on_problem=lambda kind, path, message: warn(message),
+                                        pin_for=raw if os.environ.get(PIN_BATCHES_ENV, "1") != "0" else None)
     except BaseException:
         if host_cache is not None:
             host_cache.close()
@@ -662,6 +666,8 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
         con.close()
         if loader.cache is not None:
             result.image_cache = loader.cache.stats()
+        if loader.pinned:
+            result.loader += ", page-locked batches"
         loader.close()
         if host_cache is not None:
             host_cache.close()
@@ -684,7 +690,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
     if result.image_cache:
         say(image_cache_summary(result.image_cache))
     if rate_meter.iterations:
-        say(rate_meter.summary(result_loader))
+        say(rate_meter.summary(result.loader))
     if precision == "fp16":
         say(f"fp16 loss scaling: {result.skipped_steps} step(s) skipped for overflow, loss scale {raw.loss_scale:g}")
     return result

@@ -81,8 +81,9 @@ class ThroughputMeter:
         if self.wait_share >= WAIT_WORTH_MENTIONING:
             text += f"; the loader limits training: raise --workers (this machine has {os.cpu_count()} cores)"
         elif self.queued_device and self.device_wait_share < DEVICE_WAIT_BELOW:
-            text += ("; the host's own work per step limits training (copying each batch for the device, queuing "
-                     "the step): the device waits for it; loader workers share the cores with it")
+            text += ("; the host's own work per step limits training (queuing the step, and copying each batch "
+                     "for the device where it is not page-locked): the device waits for it; loader workers share "
+                     "the cores with it")
         else:
             text += "; the training step limits training, not the data"
         return text
