@@ -132,17 +132,17 @@ def _worker_main(maker: SampleMaker, jobs, results, current_gen, keep: int, pare
         truths: List[np.ndarray] = []
         error = None
         try:
-            for j in range(j0, j1):
-                if gen != current_gen.value:
-                    break  # dropped by set_size: the rest of the job is skipped, and the job still answered
-                if not truths:
-                    shm = attached.get(name)
-                    if shm is None:
-                        if len(attached) >= keep:  # the oldest: most likely one the parent has replaced
-                            attached.pop(next(iter(attached))).close()
-                        shm = attached[name] = shared_memory.SharedMemory(name=name)
-                    images = np.ndarray(shape, dtype, buffer=shm.buf)
-                truths.append(maker.sample(k, j, shape[3], shape[2], out=images[j])[1])
+            if gen == current_gen.value:  # else dropped by set_size before it started: answered without a row
+                shm = attached.get(name)
+                if shm is None:
+                    if len(attached) >= keep:  # the oldest: most likely one the parent has replaced
+                        attached.pop(next(iter(attached))).close()
+                    shm = attached[name] = shared_memory.SharedMemory(name=name)
+                images = np.ndarray(shape, dtype, buffer=shm.buf)
+                for j in range(j0, j1):
+                    if gen != current_gen.value:
+                        break  # dropped by set_size while it ran: the rest is skipped
+                    truths.append(maker.sample(k, j, shape[3], shape[2], out=images[j])[1])
         except BaseException as e:  # handed to the caller by next_batch
             error = _portable_error(e)
         try:
