@@ -280,6 +280,29 @@ def test_too_little_shared_memory_is_an_error_not_a_crash(shapes, monkeypatch):
         BatchLoader.from_files(shapes, None, 2, options=OPTS, workers=1, processes=True)
 
 
+def test_a_larger_size_without_shared_memory_is_an_error_and_the_loader_still_closes(shapes, monkeypatch):
+    """The ring's buffers grow with a larger size (random=1); where /dev/shm has no room for that, the error
+    says so, and closing afterwards frees every buffer."""
+    from collections import namedtuple
+
+    from darknet_py.data import shared_buffer
+
+    if not os.path.isdir(shared_buffer.SHM_FOLDER):
+        pytest.skip(f"no {shared_buffer.SHM_FOLDER} here: nothing is checked")
+    loader = BatchLoader.from_files(shapes, None, 2, options=OPTS, workers=1, processes=True)
+    loader.next_batch()
+    names = [b.shm.name for b in loader._engine.ring if b is not None]
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shared_buffer.shutil, "disk_usage", lambda path: usage(2 ** 20, 2 ** 20 - 1000, 1000))
+    with pytest.raises(OSError, match=r"need 0 MB of shared memory .* has 0 MB free"):
+        loader.set_size(128, 96)  # the batches of the new size are scheduled at once
+    loader.close()
+    assert loader.closed
+    for name in names:
+        with pytest.raises(FileNotFoundError):
+            shared_memory.SharedMemory(name=name)
+
+
 def _running(pid):
     """Whether `pid` runs (a zombie waiting for a reaper, as in a container without init, does not)."""
     if os.path.isdir("/proc"):

@@ -255,6 +255,7 @@ class ProcessEngine:
         if buf is None or buf.shm.size < nbytes:
             if buf is not None:  # the arrays of a batch of an old size may still be read
                 self._retire(buf)
+                self.ring[index] = None
             problem = shared_memory_shortfall(nbytes)
             if problem:
                 raise OSError(problem)
