@@ -59,10 +59,10 @@ def test_batch_buffers_are_registered_once_used_by_uploads_and_unregistered_whil
     assert calls["host_register"] == 2 * ring
     assert calls["host_unregister"] == calls["host_register"]
     assert calls["upload from registered memory"] == len(got)
-    # the same batches as a loader that pins nothing, across the resizes (dropped prefetches included)
-    with BatchLoader.from_files(shapes, None, 4, options=OPTS, seed=3, workers=2, processes=True) as plain:
-        assert_same(got, train_through(plain, net_on(None, tmp_path), SIZES))
-        assert plain.pinned is None
+    # the same batches as the threads' loader, across the resizes (dropped prefetches included)
+    with BatchLoader.from_files(shapes, None, 4, options=OPTS, seed=3, workers=2, pin_for=net) as threads:
+        assert_same(got, train_through(threads, net_on(None, tmp_path), SIZES))
+        assert threads.pinned is None  # threads: fresh arrays each batch, never page-locked
 
 
 def test_a_device_without_page_locking_leaves_the_batches_as_they_are(shapes, tmp_path):
@@ -76,4 +76,3 @@ def test_a_device_without_page_locking_leaves_the_batches_as_they_are(shapes, tm
             assert loader.pinned is False
         with BatchLoader.from_files(shapes, None, 4, options=OPTS, seed=3, workers=1) as threads:
             assert_same(got, batches(threads, 3))
-            assert threads.pinned is None  # threads: fresh arrays each batch, never page-locked
