@@ -25,6 +25,7 @@
 #include <mutex>
 #ifdef __linux__
 #include <sys/mman.h>  // mincore
+#include <unistd.h>    // sysconf
 #endif
 
 #include "bindings.h"
@@ -261,7 +262,8 @@ public:
 private:
     static bool mapped(void* p, size_t bytes) {
 #ifdef __linux__
-        std::vector<unsigned char> pages((bytes + 4095) / 4096 + 1);
+        const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+        std::vector<unsigned char> pages((bytes + page - 1) / page + 1);
         return mincore(p, bytes, pages.data()) == 0;  // ENOMEM: part of the range is not mapped
 #else
         (void)p, (void)bytes;
