@@ -401,6 +401,17 @@ MetalPipelineLimits limits_of(const py::tuple& t) {
     return MetalPipelineLimits{t[0].cast<uint32_t>(), t[1].cast<uint32_t>()};
 }
 
+// A TestDevice over a wrapper of the real device `id`: wrap(inner, t) makes the wrapper, which may keep
+// t's shared records (calls, notes).
+template <class Wrap>
+std::unique_ptr<TestDevice> wrapping(const std::string& id, Wrap wrap) {
+    auto t = std::make_unique<TestDevice>();
+    auto be = make_backend(id);
+    if (!be->device()) throw DarknetError(id + " is not a device");
+    t->device = wrap(be->device(), *t);
+    return t;
+}
+
 }  // namespace
 
 void bind_test_devices(py::module_& m) {
@@ -476,34 +487,19 @@ void bind_test_devices(py::module_& m) {
        "mps_env: DARKNET_PY_MPS's value. The MPS paths are chosen as the real device's: DARKNET_PY_SELFTEST and "
        "the selftest results file of 'metal'.");
 
+    using Inner = std::shared_ptr<Device>;
     m.def("host_fast_path_device", [](const std::string& id) {
-        auto t = std::make_unique<TestDevice>();
-        auto be = make_backend(id);
-        if (!be->device()) throw DarknetError(id + " is not a device");
-        t->device = std::make_shared<HostFastPathDevice>(be->device(), t->calls);
-        return t;
+        return wrapping(id, [](Inner d, TestDevice& t) { return std::make_shared<HostFastPathDevice>(d, t.calls); });
     }, "Device `id` with every vendor fast path claimed and computed on the host (CPU backend).");
 
     m.def("kernel_counting_device", [](const std::string& id) {
-        auto t = std::make_unique<TestDevice>();
-        auto be = make_backend(id);
-        if (!be->device()) throw DarknetError(id + " is not a device");
-        t->device = std::make_shared<KernelCountingDevice>(be->device(), t->calls);
-        return t;
+        return wrapping(id, [](Inner d, TestDevice& t) { return std::make_shared<KernelCountingDevice>(d, t.calls); });
     }, "Device `id` unchanged, each kernel launch counted in calls() as 'kernel <name>'.");
     m.def("upload_ahead_device", [](const std::string& id) {
-        auto t = std::make_unique<TestDevice>();
-        auto be = make_backend(id);
-        if (!be->device()) throw DarknetError(id + " is not a device");
-        t->device = std::make_shared<UploadAheadCheckingDevice>(be->device(), *t);
-        return t;
+        return wrapping(id, [](Inner d, TestDevice& t) { return std::make_shared<UploadAheadCheckingDevice>(d, t); });
     }, "Device `id` offering upload_ahead (a plain upload) and noting every broken promise of its callers.");
     m.def("host_register_device", [](const std::string& id) {
-        auto t = std::make_unique<TestDevice>();
-        auto be = make_backend(id);
-        if (!be->device()) throw DarknetError(id + " is not a device");
-        t->device = std::make_shared<HostRegisterCheckingDevice>(be->device(), *t);
-        return t;
+        return wrapping(id, [](Inner d, TestDevice& t) { return std::make_shared<HostRegisterCheckingDevice>(d, t); });
     }, "Device `id` offering host_register (keeping a list) and noting every broken promise of its callers.");
     m.def("run_network_on", [](Network& n, std::shared_ptr<Device> d) { n.set_backend(std::make_unique<GpuBackend>(d)); },
           "Moves a Network onto a test device (GpuBackend over it).");
