@@ -47,7 +47,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -182,19 +182,27 @@ def train_run(data: str, cfg: str, device: str, iterations: int, warmup: int, wo
             "slow_data_bound": int(np.sum(slow & (w > s / 2)))}
 
 
+def run_env(precision: str, pin: bool = True, half_batches: Optional[bool] = None) -> Dict[str, str]:
+    """The environment of a run in its own process: TF32 for the tf32 rows, and the A/B switches of train
+    (DARKNET_PY_PIN_BATCHES; DARKNET_PY_HALF_BATCHES unless None, which leaves this process's)."""
+    env = {**os.environ, "DARKNET_PY_TF32": "1" if precision == "tf32" else "0",
+           "DARKNET_PY_PIN_BATCHES": "1" if pin else "0"}
+    if half_batches is not None:
+        env["DARKNET_PY_HALF_BATCHES"] = "1" if half_batches else "0"
+    return env
+
+
 def several_gpus_run(data: str, cfg: str, gpus: int, iterations: int, workers: int, precision: str,
                      cache, pin: bool = True) -> Dict[str, float]:
     """`darknet_py train --gpus 0,..,gpus-1 --batch-mode per-gpu` (each rank trains the cfg's whole batch) as a
     user runs it: its closing throughput line (images/s of all ranks over every iteration but the first, so
     the image cache's cold first epochs are in it, and the share of the time rank 0 waited for data)."""
     with tempfile.TemporaryDirectory() as out:
-        env = {**os.environ, "DARKNET_PY_TF32": "1" if precision == "tf32" else "0",
-               "DARKNET_PY_PIN_BATCHES": "1" if pin else "0"}
         p = subprocess.run([sys.executable, "-m", "darknet_py", "train", cfg, data, "--gpus",
                             ",".join(str(g) for g in range(gpus)), "--batch-mode", "per-gpu", "--max-batches",
                             str(iterations), "--workers", str(workers), "--precision", storage(precision),
                             "--cache-images", str(cache if cache == "auto" else cache / 2 ** 30), "--seed", "1",
-                            "--out", out], capture_output=True, text=True, env=env, timeout=900)
+                            "--out", out], capture_output=True, text=True, env=run_env(precision, pin=pin), timeout=900)
     line = next((ln for ln in p.stdout.splitlines() if ln.startswith("throughput: ")), None)
     if p.returncode or line is None:
         raise RuntimeError(f"train --gpus failed ({p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-3000:]}")
@@ -215,10 +223,8 @@ def child(args) -> int:
 
 
 def in_child(spec: dict, precision: str, half_batches: bool = True, pin: bool = True) -> dict:
-    env = {**os.environ, "DARKNET_PY_TF32": "1" if precision == "tf32" else "0",
-           "DARKNET_PY_HALF_BATCHES": "1" if half_batches else "0", "DARKNET_PY_PIN_BATCHES": "1" if pin else "0"}
     p = subprocess.run([sys.executable, __file__, "--child", json.dumps(dict(spec, precision=precision))],
-                       capture_output=True, text=True, env=env, timeout=600)
+                       capture_output=True, text=True, env=run_env(precision, pin, half_batches), timeout=600)
     for line in p.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[7:])
