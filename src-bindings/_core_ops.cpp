@@ -296,20 +296,22 @@ void bind_ops(py::module_& m) {
                    var = o.out(Shape{1, c, 1, 1});
             o.be->batchnorm_activate_train(y, mean, var, xn, o.in(scale), o.in(bias), eps, a);
             return py::make_tuple(to_numpy(y), to_numpy(xn), to_numpy(mean).attr("ravel")(), to_numpy(var).attr("ravel")());
-        }, "batchnorm_train then the activation (linear, leaky or relu); returns (y, x_norm, mean, var)")
+        }, "batchnorm_train then an elementwise activation; returns (y, x_norm, mean, var)")
         .def("batchnorm_activate_backward", [](Ops& o, const FloatArray& dy, const FloatArray& y,
-                                               const FloatArray& x_norm, const FloatArray& scale, const FloatArray& var,
-                                               float eps, const std::string& name) {
+                                               const FloatArray& x_norm, const FloatArray& scale, const FloatArray& bias,
+                                               const FloatArray& var, float eps, const std::string& name) {
             const char* op = "Ops.batchnorm_activate_backward";
             Activation a = activation_argument(op, name);
             Shape ys = nchw(op, "dy", dy);
             check_shape(op, "y", nchw(op, "y", y), ys), check_shape(op, "x_norm", nchw(op, "x_norm", x_norm), ys);
-            check_size(op, "scale", scale.size(), ys.c), check_size(op, "var", var.size(), ys.c);
+            check_size(op, "scale", scale.size(), ys.c), check_size(op, "bias", bias.size(), ys.c);
+            check_size(op, "var", var.size(), ys.c);
             Tensor tdy = o.act(dy), ty = o.act(y), txn = o.act(x_norm);
             Tensor dscale = o.out(Shape{1, ys.c, 1, 1}), dbias = o.out(Shape{1, ys.c, 1, 1});
-            o.be->batchnorm_activate_backward(tdy, ty, txn, o.in(scale), o.in(var), eps, a, dscale, dbias);
+            o.be->batchnorm_activate_backward(tdy, ty, txn, o.in(scale), o.in(bias), o.in(var), eps, a, dscale, dbias);
             return py::make_tuple(to_numpy(tdy), to_numpy(dscale).attr("ravel")(), to_numpy(dbias).attr("ravel")());
-        }, "given dy = dL/d(output) and the forward's output y: returns (dx, dscale, dbias)")
+        }, "given dy = dL/d(output), the forward's output y, x_norm and the batchnorm's scale and bias (whose "
+           "x_norm * scale + bias is the pre-activation): returns (dx, dscale, dbias)")
         .def("activate_backward", [](Ops& o, const FloatArray& x, const FloatArray& dy, const std::string& name) {
             Activation a = activation_argument("Ops.activate_backward", name);
             check_shape("Ops.activate_backward", "dy", nchw("Ops.activate_backward", "dy", dy),

@@ -175,26 +175,25 @@ public:
     // dy = dL/d(pre-activation x), from dy = dL/d(act(x)), in place.
     virtual void activate_backward(const Tensor& x, Tensor& dy, Activation a) = 0;
     // Training batchnorm then the activation, and the backward of both: what [convolutional] and
-    // [connected] with batch_normalize run (layers/norm_activation.h). a: an activation whose
-    // gradient reads off its output (activation_gradient_from_output: linear, leaky, relu), so that
-    // the backward needs the layer's output y and no pre-activation copy. By default the composition
-    // of the ops above (the host backends); GpuBackend runs the activation inside batchnorm's passes.
+    // [connected] with batch_normalize run (layers/norm_activation.h), for every elementwise activation
+    // (activation_is_elementwise). The backward takes the activation's gradient at the layer's output y
+    // where it reads off it (activation_gradient_from_output: linear, leaky, relu), else at the
+    // pre-activation x_norm * scale + bias, formed again from x_norm: no pre-activation copy is kept.
+    // By default the composition of the ops above (the host backends); GpuBackend runs the activation
+    // inside batchnorm's passes.
     // batchnorm_train(y, ...), then y = act(y).
     virtual void batchnorm_activate_train(Tensor& y, Tensor& mean, Tensor& var, Tensor& x_norm, const Tensor& scale,
                                           const Tensor& bias, float eps, Activation a) {
-        require_gradient_from_output("batchnorm_activate_train", a);
+        require_elementwise("batchnorm_activate_train", a);
         batchnorm_train(y, mean, var, x_norm, scale, bias, eps);
         if (a != Activation::linear) activate(y, a);
     }
-    // activate_backward(y, dy, a), then batchnorm_backward(dy, ...): dy = dL/d(layer output) in,
-    // dL/d(batchnorm input) out; y = the layer's output from batchnorm_activate_train.
+    // activate_backward(v, dy, a) (v = y, or the pre-activation: above), then batchnorm_backward(dy, ...):
+    // dy = dL/d(layer output) in, dL/d(batchnorm input) out; y = the layer's output from
+    // batchnorm_activate_train. Host tensors only here (the pre-activation is formed on the host).
     virtual void batchnorm_activate_backward(Tensor& dy, const Tensor& y, const Tensor& x_norm, const Tensor& scale,
-                                             const Tensor& var, float eps, Activation a, Tensor& dscale,
-                                             Tensor& dbias) {
-        require_gradient_from_output("batchnorm_activate_backward", a);
-        if (a != Activation::linear) activate_backward(y, dy, a);
-        batchnorm_backward(dy, x_norm, scale, var, eps, dscale, dbias);
-    }
+                                             const Tensor& bias, const Tensor& var, float eps, Activation a,
+                                             Tensor& dscale, Tensor& dbias);
     virtual void maxpool_backward(const Tensor& x, const Tensor& dy, const PoolGeom& g, Tensor& dx) = 0;
     virtual void avgpool_local_backward(const Tensor& x, const Tensor& dy, const PoolGeom& g, Tensor& dx) = 0;
     virtual void avgpool_global_backward(const Tensor& dy, Tensor& dx) = 0;
@@ -256,10 +255,10 @@ public:
 protected:
     uint64_t params_version_ = 0;
     float gradient_scale_ = 1.0f;
-    static void require_gradient_from_output(const char* op, Activation a) {
-        if (!activation_gradient_from_output(a))
+    static void require_elementwise(const char* op, Activation a) {
+        if (!activation_is_elementwise(a))
             throw DarknetError(std::string(op) + ": activation " + activation_name(a) +
-                               " needs its input for its gradient (linear, leaky or relu only)");
+                               " mixes a pixel's channels (elementwise activations only)");
     }
 };
 

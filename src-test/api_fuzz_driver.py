@@ -483,7 +483,7 @@ OPS = {
     "conv2d_backward_weights": "T T W i i z i i", "conv2d_backward_data": "T W T i i z i i",
     "bias_backward": "T V", "batchnorm_train": "T V V f", "batchnorm_backward": "T T V V f",
     "activate_backward": "T T act", "batchnorm_activate_train": "T V V f act",
-    "batchnorm_activate_backward": "T T T V V f act", "pool_backward": "kind T T i i i z",
+    "batchnorm_activate_backward": "T T T V V V f act", "pool_backward": "kind T T i i i z",
     "upsample_backward": "T i f S", "downsample_sum_backward": "T i f S",
     "sgd_update": "T T T f f f i", "adam_update": "T T T T f f f f f i i",
     "fill": "S f", "batchnorm_fold": "V V V V f", "rolling_update": "T T f", "dropout_mask": "S f u",

@@ -31,7 +31,7 @@ import pytest
 import gpu_devices
 from darknet_py import DarknetError, _core
 from darknet_py.diagnostics.half_op_cases import round_to
-from darknet_py.diagnostics.op_cases import CASES, TRAIN_CASES, check_case, pool_out
+from darknet_py.diagnostics.op_cases import CASES, SHORTCUT_WEIGHTS, TRAIN_CASES, check_case, pool_out
 from darknet_py.training.init_weights import darknet_init
 
 SIZE, BATCH = 32, 2
@@ -120,6 +120,80 @@ anchors=4,4, 6,6, 8,8, 10,10, 14,14, 20,20
 classes=1
 num=6
 """
+# yolov4's blocks: conv + batchnorm + mish, a residual shortcut, the CSP route of two layers, SPP's
+# stride-1 max pools concatenated, then a head
+CSP_CFG = f"""[net]
+batch={BATCH}
+width={SIZE}
+height={SIZE}
+channels=3
+
+[convolutional]
+batch_normalize=1
+filters=8
+size=3
+stride=2
+pad=1
+activation=mish
+
+[convolutional]
+batch_normalize=1
+filters=8
+size=1
+stride=1
+pad=1
+activation=mish
+
+[convolutional]
+batch_normalize=1
+filters=8
+size=3
+stride=1
+pad=1
+activation=mish
+
+[shortcut]
+from=-3
+activation=linear
+
+[route]
+layers=-1,-3
+
+[maxpool]
+stride=1
+size=5
+
+[route]
+layers=-2
+
+[maxpool]
+stride=1
+size=9
+
+[route]
+layers=-1,-3,-4
+
+[convolutional]
+batch_normalize=1
+filters=8
+size=1
+stride=1
+pad=1
+activation=swish
+
+[convolutional]
+size=1
+stride=1
+pad=1
+filters=18
+activation=linear
+
+[yolo]
+mask=0,1,2
+anchors=4,4, 6,6, 8,8
+classes=1
+num=3
+"""
 # (the first step and before, after an update), of the tensor's largest magnitude (at least 1): see the docstring
 TOL = {"fp32": (2e-5, 2e-5), "bf16": (0.01, 0.05)}
 STEPS = {"fp32": 2, "bf16": 1}
@@ -174,14 +248,16 @@ def _assert_close(nchw: dict, nhwc: dict, tols: tuple, fp32: dict = None):
             assert err <= tol * scale, f"{key}, tensor {i}: {err} of {scale}"
 
 
+@pytest.mark.parametrize("cfg", ["tiny", "csp"])
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 @pytest.mark.parametrize("label", ["pocl", "cuda"])
-def test_nhwc_network_trains_as_nchw(tmp_path, monkeypatch, label, precision):
-    device = gpu_devices.device(label)
-    nchw = _net(tmp_path, monkeypatch, device, precision, "nchw")
-    nhwc = _net(tmp_path, monkeypatch, device, precision, "nhwc")
+def test_nhwc_network_trains_as_nchw(tmp_path, monkeypatch, label, precision, cfg):
+    device, cfg = gpu_devices.device(label), {"tiny": CFG, "csp": CSP_CFG}[cfg]
+    nchw = _net(tmp_path, monkeypatch, device, precision, "nchw", cfg)
+    nhwc = _net(tmp_path, monkeypatch, device, precision, "nhwc", cfg)
     assert (nchw.layout, nhwc.layout) == ("nchw", "nhwc")
-    fp32 = None if precision == "fp32" else _run(_net(tmp_path, monkeypatch, device, "fp32", "nchw"), STEPS[precision])
+    fp32 = None if precision == "fp32" else _run(_net(tmp_path, monkeypatch, device, "fp32", "nchw", cfg),
+                                                 STEPS[precision])
     _assert_close(_run(nchw, STEPS[precision]), _run(nhwc, STEPS[precision]), TOL[precision], fp32)
 
 
@@ -263,9 +339,11 @@ def test_layout_is_chosen_per_device_precision_and_layers(tmp_path, monkeypatch)
     assert net.layout == "nchw"  # OpenCL prefers NCHW
     assert _net(tmp_path, monkeypatch, pocl, "bf16", "nhwc").layout == "nhwc"
     assert _net(tmp_path, monkeypatch, "cpu", "fp32", "nhwc").layout == "nchw"  # host memory is NCHW
-    # a layer without a channels-last path (shortcut) keeps the whole network NCHW
+    # a layer without a channels-last path (a shortcut from a layer of another shape: its sum is not
+    # elementwise) keeps the whole network NCHW; a shortcut of equal shapes runs channels last
     shortcut = CFG.replace("[route]\nlayers=-1,-3", "[shortcut]\nfrom=-3\nactivation=linear")
     assert _net(tmp_path, monkeypatch, pocl, "fp32", "nhwc", shortcut).layout == "nchw"
+    assert _net(tmp_path, monkeypatch, pocl, "fp32", "nhwc", CSP_CFG).layout == "nhwc"
     with pytest.raises(DarknetError, match=r"DARKNET_PY_LAYOUT='NHWC': use nchw, nhwc or auto"):
         _net(tmp_path, monkeypatch, pocl, "fp32", "NHWC")
 
@@ -295,10 +373,12 @@ CHANNEL_MIXING = ("normalize_channels", "normalize_channels_softmax")
 
 
 def _refused_without_nhwc_path(case) -> bool:
-    """The cases an op may refuse in NHWC: shortcut, the pools that are not windows (global average,
-    depth maximum), and activations that mix a pixel's channels."""
+    """The cases an op may refuse in NHWC: shortcuts that do not sum elementwise (inputs of other
+    shapes, per-channel weights), the pools that are not windows (global average, depth maximum), and
+    activations that mix a pixel's channels."""
     if case.op in ("shortcut", "shortcut_backward"):
-        return True
+        x, froms, weights_type = case.args[0], case.args[1], case.args[3]
+        return weights_type == SHORTCUT_WEIGHTS["per_channel"] or any(f.shape != x.shape for f in froms)
     if case.op in ("pool", "pool_backward"):
         return case.args[0] not in ("max", "local_avg")
     return any(isinstance(a, str) and a in CHANNEL_MIXING for a in case.args)

@@ -93,7 +93,7 @@ def _plant(text, old, new, count=1):
 
 # (what is planted, text to replace, replacement, a fragment of the error it must cause)
 PLANTS = [
-    ("undeclared name", "return log(exp(x) + 1.0f);", "return log1p_typo(exp(x));", "undeclared identifier 'log1p_typo'"),
+    ("undeclared name", "return x * n / (n + 2.0f);", "return x * n / log1p_typo(n + 2.0f);", "undeclared identifier 'log1p_typo'"),
     ("wrong vector type", "    rolling[i] = a.keep * rolling[i] + (1.0f - a.keep) * batch_value[i];\n", "    float2 v2 = (float2)(a.keep);\n    rolling[i] = v2.z;\n",
      "vector component access exceeds type"),
     ("write through a constant reference", "    rolling[i] = a.keep * rolling[i] + (1.0f - a.keep) * batch_value[i];\n", "    a.n = 0;\n    rolling[i] = a.keep * rolling[i] + (1.0f - a.keep) * batch_value[i];\n",
@@ -103,8 +103,8 @@ PLANTS = [
     ("device/threadgroup pointer mix-up", "    GROUP_SUM(partial, sum)\n    if (KLID == 0) db[c] += sum;",
      "    KGLOBAL float* wrong = partial;\n    GROUP_SUM(partial, sum)\n    if (KLID == 0) db[c] += sum;",
      "of type '__local float[256]'"),
-    ("threadgroup memory in a helper", "KFN float act_softplus(float x, float threshold) {\n",
-     "KFN float act_softplus(float x, float threshold) {\n    KSHARED float scratch[4];\n", "local address space"),
+    ("threadgroup memory in a helper", "KFN float act_forward(float x, int a) {\n",
+     "KFN float act_forward(float x, int a) {\n    KSHARED float scratch[4];\n", "local address space"),
     ("barrier without flags", "#define KBARRIER() threadgroup_barrier(mem_flags::mem_threadgroup)",
      "#define KBARRIER() threadgroup_barrier()", "no matching function for call to 'threadgroup_barrier'"),
     ("atomic on a plain int", "atomic_fetch_add_explicit((device atomic_int*)(p)", "atomic_fetch_add_explicit((p)",
@@ -117,7 +117,7 @@ PLANTS = [
      "KCBUF(float, batch_value, 1), KARGS(RollingArgs, a, 1)", "[[buffer(1)]] but it is buffer 2"),
     ("OpenCL spelling", "#define KSHARED threadgroup", "#define KSHARED __local", "'__local' is OpenCL C, not MSL"),
     ("double", "    rolling[i] = a.keep * rolling[i] + (1.0f - a.keep) * batch_value[i];\n", "    double d = a.keep;\n    rolling[i] = a.keep * rolling[i] + (1.0f - a.keep) * batch_value[i];\n", "MSL has no 'double'"),
-    ("program-scope variable", "KFN float act_softplus", "float calls_ = 0.0f;\nKFN float act_softplus",
+    ("program-scope variable", "KFN float act_forward", "float calls_ = 0.0f;\nKFN float act_forward",
      "program-scope variable 'calls_' must be in the constant address space"),
     ("half storage read through as_type of another size", "as_type<float>(((uint)(p)[i]) << 16)",
      "as_type<float>((p)[i])", "as_type between types of different sizes"),

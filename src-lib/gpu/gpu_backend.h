@@ -55,6 +55,16 @@ inline Tensor channel_view(const Tensor& t) {
     return Tensor(Shape{(int)((size_t)s.n * s.plane()), s.c, 1, 1}, t.buffer());
 }
 
+// Whether a shortcut of x and `from` sums elementwise in any layout: every input shaped like x and no
+// per-channel weights (whose channel index the kernels take from NCHW order). Its kernels then take
+// flat buffers, so NHWC tensors run unchanged (Layer::runs_channels_last of [shortcut] says the same).
+inline bool shortcut_is_elementwise(const Tensor& x, const std::vector<const Tensor*>& from, ShortcutWeights wt) {
+    if (wt == ShortcutWeights::per_channel) return false;
+    for (const Tensor* f : from)
+        if (!(f->shape() == x.shape())) return false;
+    return true;
+}
+
 // The kernels' arguments of a pooling of x into y and of a resampling (upsample, downsample_sum) of x
 // into y, in their layout (both alike, or DarknetError); n = the elements of y, or of x for the
 // backward passes' one thread per input element (gpu_ops_forward.cpp).
@@ -169,7 +179,7 @@ public:
     void batchnorm_activate_train(Tensor& y, Tensor& mean, Tensor& var, Tensor& x_norm, const Tensor& scale,
                                   const Tensor& bias, float eps, Activation a) override;
     void batchnorm_activate_backward(Tensor& dy, const Tensor& y, const Tensor& x_norm, const Tensor& scale,
-                                     const Tensor& var, float eps, Activation a, Tensor& dscale,
+                                     const Tensor& bias, const Tensor& var, float eps, Activation a, Tensor& dscale,
                                      Tensor& dbias) override;
     void maxpool_backward(const Tensor& x, const Tensor& dy, const PoolGeom& g, Tensor& dx) override;
     void avgpool_local_backward(const Tensor& x, const Tensor& dy, const PoolGeom& g, Tensor& dx) override;

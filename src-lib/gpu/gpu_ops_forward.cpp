@@ -121,15 +121,25 @@ void GpuBackend::shortcut(const Tensor& x, const std::vector<const Tensor*>& fro
                           ShortcutWeights wt, ShortcutNorm norm, Tensor& y) {
     // one launch per input (kernels/forward_layout.h): y = w0 * x, then y += w_k * from[k-1]
     const Shape& s = x.shape();
-    const Tensor& w = weights ? *weights : y;  // any buffer when unweighted: it is not read
+    const Tensor& w = weights ? *weights : y;  // any buffer when unweighted: it is not read (flat_buf: any layout)
     const std::string kernel = storage_kernel("shortcut", same_storage("shortcut", {&x, &y}));
+    const bool flat = shortcut_is_elementwise(x, from, wt);
+    if (flat && from.size() == 1 && wt == ShortcutWeights::none) {  // y = x + from: one pass
+        same_storage("shortcut", {&x, from[0]});
+        same_layout("shortcut", {&x, from[0], &y});
+        return launch(storage_kernel("shortcut_add", y.dtype()).c_str(),
+                      (y.size() + NHWC_PASS_ELEMENTS - 1) / NHWC_PASS_ELEMENTS,
+                      {flat_buf(y), flat_buf(x), flat_buf(*from[0])}, CountArgs{i32(y.size())});
+    }
     int inputs = (int)from.size() + 1;
     for (int k = 0; k < inputs; ++k) {
         const Tensor& in = k == 0 ? x : *from[k - 1];
         same_storage("shortcut", {&x, &in});
+        if (flat) same_layout("shortcut", {&x, &in, &y});
         ShortcutArgs a{i32(y.size()), i32(s.sample()), i32(in.shape().sample()), k, inputs, (int32_t)wt,
                        (int32_t)norm, s.c, i32(s.plane())};
-        launch(kernel.c_str(), y.size(), {any_buf(y), any_buf(in), weights ? buf(w) : any_buf(w)}, a);
+        launch(kernel.c_str(), y.size(), {flat ? flat_buf(y) : any_buf(y), flat ? flat_buf(in) : any_buf(in),
+                                          weights ? buf(w) : flat_buf(w)}, a);
     }
 }
 

@@ -53,7 +53,7 @@ void GpuBackend::batchnorm_train(Tensor& y, Tensor& mean, Tensor& var, Tensor& x
 // The activation runs inside batchnorm_normalize (storage_training.h): no pass of its own.
 void GpuBackend::batchnorm_activate_train(Tensor& y, Tensor& mean, Tensor& var, Tensor& x_norm, const Tensor& scale,
                                           const Tensor& bias, float eps, Activation a) {
-    require_gradient_from_output("batchnorm_activate_train", a);
+    require_elementwise("batchnorm_activate_train", a);
     batchnorm_train_act("batchnorm_activate_train", y, mean, var, x_norm, scale, bias, eps, a);
 }
 
@@ -125,16 +125,17 @@ void GpuBackend::batchnorm_backward(Tensor& dy, const Tensor& x_norm, const Tens
 }
 
 // The activation's gradient is applied in the partial sums' pass (storage_training.h), which leaves
-// dy = dL/d(batchnorm output) behind: activate_backward's pass is saved.
+// dy = dL/d(batchnorm output) behind: activate_backward's pass is saved, and for the activations that
+// need their input (mish, swish, ...) the pre-activation copy and its pass in the forward too.
 void GpuBackend::batchnorm_activate_backward(Tensor& dy, const Tensor& y, const Tensor& x_norm, const Tensor& scale,
-                                             const Tensor& var, float eps, Activation a, Tensor& dscale,
-                                             Tensor& dbias) {
-    require_gradient_from_output("batchnorm_activate_backward", a);
+                                             const Tensor& bias, const Tensor& var, float eps, Activation a,
+                                             Tensor& dscale, Tensor& dbias) {
+    require_elementwise("batchnorm_activate_backward", a);
     if (a == Activation::linear) return batchnorm_backward(dy, x_norm, scale, var, eps, dscale, dbias);
     DType t = same_storage("batchnorm_activate_backward", {&dy, &y, &x_norm});
     same_layout("batchnorm_activate_backward", {&dy, &y, &x_norm});
     ChannelSplitArgs split = channel_partials("batchnorm_activate_backward_partial", dy,
-                                              {flat_buf(dy), flat_buf(y), flat_buf(x_norm)}, a);
+                                              {flat_buf(dy), flat_buf(y), flat_buf(x_norm), buf(scale), buf(bias)}, a);
     // A device with its own batchnorm backward (MPSGraph on Metal, fp32 NCHW) takes it from the gradient
     // left in dy (the partial sums just taken are then unused: one reduction more than the composition)
     if (t == DType::f32 && dy.layout() == Layout::nchw &&
@@ -213,20 +214,22 @@ void GpuBackend::shortcut_backward(const Tensor& x, const std::vector<const Tens
     DType t = same_storage("shortcut_backward", {&x, &dy, &dx});
     const std::string data_kernel = storage_kernel("shortcut_backward", t);
     const std::string weights_kernel = storage_kernel("shortcut_weights_backward", t);
+    const bool flat = shortcut_is_elementwise(x, from, wt);
+    auto arg = [&](const Tensor& v) { return flat ? flat_buf(v) : any_buf(v); };
     int inputs = (int)from.size() + 1;
     for (int k = 0; k < inputs; ++k) {
         const Tensor& in = k == 0 ? x : *from[k - 1];
         Tensor* din = k == 0 ? &dx : dfrom[k - 1];
         same_storage("shortcut_backward", {&x, &in});
         if (din) same_storage("shortcut_backward", {&x, din});
+        if (flat) same_layout("shortcut_backward", {&x, &in, &dy, din ? din : &dy});
         size_t from_sample = in.shape().sample(), m = std::min(s.sample(), from_sample);
         ShortcutBackwardArgs a{i32(s.n * m), s.n, i32(s.sample()), i32(from_sample), k, inputs, (int32_t)wt,
                                (int32_t)norm, s.c, i32(s.plane())};
-        if (din)
-            launch(data_kernel.c_str(), (size_t)a.n, {weights ? buf(w) : any_buf(w), any_buf(dy), any_buf(*din)}, a);
+        if (din) launch(data_kernel.c_str(), (size_t)a.n, {weights ? buf(w) : flat_buf(w), arg(dy), arg(*din)}, a);
         if (weights && dweights && wt != ShortcutWeights::none)
             launch_groups(weights_kernel.c_str(), wt == ShortcutWeights::per_channel ? s.c : 1,
-                          {buf(w), any_buf(dy), any_buf(in), buf(*dweights)}, a);
+                          {buf(w), arg(dy), arg(in), buf(*dweights)}, a);
     }
 }
 

@@ -11,13 +11,6 @@ enum {
     ACT_NORMALIZE_CHANNELS = 12, ACT_NORMALIZE_CHANNELS_SOFTMAX = 13
 };
 
-// softplus_darknet: log(1 + e^x) with Darknet's cut-offs
-KFN float act_softplus(float x, float threshold) {
-    if (x > threshold) return x;
-    if (x < -threshold) return exp(x);
-    return log(exp(x) + 1.0f);
-}
-
 // activate_scalar; the channel-mixing codes (12, 13) return x, as there
 KFN float act_forward(float x, int a) {
     switch (a) {
@@ -27,7 +20,15 @@ KFN float act_forward(float x, int a) {
         case ACT_LOGISTIC: return 1.0f / (1.0f + exp(-x));
         case ACT_TANH: return (2.0f / (1.0f + exp(-2.0f * x)) - 1.0f);
         case ACT_SWISH: return x / (1.0f + exp(-x));
-        case ACT_MISH: return x * tanh(act_softplus(x, 20.0f));
+        case ACT_MISH: {
+            // x * tanh(softplus(x)) with tanh(log(1 + e)) = n / (n + 2), n = e (e + 2): one exp where
+            // Darknet's form takes three special functions, which left the mish layers' passes bound by
+            // arithmetic on GPUs (the CPU backend's vector form is this one too, cpu/simd.h). Darknet's
+            // softplus is x above 20, where tanh is 1 in float.
+            if (x > 20.0f) return x;
+            float e = exp(x), n = e * (e + 2.0f);
+            return x * n / (n + 2.0f);
+        }
         case ACT_HARD_MISH:
             if (x > 0) return x;
             if (x > -2) return x * x / 2 + x;
@@ -39,6 +40,9 @@ KFN float act_forward(float x, int a) {
         default: return x;  // linear, and the channel-mixing activations
     }
 }
+
+// activation_gradient_from_output (activation.h): act'(y) = act'(x) for these, y = act(x)
+KFN int act_gradient_from_output(int a) { return a == ACT_LINEAR || a == ACT_LEAKY || a == ACT_RELU; }
 
 // activate_gradient: d act(x) / dx at the pre-activation x; 1 for the channel-mixing codes
 KFN float act_gradient(float x, int a) {
@@ -59,9 +63,12 @@ KFN float act_gradient(float x, int a) {
             return s + x * s * (1 - s);
         }
         case ACT_MISH: {
-            float sp = act_softplus(x, 20.0f), t = tanh(sp);
-            float dsp = x > 20.0f ? 1.0f : 1.0f / (1.0f + exp(-x));
-            return t + x * (1 - t * t) * dsp;
+            // tanh(sp) + x (1 - tanh(sp)^2) sigmoid(x), sp = softplus(x), from one exp as act_forward:
+            // tanh(sp) = n / (n + 2), 1 - tanh(sp)^2 = 4 (n + 1) / (n + 2)^2 (no cancellation near 1),
+            // sigmoid(x) = e / (1 + e). Above Darknet's threshold (20) tanh(sp) is 1 in float: 1.
+            if (x > 20.0f) return 1.0f;
+            float e = exp(x), n = e * (e + 2.0f), d = n + 2.0f;
+            return n / d + x * (4.0f * (n + 1.0f) / (d * d)) * (e / (1.0f + e));
         }
         case ACT_HARD_MISH:
             if (x > 0) return 1.0f;

@@ -116,6 +116,21 @@ KERNEL(S_NAME(shortcut))(KBUF(S_T, y, 0), KCBUF(S_T, in, 1), KCBUF(float, weight
     S_ST(y, i, v);
 }
 
+// y = x + from, the common [shortcut] (one input beside x, unweighted, of x's shape: the sum is
+// elementwise in either layout) in one pass, where shortcut's two launches write y twice; the same bits.
+// Thread t takes the NHWC_PASS_ELEMENTS elements t + k * chunks (chunks = ceil(n / NHWC_PASS_ELEMENTS),
+// threads = chunks), all loaded before any is stored.
+KERNEL(S_NAME(shortcut_add))(KBUF(S_T, y, 0), KCBUF(S_T, x, 1), KCBUF(S_T, from, 2),
+                             KARGS(CountArgs, a, 3) KTHREAD_IDS) {
+    uint chunks = ((uint)a.n + NHWC_PASS_ELEMENTS - 1) / NHWC_PASS_ELEMENTS, t = KGID;
+    if (t >= chunks) return;
+    float v[NHWC_PASS_ELEMENTS];
+    for (int k = 0; k < NHWC_PASS_ELEMENTS; ++k)
+        if (t + (uint)k * chunks < (uint)a.n) v[k] = S_LD(x, t + (uint)k * chunks) + S_LD(from, t + (uint)k * chunks);
+    for (int k = 0; k < NHWC_PASS_ELEMENTS; ++k)
+        if (t + (uint)k * chunks < (uint)a.n) S_ST(y, t + (uint)k * chunks, v[k]);
+}
+
 // maxpool (is_max = 1) and avgpool_local (0): window of size x size from (oy*stride_y - padding/2,
 // ox*stride_x - padding/2), cells outside x skipped; average over the cells inside (0 if none). Either
 // layout (layout_index.h), though maxpool runs NCHW tensors only: NHWC ones take maxpool_nhwc.

@@ -129,26 +129,31 @@ KERNEL(S_NAME(batchnorm_backward_partial))(KCBUF(S_T, dy, 0), KCBUF(S_T, x_norm,
 }
 
 // The same, for Backend::batchnorm_activate_backward: the activation's gradient is applied where dy
-// is read, g = dy * act'(y) (y = the layer's output, a.act reads its gradient off it: linear, leaky,
-// relu), g is stored over dy (rounded to S once) and the sums are taken over the stored g, as
-// activate_backward then batchnorm_backward_partial compute them: the same result in every storage
-// type, without activate_backward's pass (a read of y, a read and a write of dy; this pass reads y
-// and writes dy instead). Each element is read and written by one thread only. Then
+// is read, g = dy * act'(v), g is stored over dy (rounded to S once) and the sums are taken over the
+// stored g, as activate_backward then batchnorm_backward_partial compute them, without
+// activate_backward's pass. v: the layer's output y where the activation's gradient reads off it
+// (linear, leaky, relu: the composition's results in every storage type), else the pre-activation
+// x_norm * scale + bias formed again from x_norm (mish, swish, logistic, ...: no pre-activation copy
+// is kept; in fp32 the composition's value bit for bit, in half from the rounded x_norm). y is read
+// only for the former. Each element is read and written by one thread only. Then
 // batchnorm_backward_combine_f32 and batchnorm_backward_data as for plain batchnorm.
 KERNEL(S_NAME(batchnorm_activate_backward_partial))(KBUF(S_T, dy, 0), KCBUF(S_T, y, 1), KCBUF(S_T, x_norm, 2),
-                                                    KBUF(float, partial, 3), KARGS(ChannelSplitArgs, a, 4)
+                                                    KCBUF(float, scale, 3), KCBUF(float, bias, 4),
+                                                    KBUF(float, partial, 5), KARGS(ChannelSplitArgs, a, 6)
                                                         KTHREAD_IDS) {
     KSHARED float shared[256];
     int g = (int)KGROUP, c = g / a.splits;
     int n0 = split_start(a, g % a.splits), n1 = split_start(a, g % a.splits + 1);
-    float sdy = 0.0f, sdyx = 0.0f;
+    int from_output = act_gradient_from_output(a.act);
+    float k = scale[c], b = bias[c], sdy = 0.0f, sdyx = 0.0f;
     for (int n = n0; n < n1; ++n)
         for (int p = (int)KLID; p < a.plane; p += (int)KGROUP_SIZE) {
             int i = (n * a.channels + c) * a.plane + p;
-            S_ST(dy, i, S_LD(dy, i) * act_gradient(S_LD(y, i), a.act));
+            float xn = S_LD(x_norm, i), v = from_output ? S_LD(y, i) : xn * k + b;
+            S_ST(dy, i, S_LD(dy, i) * act_gradient(v, a.act));
             float d = S_LD(dy, i);  // as stored: what batchnorm_backward_data reads
             sdy += d;
-            sdyx += d * S_LD(x_norm, i);
+            sdyx += d * xn;
         }
     GROUP_SUM(shared, sdy)
     GROUP_SUM(shared, sdyx)
@@ -258,21 +263,23 @@ KERNEL(S_NAME(batchnorm_backward_partial_nhwc))(KCBUF(S_T, dy, 0), KCBUF(S_T, x_
 }
 
 KERNEL(S_NAME(batchnorm_activate_backward_partial_nhwc))(KBUF(S_T, dy, 0), KCBUF(S_T, y, 1), KCBUF(S_T, x_norm, 2),
-                                                         KBUF(float, partial, 3), KARGS(ChannelSplitArgs, a, 4)
+                                                         KCBUF(float, scale, 3), KCBUF(float, bias, 4),
+                                                         KBUF(float, partial, 5), KARGS(ChannelSplitArgs, a, 6)
                                                              KTHREAD_IDS) {
     KSHARED float shared[256];
     LANE_SPLIT(a, c)
-    float sdy = 0.0f, sdyx = 0.0f;
+    int from_output = act_gradient_from_output(a.act);
+    float kc = c >= 0 ? scale[c] : 0.0f, bc = c >= 0 ? bias[c] : 0.0f, sdy = 0.0f, sdyx = 0.0f;
     FOR_LANE_PIXEL_BATCHES(a, c, i) {
-        float g[LANE_UNROLL], yy[LANE_UNROLL], xn[LANE_UNROLL];
+        float g[LANE_UNROLL], v[LANE_UNROLL], xn[LANE_UNROLL];
         for (int k = 0; k < LANE_UNROLL; ++k) {
             g[k] = LANE_HAS(k) ? S_LD(dy, LANE_AT(a, i, k)) : 0.0f;
-            yy[k] = LANE_HAS(k) ? S_LD(y, LANE_AT(a, i, k)) : 0.0f;
             xn[k] = LANE_HAS(k) ? S_LD(x_norm, LANE_AT(a, i, k)) : 0.0f;
+            v[k] = !from_output ? xn[k] * kc + bc : (LANE_HAS(k) ? S_LD(y, LANE_AT(a, i, k)) : 0.0f);
         }
         for (int k = 0; k < LANE_UNROLL; ++k) {
             if (!LANE_HAS(k)) continue;
-            S_ST(dy, LANE_AT(a, i, k), g[k] * act_gradient(yy[k], a.act));
+            S_ST(dy, LANE_AT(a, i, k), g[k] * act_gradient(v[k], a.act));
             float d = S_LD(dy, LANE_AT(a, i, k));  // as stored, as in the NCHW kernel
             sdy += d;
             sdyx += d * xn[k];

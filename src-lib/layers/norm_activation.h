@@ -40,8 +40,8 @@ public:
     // y: the layer's output from forward.
     void backward(Backend& be, const Tensor& y, Tensor& dy, std::vector<Param>& p, const NormParams& k, Activation a) {
         if (fused(k, a))
-            return be.batchnorm_activate_backward(dy, y, x_norm_, p[k.scales].value, var_, kEps, a,
-                                                  p[k.scales].grad, p[k.biases].grad);
+            return be.batchnorm_activate_backward(dy, y, x_norm_, p[k.scales].value, p[k.biases].value, var_, kEps,
+                                                  a, p[k.scales].grad, p[k.biases].grad);
         activation_.backward(be, y, dy, a);
         if (k.batch_normalize())
             be.batchnorm_backward(dy, x_norm_, p[k.scales].value, var_, kEps, p[k.scales].grad, p[k.biases].grad);
@@ -53,12 +53,13 @@ public:
 
 private:
     // Batchnorm and the activation as one op pair (GpuBackend runs the activation inside batchnorm's
-    // passes): for activations whose gradient reads off the output (linear, leaky, relu). The others
-    // (mish, swish, logistic, ...) keep their pre-activation copy (TrainingActivation) and run
-    // batchnorm and the activation as separate ops. DARKNET_PY_FUSED_BATCHNORM=0 runs every layer so
-    // (tests compare the two; read per call, as a switch between steps in one process).
+    // passes), for every elementwise activation: those whose gradient needs their input (mish, swish,
+    // logistic, ...) have it formed again from x_norm in the backward, so no pre-activation copy is kept.
+    // DARKNET_PY_FUSED_BATCHNORM=0 runs batchnorm and the activation as separate ops, the activation
+    // keeping its pre-activation copy (TrainingActivation): tests compare the two; read per call, as a
+    // switch between steps in one process.
     static bool fused(const NormParams& k, Activation a) {
-        if (!k.batch_normalize() || !activation_gradient_from_output(a)) return false;
+        if (!k.batch_normalize() || !activation_is_elementwise(a)) return false;
         const char* env = std::getenv("DARKNET_PY_FUSED_BATCHNORM");
         return !(env && std::string(env) == "0");
     }

@@ -9,6 +9,11 @@ namespace {
 class Shortcut final : public Layer {
 public:
     const char* type() const override { return "shortcut"; }
+    // Channels last where the sum is elementwise in any layout: every input shaped like x, and no
+    // per-channel weights (their index is NCHW's). GpuBackend::shortcut then takes the flat buffers.
+    bool runs_channels_last() const override {
+        return same_shapes && weights_type != ShortcutWeights::per_channel && activation_is_elementwise(activation);
+    }
 
     void forward(Backend& be, const Tensor& x, Tensor& y, const LayerOutputs& outputs) override {
         std::vector<const Tensor*> inputs;
@@ -47,6 +52,7 @@ public:
     Activation activation = Activation::linear;
     ShortcutWeights weights_type = ShortcutWeights::none;
     ShortcutNorm weights_norm = ShortcutNorm::none;
+    bool same_shapes = true;  // every `from` layer's output shaped like the input
 
 private:
     TrainingActivation activation_;
@@ -58,7 +64,10 @@ private:
 std::unique_ptr<Layer> make_shortcut(const Section& s, const BuildContext& ctx) {
     auto l = std::make_unique<Shortcut>();
     if (!s.has("from")) s.fail("", "shortcut needs from= (the layer to add)");
-    for (int ref : s.get_ints("from")) l->from.push_back(ctx.resolve(s, "from", ref));
+    for (int ref : s.get_ints("from")) {
+        l->from.push_back(ctx.resolve(s, "from", ref));
+        if (!(ctx.built[l->from.back()]->out == ctx.input)) l->same_shapes = false;
+    }
     l->activation = parse_activation(s, "linear");
     std::string wt = s.get_string("weights_type", "none");
     if (wt == "per_feature" || wt == "per_layer") l->weights_type = ShortcutWeights::per_feature;

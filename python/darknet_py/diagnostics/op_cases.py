@@ -466,25 +466,33 @@ def _batchnorm_cases(s, fused=()) -> List[Case]:
                 scale=lambda ref: train_tol),
            Case(f"batchnorm_backward-{s}", "batchnorm_backward", (dy, xn, scale, var, eps), atol=1.0, rtol=0,
                 scale=lambda ref: back_tol)]
-    # Batchnorm with the activation (linear, leaky, relu: |act'| <= 1, so the bounds above hold for
-    # act(y) and for the gradient dy * act'(y)); y = the forward's output, as the layer passes it
+    # Batchnorm with the activation (|act'| <= 1.1 for these: the bounds above hold for act(y) and for
+    # the gradient dy * act'(y), with 10 % to spare for mish and swish); y = the forward's output, as
+    # the layer passes it; the backward forms mish's and swish's pre-activation from x_norm, scale, bias
     y_bn = np_batchnorm_train(x, scale, bias, eps)[0]
     for act in fused:
         y = np_fused_activation(y_bn, act).astype(np.float32)
+        grow = 1.0 if act in ("linear", "leaky", "relu") else 1.1
         out += [Case(f"batchnorm_activate_train-{act}-{s}", "batchnorm_activate_train", (x, scale, bias, eps, act),
                      atol=1.0, rtol=0, scale=lambda ref: train_tol),
                 Case(f"batchnorm_activate_backward-{act}-{s}", "batchnorm_activate_backward",
-                     (dy, y, xn, scale, var, eps, act), atol=1.0, rtol=0, scale=lambda ref: back_tol)]
+                     (dy, y, xn, scale, bias, var, eps, act), atol=1.0, rtol=0,
+                     scale=lambda ref, grow=grow: [grow * t for t in back_tol])]
     return out
 
 
-# The activations batchnorm_activate_train / _backward take: those whose gradient reads off their
-# output (activation_gradient_from_output in src-lib/activation.h).
-FUSED_ACTIVATIONS = ("linear", "leaky", "relu")
+# The activations batchnorm_activate_train / _backward are tested with: those whose gradient reads off
+# their output (activation_gradient_from_output in src-lib/activation.h) and two that need their input
+# (yolov4's mish, the csp models' swish), which the backward forms again from x_norm.
+FUSED_ACTIVATIONS = ("linear", "leaky", "relu", "mish", "swish")
 
 
 def np_fused_activation(v, act):
     """One of FUSED_ACTIVATIONS in float64 (Darknet's leaky: 0.1 x below zero)."""
+    if act == "mish":
+        return v * np.tanh(np.logaddexp(0, v))
+    if act == "swish":
+        return v / (1 + np.exp(-v))
     return {"linear": v, "leaky": np.where(v > 0, v, 0.1 * v), "relu": np.maximum(v, 0)}[act]
 
 
