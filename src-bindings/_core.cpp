@@ -695,10 +695,10 @@ PYBIND11_MODULE(_core, m) {
             d["seen"] = h.seen;
             return d;
         }, py::arg("path"), py::arg("max_layers") = -1)
-        .def("save_weights", [](Network& n, const std::string& path) { auto lk = lock_net(n);
+        .def("save_weights", [](Network& n, const std::string& path, int max_layers) { auto lk = lock_net(n);
             py::gil_scoped_release nogil;
-            save_weights(n, path);
-        })
+            save_weights(n, path, max_layers);
+        }, py::arg("path"), py::arg("max_layers") = -1)
         .def("forward", [](Network& n, const py::array& x, std::vector<int> which) { auto lk = lock_net(n);
             InputBatch in = input_batch(n, "forward", x);
             for (int i : which) layer_arg(n, i, "forward");  // before the work, not after

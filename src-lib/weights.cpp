@@ -1,5 +1,6 @@
 #include "weights.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -79,7 +80,7 @@ WeightsHeader load_weights(Network& net, const std::string& path, int max_layers
     return h;
 }
 
-void save_weights(Network& net, const std::string& path) {
+void save_weights(Network& net, const std::string& path, int max_layers) {
     std::string tmp = path + ".tmp";
     {
         std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
@@ -91,8 +92,9 @@ void save_weights(Network& net, const std::string& path) {
         f.write(reinterpret_cast<const char*>(&h.revision), 4);
         f.write(reinterpret_cast<const char*>(&h.seen), 8);
         std::vector<float> staging;
-        for (auto& l : net.layers)
-            for (const Param& p : l->params) {
+        size_t n = max_layers < 0 ? net.layers.size() : std::min((size_t)max_layers, net.layers.size());
+        for (size_t i = 0; i < n; ++i)
+            for (const Param& p : net.layers[i]->params) {
                 staging.resize(p.value.size());
                 copy_to_host(p.value, staging.data());
                 f.write(reinterpret_cast<const char*>(staging.data()), (std::streamsize)(staging.size() * 4));

@@ -23,7 +23,8 @@ struct WeightsHeader {
 // A short file throws, naming the layer; extra bytes add a warning to net.warnings.
 WeightsHeader load_weights(Network& net, const std::string& path, int max_layers = -1);
 
-// Writes version 0.2.5 atomically (temporary file, then rename).
-void save_weights(Network& net, const std::string& path);
+// Writes version 0.2.5 atomically (temporary file, then rename): the first `max_layers` layers' parameters
+// (all when < 0; Darknet's `partial` writes a network's first layers, a backbone to train from).
+void save_weights(Network& net, const std::string& path, int max_layers = -1);
 
 }  // namespace dn

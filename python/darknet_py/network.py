@@ -137,9 +137,10 @@ class Network:
         self.weights_path = path
         return header
 
-    def save_weights(self, path: PathLike) -> None:
-        """Writes Darknet .weights (version 0.2.5) atomically."""
-        self._net.save_weights(os.fspath(path))
+    def save_weights(self, path: PathLike, max_layers: Optional[int] = None) -> None:
+        """Writes Darknet .weights (version 0.2.5) atomically; with max_layers, only the first N layers'
+        parameters (Darknet's `partial`: a backbone such as yolov4-tiny.conv.29)."""
+        self._net.save_weights(os.fspath(path), -1 if max_layers is None else int(max_layers))
 
     def params(self, layer: int) -> dict:
         """The parameters of layer `layer`, in .weights file order. On the CPU they are writable NumPy

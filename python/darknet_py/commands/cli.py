@@ -116,6 +116,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reconnect", type=non_negative_int, default=5, metavar="N",
                    help="a stream that stops is reopened up to N times, with back-off (default: %(default)s; 0: never)")
     p.add_argument("--verbose", action="store_true", help="also print FFmpeg's own messages (errors in the video data)")
+    p.add_argument("--print-detections", action="store_true",
+                   help="print every image's detections as Darknet's `detector test -ext_output` does (a single image's always are)")
+    p.add_argument("--darknet-json", metavar="FILE", help="also write the detections in Darknet's `-out result.json` format")
+    p.add_argument("--out-video", metavar="FILE", help="write a video or stream's annotated copy to FILE (Darknet's -out_filename)")
     add_device_option(p)
     add_precision_option(p)
     p.set_defaults(func=cmd_detect, parser=p)
@@ -168,6 +172,10 @@ def build_parser() -> argparse.ArgumentParser:
     from .export import add_parser as add_export_parser
 
     add_export_parser(sub, _Formatter)
+
+    from .partial import add_parser as add_partial_parser
+
+    add_partial_parser(sub, _Formatter)
     return parser
 
 
@@ -220,8 +228,10 @@ def cmd_detect(args: argparse.Namespace) -> int:
     net, names_path = _load_network(cfg, args.weights, args.names, args.device, args.precision)
     options = DetectOptions(args.thresh, args.nms, args.letterbox, args.out, max_frames=args.max_frames,
                             drop=not args.no_drop, reconnect=args.reconnect, show=args.show,
-                            save_labels=args.save_labels, save_crops=args.save_crops)
-    runner = Runner(net, source, options, keep_results=bool(args.json))  # else a long video's results pile up
+                            save_labels=args.save_labels, save_crops=args.save_crops,
+                            print_each=args.print_detections, video_out=args.out_video)
+    # else a long video's results pile up
+    runner = Runner(net, source, options, keep_results=bool(args.json or args.darknet_json))
     interrupted = complete = False
     try:
         runner.run()
@@ -245,6 +255,11 @@ def cmd_detect(args: argparse.Namespace) -> int:
                 doc["interrupted"] = True
             write_json(args.json, doc)
             print(f"detections: {args.json}", file=sys.stderr)
+        if args.darknet_json:
+            from ..outputs.darknet_json import write_darknet_json
+
+            write_darknet_json(args.darknet_json, runner.results)
+            print(f"detections (Darknet's format): {args.darknet_json}", file=sys.stderr)
     return report_skips(runner.failures)
 
 
@@ -315,10 +330,22 @@ def _quiet_ffmpeg(verbose: bool) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Runs the command line `argv` (default sys.argv[1:]); returns the exit code."""
+    """Runs the command line `argv` (default sys.argv[1:]); returns the exit code. Darknet's own
+    command lines (`detector train ...`) are translated first (darknet_argv.py)."""
+    from .darknet_argv import DarknetArgvError, translate
+
+    argv = list(argv) if argv is not None else sys.argv[1:]
+    try:
+        argv = translate(argv) or argv
+    except DarknetArgvError as e:
+        print(f"{PROG}: error: {_error_text(e)}", file=sys.stderr)
+        return exit_codes.USAGE_ERROR
+    except (OSError, ValueError) as e:  # the .data file it reads the names from
+        print(f"{PROG}: error: {_error_text(e)}", file=sys.stderr)
+        return exit_codes.INPUT_ERROR
     parser = build_parser()
-    args = parser.parse_args(list(argv) if argv is not None else None)
-    args.argv = list(argv) if argv is not None else sys.argv[1:]  # train's launcher runs it once per device
+    args = parser.parse_args(argv)
+    args.argv = argv  # train's launcher runs it once per device
     _quiet_opencv()
     _quiet_ffmpeg(getattr(args, "verbose", False))
     try:

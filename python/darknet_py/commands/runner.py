@@ -31,6 +31,8 @@ class DetectOptions:
     show: bool = False                 # annotated frames in a window
     save_labels: bool = False          # Darknet's -save_labels beside each image
     save_crops: Optional[str] = None   # folder for each detection's crop, by class
+    print_each: bool = False           # every image's detections printed as Darknet prints them
+    video_out: Optional[str] = None    # the annotated video's path (Darknet's -out_filename), else under out_dir
 
 
 def darknet_lines(detections: List[Detection]) -> List[str]:
@@ -140,10 +142,11 @@ class Runner:
                 if self.keep_results:
                     self.results.append({"image": path, "output": out, "width": image.shape[1],
                                          "height": image.shape[0], "detections": [d.to_dict() for d in dets]})
-                if single:
+                if single or self.opt.print_each:
                     print(f"{path}: Predicted in {ms:.1f} milli-seconds.", file=self.stdout)
                     for line in darknet_lines(dets):
                         print(line, file=self.stdout)
+                if single:
                     print(f"annotated image: {out}", file=self.stderr)
                 elif bar is not None:
                     bar.update()
@@ -158,7 +161,7 @@ class Runner:
 
     # ---- videos and live sources ---------------------------------------------------------------
     def run_video(self, path: str) -> None:
-        out = writable_video_path(self._output_for(path))
+        out = writable_video_path(self.opt.video_out or self._output_for(path))
         # preprocessing (Darknet's resize) runs in the decoding thread, beside the forward pass
         with FrameReader(path, prepare=lambda f: self.net.preprocess(f, self.opt.letterbox)) as reader:
             total = reader.frame_count
@@ -170,7 +173,8 @@ class Runner:
 
     def run_live(self, spec: Union[int, str]) -> None:
         """A camera or stream until it ends, Ctrl-C, q in the window, or --max-frames."""
-        out = os.path.join(self.opt.out_dir, live_name(spec) + ".mp4")
+        out = (writable_video_path(self.opt.video_out) if self.opt.video_out
+               else os.path.join(self.opt.out_dir, live_name(spec) + ".mp4"))
         with LiveReader(spec, drop=self.opt.drop, reconnect=self.opt.reconnect, on_message=self._message) as reader:
             self._run_frames(reader, reader.name, out, self.opt.max_frames)
         if reader.end_reason:
