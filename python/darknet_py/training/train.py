@@ -19,6 +19,8 @@ atomically (checkpoint.py), `<cfg>` being the cfg's file name without its extens
                        max(100, 4 epochs) iterations (and not before burn_in) and at the end
   <cfg>_final.weights  at max_batches
   chart.png            average loss and mAP against iterations, redrawn as training goes
+  results.csv          a row per iteration: the log line's figures and each head's (results_log.py);
+  tensorboard/         the same as TensorBoard events, where tensorboardX is installed
   plots/               the evaluation plots of <cfg>_best.weights (evaluation/plots.py), when it is saved
   <cfg>-<K>classes.cfg the cfg adapted to the dataset's K classes, when the cfg's differ
                        (fit_cfg_to_classes); <cfg> is then this file's name
@@ -51,6 +53,7 @@ from .checkpoint import remove_stale_temporaries, save_weights_atomic
 from .lr_policy import LrSchedule
 from .phase_hook import phase
 from .queued_step import QueuedStep, read_at_once
+from .results_log import ResultsLog
 from .weights_transfer import load_start_weights, weights_layers_in_file  # noqa: F401 (public here too)
 from .train_rate import ThroughputMeter, default_train_workers, image_cache_summary, use_processes
 
@@ -449,6 +452,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
     ch = Chart(os.path.join(backup, CHART_NAME), total, title=f"{base}  batch {batch}") if chart else None
     if ch is not None:
         result.chart = ch.save()
+    log = ResultsLog(backup, list(raw.yolo_layers), resume=start > 0) if is_root else None
     if save_every is None:
         save_every = 1000 if total <= 10000 else 10000
     path_last = os.path.join(backup, f"{base}_last.weights")
@@ -483,6 +487,8 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
         f"policy {schedule.policy}, burn_in {schedule.burn_in}, max_batches {total}")
     if calc_map:
         say(f"mAP calculations will be every {map_every} iterations")
+    if log is not None:
+        say(f"log: {log.path}" + (f", TensorBoard events in {log.events}" if log.events else ""))
     if start:
         say(f"resuming at iteration {start} (seen = {raw.seen} images)")
 
@@ -628,6 +634,11 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
                     ch.save()
                 map_seconds += time.perf_counter() - map_start
 
+            if log is not None:
+                log.add({"iteration": iteration, "images": iteration * batch, "loss": loss, "avg_loss": avg_loss,
+                         "learning_rate": rate, "seconds": seconds, "images_per_second": rate_meter.images_per_second,
+                         "loss_scale": raw.loss_scale if precision == "fp16" else 1.0,
+                         "map50": last_map if iter_map == iteration else None}, merged)
             if iteration % save_every == 0:
                 save(os.path.join(backup, f"{base}_{iteration}.weights"), iteration)
             if iteration % LAST_EVERY == 0:
@@ -664,6 +675,8 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
         raise
     finally:
         con.close()
+        if log is not None:
+            log.close()
         if loader.cache is not None:
             result.image_cache = loader.cache.stats()
         if loader.pinned:
