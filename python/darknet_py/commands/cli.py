@@ -176,6 +176,10 @@ def build_parser() -> argparse.ArgumentParser:
     from .partial import add_parser as add_partial_parser
 
     add_partial_parser(sub, _Formatter)
+
+    from .benchmark import add_parser as add_benchmark_parser
+
+    add_benchmark_parser(sub, _Formatter)
     return parser
 
 

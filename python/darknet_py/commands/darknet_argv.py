@@ -101,7 +101,7 @@ def _gpu(index: str) -> List[str]:
     """Darknet's -i N: CUDA GPU N where one was found (a Darknet built without GPU ignores it too)."""
     from ..devices import devices
 
-    found = any(str(d.get("id", "")).startswith("cuda") and d.get("found", True) for d in devices())
+    found = any(d["kind"] == "cuda" and d["found"] for d in devices())
     return ["--device", f"cuda:{index}"] if found else []
 
 
