@@ -52,7 +52,7 @@ TABLE = [
     (ALEXEYAB, 366, "detector map {data} {cfg} {weights}", "map {data} {cfg} {weights}"),
     (ALEXEYAB, 367, "detector map {data} {cfg} {weights} -iou_thresh 0.75",
      "map {data} {cfg} {weights} --iou-thresh 0.75"),
-    (ALEXEYAB, 173, "detector valid {data} {cfg} {weights}", "error: Darknet's detector valid is not supported"),
+    (ALEXEYAB, 173, "detector valid {data} {cfg} {weights}", "valid {data} {cfg} {weights}"),
     (ALEXEYAB, 477, "detector train {data} {cfg} {weights} -gpus 0,1,2,3",
      "train {data} {cfg} --weights {weights} --gpus 0,1,2,3"),
     (ALEXEYAB, 580, "detector train {data} {cfg} {weights} -dont_show", "train {data} {cfg} --weights {weights}"),
@@ -221,6 +221,7 @@ def test_darknets_detect_shortcut(files, work, capsys):
     ("detector test {data} {cfg} {weights} -thres 0.3", "did you mean -thresh?"),
     ("detector tset {data} {cfg} {weights}", "unknown Darknet command detector tset; did you mean detector test?"),
     ("detector recall {data} {cfg} {weights}", "Darknet's detector recall is not supported by darknet_py: use"),
+    ("detector valid {data} {cfg} {weights} -json_port 1", "Darknet's -json_port is not supported"),
     ("detector demo {data} {cfg} {weights} {video} -mjpeg_port 8090", "Darknet's -mjpeg_port is not supported"),
     ("detector train {data}", "Darknet's detector train needs DATA CFG"),
     ("detector test {data} {cfg} {weights} -thresh", "Darknet's -thresh needs a value"),
@@ -247,3 +248,33 @@ def test_darknet_json_is_darknets_format_to_the_byte():
         '"width":1.000000, "height":1.000000}, "confidence":0.500000}\n ] \n}, \n'
         '{\n "frame_id":2, \n "filename":"data/empty.jpg", \n "objects": [ \n\n ] \n}\n]')
     assert darknet_json([]) == "[\n\n]"
+
+
+def test_valid_writes_darknets_voc_result_files(files, work, capsys):
+    from darknet_py.evaluation.valid_files import image_id
+
+    code, _, err = _run(_fill("detector valid {data} {cfg} {weights}", files), work, capsys)
+    assert code == 0, err
+    names = Path(files["names"]).read_text().split()
+    images = {image_id(p) for p in Path(files["list"]).read_text().split()}
+    rows = 0
+    for name in names:
+        for line in (work / "results" / f"comp4_det_test_{name}.txt").read_text().splitlines():
+            ident, *numbers = line.split(" ")
+            assert ident in images and len(numbers) == 5
+            assert all(len(n.split(".")[1]) == 6 for n in numbers)  # C's %f
+            prob, xmin, ymin, xmax, ymax = map(float, numbers)
+            assert 0.001 < prob <= 1 and 1 <= xmin <= xmax <= 160 and 1 <= ymin <= ymax <= 160
+            rows += 1
+    assert rows >= len(images)
+
+
+def test_valid_lines_are_print_detector_detections():
+    from darknet_py.evaluation.valid_files import detection_lines, image_id
+    from darknet_py.network import Detection
+
+    assert image_id("data/voc/2007_000027.v2.jpg") == "2007_000027" and image_id("a\\b\\c.png") == "c"
+    dets = [Detection(2, "dog", 0.5, -3.0, 10.25, 40.0, 20.0), Detection(0, "cat", 0.25, 90.0, 90.0, 30.0, 30.0)]
+    assert detection_lines("x/img.jpg", dets, 100, 100) == [
+        (2, "img 0.500000 1.000000 11.250000 38.000000 31.250000\n"),
+        (0, "img 0.250000 91.000000 91.000000 100.000000 100.000000\n")]

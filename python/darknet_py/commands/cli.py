@@ -180,6 +180,10 @@ def build_parser() -> argparse.ArgumentParser:
     from .benchmark import add_parser as add_benchmark_parser
 
     add_benchmark_parser(sub, _Formatter)
+
+    from ..evaluation.valid_files import add_parser as add_valid_parser
+
+    add_valid_parser(sub, _Formatter)
     return parser
 
 

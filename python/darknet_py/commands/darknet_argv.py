@@ -4,6 +4,7 @@ and scripts run as written (AlexeyAB's and hank-ai's READMEs):
     darknet_py detector train DATA CFG [WEIGHTS] -map -dont_show -gpus 0,1 -clear
     darknet_py detector test DATA CFG WEIGHTS [IMAGE] -thresh 0.25 -ext_output -out result.json < list.txt
     darknet_py detector map DATA CFG WEIGHTS -iou_thresh 0.75 -points 101
+    darknet_py detector valid DATA CFG WEIGHTS     (results/comp4_det_test_<class>.txt)
     darknet_py detector demo DATA CFG WEIGHTS [VIDEO | -c 0] -out_filename res.avi -dont_show
     darknet_py detector calc_anchors DATA -num_of_clusters 9 -width 416 -height 416
     darknet_py detect CFG WEIGHTS [IMAGE]          (detector test with the 80 COCO names)
@@ -56,6 +57,10 @@ MAP: Dict[str, Tuple[bool, Translation]] = {
     "-letter_box": (False, lambda v: ["--letterbox"]),
     "-i": (True, lambda v: _gpu(v)),
 }
+VALID: Dict[str, Tuple[bool, Translation]] = {
+    "-out": (True, lambda v: ["--out", v]),  # the result files' prefix
+    "-i": (True, lambda v: _gpu(v)),
+}
 ANCHORS: Dict[str, Tuple[bool, Translation]] = {
     "-num_of_clusters": (True, lambda v: ["--num-of-clusters", v]),
     "-width": (True, lambda v: ["--width", v]),
@@ -82,9 +87,8 @@ NOT_HERE: Dict[str, str] = {
     "-random": "not implemented",
     "-export_video": "not implemented",
 }
-VERBS = {"test": TEST, "demo": DEMO, "train": TRAIN, "map": MAP, "calc_anchors": ANCHORS}
-NOT_VERBS = {"valid": f"use `{PROG} map DATA CFG WEIGHTS` (mAP, precision, recall, F1 per class)",
-             "recall": f"use `{PROG} map DATA CFG WEIGHTS` (it prints the recall)",
+VERBS = {"test": TEST, "demo": DEMO, "train": TRAIN, "map": MAP, "valid": VALID, "calc_anchors": ANCHORS}
+NOT_VERBS = {"recall": f"use `{PROG} map DATA CFG WEIGHTS` (it prints the recall)",
              "draw": "not implemented"}
 
 
@@ -197,9 +201,9 @@ def _detector(args: Sequence[str]) -> List[str]:
     if verb == "train":
         _need(verb, pos, ("DATA", "CFG"), 3)
         return ["train", pos[0], pos[1]] + (["--weights", pos[2]] if len(pos) > 2 else []) + ours
-    if verb == "map":
+    if verb in ("map", "valid"):
         _need(verb, pos, ("DATA", "CFG", "WEIGHTS"), 3)
-        return ["map", *pos] + ours
+        return [verb, *pos] + ours
     if verb == "calc_anchors":
         _need(verb, pos, ("DATA",), 1)
         return ["calc_anchors", pos[0]] + ours
