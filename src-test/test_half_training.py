@@ -287,7 +287,7 @@ def test_train_in_fp16_logs_the_loss_scale_and_saves_fp32_weights(tmp_path, caps
         scale = min(scale, int(at) // 2)
         assert int(now) == scale, skips
     assert f"fp16 loss scaling: {len(skips)} step(s) skipped for overflow, loss scale " in text, text
-    assert re.search(r"^3: [\d.]+, [\d.]+ avg loss, .* loss scale \d+$", text, re.M), text
+    assert re.search(r"^ 3: [\d.]+, [\d.]+ avg loss, .* loss scale \d+$", text, re.M), text
     assert np.isfinite(weights_floats(r.final)).all()  # .weights stay fp32 (Darknet reads them)
     from darknet_py.commands.cli import main
 

@@ -7,6 +7,7 @@ valid images, measured by the mAP code (evaluate.py) on images it never trained 
 a tiny network on 64x64 images and run a few iterations each.
 """
 import glob
+import importlib.util
 import os
 
 import numpy as np
@@ -328,14 +329,16 @@ def test_cli_train_writes_the_expected_files(tiny, tmp_path, capsys):
                  "--seed", "1", "--map", "--workers", "1"])
     assert code == 0
     files = sorted(os.listdir(out))
-    assert files == ["chart.png", "plots", "tiny_2.weights", "tiny_4.weights", "tiny_best.weights",
-                     "tiny_final.weights", "tiny_last.weights"]
+    events = ["tensorboard"] if importlib.util.find_spec("tensorboardX") else []  # (where it is installed)
+    assert files == ["chart.png", "plots", "results.csv"] + events + ["tiny_2.weights", "tiny_4.weights",
+                                                                      "tiny_best.weights", "tiny_final.weights",
+                                                                      "tiny_last.weights"]
     from darknet_py.evaluation.plots import PLOT_FILES
 
     assert sorted(os.listdir(out / "plots")) == sorted(PLOT_FILES)  # the best weights' evaluation plots
     stdout = capsys.readouterr().out
     lines = [ln for ln in stdout.splitlines() if " avg loss, " in ln]
-    assert [ln.split(":")[0] for ln in lines] == ["1", "2", "3", "4"]
+    assert [ln.split(":")[0] for ln in lines] == [" 1", " 2", " 3", " 4"]  # Darknet's line starts with a space
     assert "4 images" in lines[0] and "16 images" in lines[-1] and "hours left" in lines[0]
     assert "mean_average_precision (mAP@0.50)" in stdout
     chart = cv2.imread(str(out / "chart.png"))

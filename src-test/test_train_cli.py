@@ -64,7 +64,7 @@ def test_quick_start_without_data(tmp_path, monkeypatch, capsys):
     assert "On your own data: darknet_py train yolov4-tiny.cfg my.data" in lines[0]
     cached = tmp_path / "cache" / "quickstart-shapes-24-64-seed1"
     assert lines[1] == f"making the synthetic dataset once: 24 images of 64x64 in {cached}"
-    assert [ln.split(":")[0] for ln in lines if " avg loss, " in ln] == ["1", "2"]
+    assert [ln.split(":")[0] for ln in lines if " avg loss, " in ln] == [" 1", " 2"]  # Darknet's line starts with a space
     assert out.count("mean_average_precision (mAP@0.50)") == 2  # after iteration 1 and 2
     backup = tmp_path / "backup"
     assert os.path.isfile(backup / "yolov4-tiny-quickstart-4classes_final.weights")

@@ -603,8 +603,9 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
             if verbose or (heads_every and iteration % heads_every == 0):
                 for m in merged:
                     say(_head_line(m["layer"], m))
-            say(f"{iteration}: {loss:.6f}, {avg_loss:.6f} avg loss, {rate:.6f} rate, {seconds:.3f} seconds, "
-                f"{iteration * batch} images, {eta / 3600:.3f} hours left, {rate_meter.line()}" +
+            # Darknet's line to the byte (train_detector's printf), then the throughput
+            say(f" {iteration}: {loss:f}, {avg_loss:f} avg loss, {rate:f} rate, {seconds:f} seconds, "
+                f"{iteration * batch} images, {eta / 3600:f} hours left, {rate_meter.line()}" +
                 (f", loss scale {raw.loss_scale:g}" if precision == "fp16" else ""))
 
             # mAP at Darknet's cadence: every map_every iterations (not before burn_in) and at the end
@@ -622,7 +623,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
                 result.maps.append((iteration, r.map))
                 if ch is not None:
                     ch.add_map(iteration, r.map)
-                say(f"\n mean_average_precision (mAP@0.50) = {r.map:.6f}")
+                say(f"\n mean_average_precision (mAP@0.50) = {r.map:f} ")  # Darknet's line, its last space too
                 if r.map > best_map:
                     best_map = r.map
                     result.best = save(os.path.join(backup, f"{base}_best.weights"), iteration)
