@@ -94,7 +94,8 @@ def test_darknets_format():
     assert format_anchors(a / 100, 32) == "0.1070,0.1420, 0.2300,0.2790"
 
 
-def test_command_prints_darknets_lines_and_writes_a_cfg(tmp_path, capsys):
+def test_command_prints_darknets_lines_and_writes_a_cfg(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # Darknet's anchors.txt and counters_per_class.txt go to the working folder
     data = generate(str(tmp_path / "ds"), images=20, classes=2, size=(128, 128), seed=1, workers=1)
     out = tmp_path / "anchored.cfg"
     assert main(["calc_anchors", data, "--num-of-clusters", "6", "--width", "256", "--height", "256",
@@ -105,6 +106,9 @@ def test_command_prints_darknets_lines_and_writes_a_cfg(tmp_path, capsys):
     line = re.search(r"^anchors=(.*)$", printed, re.M).group(1)
     values = [int(v) for v in line.split(", ")]
     assert len(values) == 12
+    assert (tmp_path / "anchors.txt").read_text() == line  # as Darknet writes it: the line, no newline
+    counters = re.search(r"^counters_per_class=(.*)$", printed, re.M).group(1)
+    assert (tmp_path / "counters_per_class.txt").read_text() == f"counters_per_class={counters}"
     net = _core.Net(str(out), "cpu")
     heads = [net.yolo_info(i) for i in net.yolo_layers]
     assert [h["anchors"] for h in heads] == [[float(v) for v in values]] * 2

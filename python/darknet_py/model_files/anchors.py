@@ -185,9 +185,16 @@ def cmd_calc_anchors(args: argparse.Namespace) -> int:
     print("All loaded.\nCalculating k-means++ ...")
     r = calc_anchors(boxes, k, args.seed, args.restarts)
     print(f"iterations={r.rounds}" + (f" (best of {args.restarts} runs: seed {r.seed})" if args.restarts > 1 else ""))
-    print("counters_per_class=" + ", ".join(str(c) for c in counts))
+    # Darknet's lines (hank-ai's calc_anchors), and its two files in the working folder
+    counters, anchors = ", ".join(str(c) for c in counts), format_anchors(r.anchors, args.width)
+    print(f"counters_per_class={counters}")
     print(f"avg IoU={100 * r.avg_iou:.6g}%")
-    print(f"anchors={format_anchors(r.anchors, args.width)}")
+    print("Saving anchors to the file: anchors.txt")
+    print(f"anchors={anchors}")
+    from ..outputs.files import write_text
+
+    write_text("counters_per_class.txt", f"counters_per_class={counters}")
+    write_text("anchors.txt", anchors)
     if cfg:
         from .cfg_edit import CfgEditor, set_anchors, set_net_options
 
