@@ -28,7 +28,7 @@ class Model(NamedTuple):
     rounds: Optional[int] = None  # timed runs; None = the caller's default (yolov4 is slow: one)
 
 
-# The list: tiny models at their usual sizes, yolov4 at 608 once.
+# The benchmarked models: tiny models at their usual sizes, yolov4 at 608 once.
 MODELS: List[Model] = [
     Model("yolov4-tiny", 416),
     Model("yolov3-tiny", 416),

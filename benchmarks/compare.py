@@ -7,7 +7,7 @@ thread count.
     python benchmarks/compare.py --device metal [--models ...] [--rounds 15]
 
 With --device, our engine on that GPU device against our CPU backend instead (compare_device.py:
-latency, throughput, training, video frames/s and the issue's targets); it says so and exits 2 when
+latency, throughput, training, video frames/s and the device's targets); it says so and exits 2 when
 the device is not available.
 
 Per model and batch, every engine computes the same network: our engine builds it from the cfg with
@@ -20,7 +20,7 @@ order rotates each round) with a 0.5 s pause between blocks, --rounds rounds; th
 median over all timed runs. Blocks rather than interleaved single runs: one engine's idle worker
 threads then cannot steal the cores from the next engine's run.
 
-The table: ms per batch for each engine, ours / the best peer and the issue's target (ours <= 0.9x
+The table: ms per batch for each engine, ours / the best peer and the target (ours <= 0.9x
 the best of the three peers); 'per round' is the lowest and highest ratio of ours to that peer
 within one round (their blocks seconds apart), which shows how far one run's ratio can be trusted on
 a machine whose speed drifts. GFLOP/s counts the network's convolution FLOPs (Darknet's BFLOPs, times
@@ -47,7 +47,7 @@ import peer_engines as pe  # noqa: E402
 from darknet_py import _core  # noqa: E402
 
 BEGIN, END = "<!-- compare.py:begin -->", "<!-- compare.py:end -->"
-TARGET = 0.9  # issue 11: ours <= 0.9x the best peer
+TARGET = 0.9  # the CPU race's target: ours <= 0.9x the best peer
 PAUSE_S = 0.5
 PEERS = ("opencv", "onnxruntime", "openvino")
 

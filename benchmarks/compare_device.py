@@ -1,11 +1,11 @@
 """Our engine on a GPU device (default: metal) against our CPU backend on the same machine, with the
-issue's targets; run by `python benchmarks/compare.py --device metal`.
+device's targets; run by `python benchmarks/compare.py --device metal`.
 
 Per model (yolov4-tiny, yolov3-tiny; seeded random weights, the cfg's input size): batch-1 forward
 latency, batch-16 forward images/s, a batch-16 training iteration (forward_train, yolo loss, backward,
 SGD) in images/s, and back-to-back batch-1 frames/s (the video pipeline's engine part: upload,
 forward, heads down; no decode or drawing). Device outputs are first checked against the CPU's.
-Targets (issue #9): >= 3x our CPU at batch-1 detection, >= 10x at batch-16 training, faster than
+Targets: >= 3x our CPU at batch-1 detection, >= 10x at batch-16 training, faster than
 PyTorch MPS. PyTorch is not compared yet: this repository has no PyTorch port of the networks; the
 line says so instead of printing a number. When the device is absent the script says why and exits 2.
 """

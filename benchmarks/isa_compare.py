@@ -1,7 +1,7 @@
 """Two builds of darknet_py side by side, e.g. the run-time dispatched build against a
 -march=native one (DARKNET_PY_NATIVE=ON), or two forced copies of one build.
 
-The issue-11 check (the dispatched build within 3 % of the native one), end to end, from the
+The dispatched-build check (the dispatched build within 3 % of the native one), end to end, from the
 repository root in an environment with the test extra (pip install ".[test]"), offline:
 
     tools/isa_native_vs_dispatch.sh                  # both builds into /tmp/darknet_isa, then this script

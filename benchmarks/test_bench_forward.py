@@ -1,4 +1,4 @@
-"""Forward latency at batch 1 for the issue's models, and throughput at batch 8."""
+"""Forward latency at batch 1 for the benchmarked models, and throughput at batch 8."""
 from __future__ import annotations
 
 import pytest

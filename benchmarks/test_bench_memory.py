@@ -88,7 +88,7 @@ def test_peak_memory_yolov4_tiny_train_iteration(benchmark, threads):
            f"(+{result['train_mb'] - result['loaded_mb']:.0f} MB over the loaded network)")
 
 
-# ---- long runs stay flat (issue #10): the long versions of src-test/test_memory_flat.py ---------
+# ---- long runs stay flat: the long versions of src-test/test_memory_flat.py ---------
 _PROBE = Path(__file__).resolve().parents[1] / "src-test" / "memory_probe.py"
 FLAT_BOUND_MB = 2.0
 

@@ -1,7 +1,8 @@
 // The training loader's cache of decoded images (data/image_cache.py): one region of shared memory that
 // every loader worker (thread or process) maps, so that each file is decoded once per run instead of once
-// per draw. Decoding was 0.66-0.70 ms of a 1.8-2.3 ms sample on the H100 host (benchmarks/RESULTS.md,
-// stop 33). The region: a header, a table of one entry per training image, then the pixels.
+// per draw. Decoding was 0.66-0.70 ms of a 1.8-2.3 ms sample on the 16-core H100 host
+// (benchmarks/RESULTS_GPU.md, "The loader alone"). The region: a header, a table of one entry per
+// training image, then the pixels.
 //
 // Workers coordinate through atomics in the region (lock-free 64-bit atomics are address-free, so they
 // work across processes that map the same memory): an image is stored by whoever decodes it first (its

@@ -50,7 +50,7 @@ def truths(n):
 
 @pytest.mark.parametrize("after", ["yolo_loss", "backward", "set_delta", "delta"])
 def test_forward_after_forward_train_invalidates_training_state(yolo_net, after):
-    # The crash: forward_train on 2, forward on 64, then the loss or backward on stale deltas.
+    # The crash this guards against: forward_train on 2, forward on 64, then the loss or backward on stale deltas.
     yolo_net.forward_train(blob(2), [])
     yolo_net.forward(blob(64), [])
     call = {"yolo_loss": lambda: yolo_net.yolo_loss(truths(64)), "backward": yolo_net.backward,

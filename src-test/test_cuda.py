@@ -1,4 +1,4 @@
-"""The CUDA device on an NVIDIA GPU, against the CPU backend (issue "GPU engine, part 2").
+"""The CUDA device on an NVIDIA GPU, against the CPU backend.
 
 Every op against the reference runs in test_ops.py (BACKENDS has "cuda"); here: whole networks, real
 weights, training, recorded forwards (CUDA graphs), the memory pool, the command line. Where the

@@ -1,4 +1,4 @@
-"""Rough edges an outside fuzz of the package found (issue 23): grey .pgm inputs and outputs, what a
+"""Rough edges an outside fuzz of the package found: grey .pgm inputs and outputs, what a
 video writer that does not open says, class ids out of range, detect_batch on a generator, and NMS
 at --thresh 0 (every box a candidate)."""
 import os

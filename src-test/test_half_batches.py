@@ -1,4 +1,4 @@
-"""Half training batches (issue 24): training in fp16 / bf16, the loader writes each batch in the network's
+"""Half training batches: training in fp16 / bf16, the loader writes each batch in the network's
 half type (data/batch_storage.py: float16, or uint16 holding bf16 bits) and the network uploads it as it is.
 
 - The loader's half batch is the engine's host conversion (_core.half_bits: round to nearest even, NumPy's

@@ -1,4 +1,4 @@
-"""Training in half precision (issue 19; src-lib/gpu/PRECISION.md): activations and their gradients
+"""Training in half precision (src-lib/gpu/PRECISION.md): activations and their gradients
 in fp16 / bf16, weights, their gradients and the optimizer in fp32, fp16 with dynamic loss scaling.
 
 Checked against the same training in fp32 on the same device, from the same Darknet init and

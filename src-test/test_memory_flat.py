@@ -1,7 +1,7 @@
 """Long runs keep resident memory flat: many detect calls in one process, and a long video through
 `darknet_py detect VIDEO --out DIR`. Each measure runs in a fresh process (memory_probe.py).
 
-The issue's bound is 2 MB over 10,000 calls and over 100,000 frames (benchmarks/test_bench_memory.py
+The bound is 2 MB over 10,000 calls and over 100,000 frames (benchmarks/test_bench_memory.py
 runs those: about 200 bytes a call, 20 bytes a frame). These short runs take seconds, so they
 assert the growth is below 0.5 MB: over the calls, or for the video between the peaks of the first
 and second half of the run (resident memory swings by MBs with the allocator; memory_probe.py): a leak

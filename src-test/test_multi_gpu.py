@@ -112,7 +112,7 @@ def test_two_gpus_train_as_one_in_half(job, precision):
 
 def test_demo_retrain_on_two_gpus_matches_one(tmp_path):
     """The demo's recipe on 2 GPUs reaches the mAP of 1 GPU. The bound is the spread of one setup's runs: on 4
-    H100s (stop 34) 1 GPU reached 0.9799 to 0.9872 over five runs, 2 GPUs 0.9807 to 0.9842. The times are
+    H100s 1 GPU reached 0.9799 to 0.9872 over five runs, 2 GPUs 0.9807 to 0.9842. The times are
     printed, not asserted: the demo model is small and its loop host-bound, so 2 ranks of 16 images a step
     are not faster than 1 of 32 (1 GPU 21.6-29.4 s, 2 GPUs 25.2-28.3 s there); benchmarks/ times training."""
     from darknet_py.model_files.demo import demo_files

@@ -476,7 +476,7 @@ def test_reference_matches_numpy(ref, check):
 
 
 # =============================================================================================
-# Training ops: backward passes and optimizer steps (issue 3, "Backward passes")
+# Training ops: backward passes and optimizer steps
 #
 # Three independent checks:
 #   * the reference backend's backward of every op against central finite differences of a

@@ -17,7 +17,7 @@ from test_train import small_cfg
 
 # result.losses of 5 iterations on the CPU, recorded from main at e9b6f6f (the synchronous loop) with
 # the dataset and cfgs of the fixture below, seed 3: (iteration, loss, avg loss), for subdivisions 1 and 2
-RECORDED = {  # recorded again in stop 28: the loader's colour pass moved to C++ (pixels within 1 level)
+RECORDED = {  # recorded again when the loader's colour pass moved to C++ (pixels within 1 level)
     1: [(1, 228.52238082885742, 228.52238082885742), (2, 109.54263877868652, 216.62440662384031),
         (3, 32.29772090911865, 198.19173805236815), (4, 9.911352396011353, 179.3636994867325),
         (5, 19.493831396102905, 163.37671267766953)],

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The run-time dispatched build against a -march=native one (issue 11: "within 3 %"), in one
+# The run-time dispatched build against a -march=native one (the target: "within 3 %"), in one
 # command, offline. From the repository root, in a Python environment that has the test extra
 # (numpy, opencv-python, scikit-build-core, pybind11; e.g. after pip install ".[test]"):
 #

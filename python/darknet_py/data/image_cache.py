@@ -1,10 +1,10 @@
 """Decoded training images kept in shared memory: each file is decoded once per run, not once per draw.
 
-Darknet decodes an image every time it is drawn, and so did this loader: decoding a 416x416 JPEG was
-0.66-0.70 ms of a 1.8-2.3 ms sample on the H100 host, a third of the loader's CPU (benchmarks/RESULTS.md,
-stop 33). With the cache a file is decoded by the first worker that draws it; every later draw, in any
-worker thread or process, reads the decoder's pixels back. They are the same bytes, so the batches do not
-change (src-test/test_image_cache.py).
+Darknet decodes an image every time it is drawn, and so does this loader without the cache: decoding a
+416x416 JPEG was 0.66-0.70 ms of a 1.8-2.3 ms sample on the 16-core H100 host, a third of the loader's CPU
+(benchmarks/RESULTS_GPU.md, "The loader alone"). With the cache a file is decoded by the first worker that
+draws it; every later draw, in any worker thread or process, reads the decoder's pixels back. They are the
+same bytes, so the batches do not change (src-test/test_image_cache.py).
 
 One region of memory holds a table with an entry per training image and `capacity` bytes of pixels;
 src-lib/loader_image_cache.cpp coordinates the workers through atomics in it, and nobody waits on anyone.

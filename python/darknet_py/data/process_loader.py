@@ -72,7 +72,7 @@ def _portable_error(e: BaseException) -> BaseException:
 
 # OpenCV's threads per worker process. Its pool splits a 416x416 resize or colour conversion into pieces
 # too small to pay for the hand-over: with 2 threads a worker took 4.3 ms of CPU per image against 3.1 ms
-# with 1, at the same images/s (2-core AMD EPYC, one worker); on the 16-core host (stop 27) one worker
+# with 1, at the same images/s (2-core AMD EPYC, one worker); on the 16-core H100 host one worker
 # (16 threads) took 12.0 ms per image, 14 workers (1 thread each) 5.0 ms. The workers are the parallelism.
 WORKER_CV_THREADS = 1
 
@@ -94,7 +94,8 @@ def lower_priority(niceness: int) -> None:
     """Workers yield the CPU to the training process, whose loop (each batch's copy for the device, the
     step's launches) is the critical path. With a worker per core it waited for cores the workers held:
     bf16 `train` on one H100 with 14 workers on 16 cores went from 3356 / 3298 to 3884 / 3998 images/s
-    (benchmarks/RESULTS_GPU.md, stop 31). A worker lowers only its own priority, which any process may do."""
+    (benchmarks/RESULTS_GPU.md, "Worker priority"). A worker lowers only its own priority, which any
+    process may do."""
     if niceness and hasattr(os, "nice"):
         os.nice(niceness)
 
@@ -106,7 +107,7 @@ def _worker_main(maker: SampleMaker, jobs, results, current_gen, keep: int, pare
     the first error; the parent rewrites a buffer only once every job of it has answered), written by this
     thread to `results`, its end of its own pipe to the parent. (A multiprocessing.Queue hands each message
     to a feeder thread: its wake-ups put the worker's CPU beyond sample() at 77-82 us per image on the
-    2-core VM, 43-51 us with the pipe; benchmarks/RESULTS.md, stop 32.)
+    2-core VM, 43-51 us with the pipe; benchmarks/RESULTS.md.)
     It keeps the `keep` buffers it used last attached (the parent's ring). OpenCV runs on this one thread
     (WORKER_CV_THREADS). Its results do not depend on the count.
     `parent`: the parent's pid, passed in (the parent may die while this process still starts); `niceness`:

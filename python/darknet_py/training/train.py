@@ -498,8 +498,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
     last_map: Optional[float] = None
     ema_seconds: Optional[float] = None
     # The throughput figures count wall time from report to report (the saves, the chart and the log between
-    # steps included), less the mAP passes: what a user waits for per image. Until stop 33 they summed the
-    # steps' own seconds only.
+    # steps included), less the mAP passes: what a user waits for per image.
     last_report: Optional[float] = None
     map_seconds = 0.0  # mAP passes since the last report
     count = 0  # iterations in this run (Darknet's `count`, for the multi-scale cadence)
