@@ -4,7 +4,7 @@ that picks one, through CMakeLists.txt with clang as the compiler, with no warni
 where compiler-specific constructs live (GCC's __builtin_shuffle was one); the rest of the extension is
 compiled by clang for macOS in test_macos_cross.py. To keep CI's time, the module is not linked here:
 built whole with clang (`cmake -DCMAKE_CXX_COMPILER=clang++ -DDARKNET_PY_MODULE=ON`), it passes the op
-parity tests with each copy forced (checked by hand; README.md, Other compilers and platforms).
+parity tests with each copy forced (checked by hand; docs/building_and_testing.md, Other compilers and platforms).
 
 About a minute on 2 cores from scratch (build/clang-linux is reused). Skips, saying so, where no
 clang++ is installed (Debian: apt-get install clang-16) or the machine is not x86-64.

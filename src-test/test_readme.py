@@ -1,4 +1,5 @@
-"""Every ```python block of README.md runs as written, and fails this test on any error.
+"""Every ```python block of README.md and of the pages in docs/ runs as written, and fails this test on
+any error.
 
 How a block's files are found: each block runs (exec, in this process, its own namespace) in a
 fresh temporary working directory that holds STAND_INS below: the files README blocks name that a
@@ -26,7 +27,9 @@ import pytest
 
 from darknet_py.model_files.demo import demo_files
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+PAGES = [README] + sorted((REPO / "docs").glob("*.md"))
 DEMO = demo_files()
 
 # a 2-layer detector at 32x32: 2000 training iterations in a few seconds on 2 cores
@@ -77,15 +80,16 @@ STAND_INS = {
 
 
 def python_blocks():
-    """(line number of the opening fence, code) for each ```python block of README.md."""
-    blocks, lines = [], README.read_text(encoding="utf-8").splitlines()
-    start = None
-    for number, line in enumerate(lines, 1):
-        if start is None and re.fullmatch(r"```python\s*", line):
-            start = number
-        elif start is not None and line.strip() == "```":
-            blocks.append((start, "\n".join(lines[start:number - 1]) + "\n"))
-            start = None
+    """("page:line" of the opening fence, code) for each ```python block of README.md and docs/*.md."""
+    blocks = []
+    for page in PAGES:
+        lines, start = page.read_text(encoding="utf-8").splitlines(), None
+        for number, line in enumerate(lines, 1):
+            if start is None and re.fullmatch(r"```python\s*", line):
+                start = number
+            elif start is not None and line.strip() == "```":
+                blocks.append((f"{page.relative_to(REPO)}:{start}", "\n".join(lines[start:number - 1]) + "\n"))
+                start = None
     return blocks
 
 
@@ -136,10 +140,11 @@ def _pocl_only_env():
 
 
 def test_readme_has_python_blocks():
-    assert len(BLOCKS) >= 5, "README.md's ```python blocks were not found"
+    assert len(BLOCKS) >= 5, "the ```python blocks of README.md and docs/ were not found"
+    assert any(where.startswith("README.md:") for where, _ in BLOCKS)
 
 
-@pytest.mark.parametrize("line,code", BLOCKS, ids=[f"README.md:{line}" for line, _ in BLOCKS])
+@pytest.mark.parametrize("line,code", BLOCKS, ids=[where for where, _ in BLOCKS])
 def test_readme_python_block_runs(line, code, stand_ins, tmp_path, monkeypatch):
     reason = _missing_hardware(code)
     if reason:
@@ -149,10 +154,10 @@ def test_readme_python_block_runs(line, code, stand_ins, tmp_path, monkeypatch):
     env = _pocl_only_env() if 'device="opencl' in code else None
     if env is not None:
         r = subprocess.run([sys.executable, "-c", code], cwd=work, env=env, capture_output=True, text=True, timeout=300)
-        assert r.returncode == 0, f"README.md line {line} failed (OpenCL on pocl):\n{r.stderr[-3000:]}"
+        assert r.returncode == 0, f"{line} failed (OpenCL on pocl):\n{r.stderr[-3000:]}"
         return
     monkeypatch.chdir(work)
     try:
-        exec(compile(code, f"README.md:{line}", "exec"), {"__name__": "__readme__"})
+        exec(compile(code, line, "exec"), {"__name__": "__readme__"})
     except FileNotFoundError as e:
-        pytest.fail(f"README.md line {line}: {e} (an input the block names: add it to STAND_INS in {__file__})")
+        pytest.fail(f"{line}: {e} (an input the block names: add it to STAND_INS in {__file__})")
