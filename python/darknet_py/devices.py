@@ -11,7 +11,7 @@ import functools
 import os
 import re
 import sys
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 from . import _core
 
@@ -66,6 +66,28 @@ def add_device_option(parser: argparse.ArgumentParser) -> None:
 
 
 PRECISIONS = ("fp32", "fp16", "bf16")
+# --precision's values: a storage type, or "auto" (auto_precision)
+PRECISION_CHOICES = PRECISIONS + ("auto",)
+
+
+def auto_precision(device: str) -> Tuple[str, str]:
+    """(precision, why) for precision "auto" on a resolved device: bf16 on GPUs with native bf16
+    (CUDA compute capability 8.0 and newer), fp16 (with loss scaling in training) on other GPUs (older
+    CUDA, OpenCL GPUs, Apple GPUs, whose MSL has half natively; MPS declines half, so our kernels run),
+    fp32 on CPUs and CPU OpenCL runtimes (no half there)."""
+    kind = device.split(":")[0]
+    if kind in ("cpu", "reference"):
+        return "fp32", f"{device} runs fp32 only"
+    row = next((d for d in devices() if d.get("found") and d.get("id") == device), None)
+    if row is None or not row.get("is_gpu", True):
+        return "fp32", f"{device} is not a GPU (a CPU OpenCL runtime or a simulator)"
+    if kind == "cuda":
+        m = re.search(r"compute capability (\d+)\.(\d+)", str(row.get("details", "")))
+        if m and (int(m.group(1)), int(m.group(2))) >= (8, 0):
+            return "bf16", f"{device} has native bf16 (compute capability {m.group(1)}.{m.group(2)})"
+        return "fp16", f"{device} has no native bf16 (compute capability {m.group(1)}.{m.group(2)})" if m else \
+            f"{device}: compute capability unknown"
+    return "fp16", f"{device} is a GPU without a native bf16 path here"
 
 
 def add_precision_option(parser: argparse.ArgumentParser, training: bool = False) -> None:
@@ -77,5 +99,7 @@ def add_precision_option(parser: argparse.ArgumentParser, training: bool = False
             if training else
             "fp16 / bf16 store activations in half on GPU devices (math in fp32, weights fp32); "
             "the CPU runs fp32 only")
-    parser.add_argument("--precision", choices=PRECISIONS, default="fp32",
-                        help=f"storage type of the activations (default: %(default)s); {what}")
+    parser.add_argument("--precision", choices=PRECISION_CHOICES, default="fp32",
+                        help=f"storage type of the activations (default: %(default)s); {what}; auto: bf16 on GPUs "
+                             "with native bf16 (CUDA compute capability 8.0+), fp16 on other GPUs, fp32 on CPUs, "
+                             "named in the log")

@@ -96,6 +96,7 @@ class Network:
         # device: see darknet_py.devices (None: $DARKNET_PY_DEVICE, else "auto"); backend: its old name;
         # precision: the activations' storage type, see the `precision` property
         self._lock = threading.RLock()
+        self.precision_reason: Optional[str] = None  # what precision="auto" chose, and why
         self.cfg_path = _model_file(cfg, "cfg file", ".cfg")
         self._net = _core.Net(self.cfg_path, resolve(device or backend or default_device()))
         self.precision = precision
@@ -207,6 +208,11 @@ class Network:
     @precision.setter
     @_serialized
     def precision(self, name: str) -> None:
+        if name == "auto":  # devices.auto_precision: bf16, fp16 or fp32 by what the device has
+            from .devices import auto_precision
+
+            name, why = auto_precision(self.device)
+            self.precision_reason = f"precision auto: {name} ({why})"
         self._net.precision = str(name)
 
     @property

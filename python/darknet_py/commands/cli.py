@@ -199,6 +199,8 @@ def _load_network(cfg: str, weights: Optional[str], names: Optional[str], device
         net = Network(cfg, weights, None, device, precision=precision)
     for w in caught:
         print(f"warning: {w.message}", file=sys.stderr)
+    if net.precision_reason:
+        print(net.precision_reason, file=sys.stderr)
     names_path = resolve_names(names, net.classes)
     if names_path is not None:
         net.names = read_names(names_path)

@@ -558,6 +558,8 @@ def cmd_map(args: argparse.Namespace) -> int:
         net = Network(cfg, args.weights, None, args.device, precision=args.precision)
     for w in caught:
         print(f"warning: {w.message}", file=sys.stderr)
+    if net.precision_reason:
+        print(net.precision_reason, file=sys.stderr)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = compute_map(args.data, network=net, iou_thresh=args.iou_thresh, points=args.points,

@@ -356,6 +356,11 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
 
     device = resolve(device or default_device())
     raw = _core.Net(cfg, device)
+    if precision == "auto":  # devices.auto_precision; the choice and its reason go to the log
+        from ..devices import auto_precision
+
+        precision, why = auto_precision(device)
+        say(f"precision auto: {precision} ({why})")
     raw.precision = precision  # one line naming what the device runs when it can't
     con.device = device
     for w in raw.warnings:
