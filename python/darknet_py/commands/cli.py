@@ -151,7 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     from ..data.synth import add_parser as add_synth_parser
 
-    add_synth_parser(sub, _Formatter)
+    from ..data.synth_video import cmd_synth
+
+    add_synth_parser(sub, _Formatter).set_defaults(func=cmd_synth)  # a dataset, or --video
 
     from ..training.train_command import add_parser as add_train_parser
 

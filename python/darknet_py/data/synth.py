@@ -394,20 +394,10 @@ def add_parser(sub, formatter) -> argparse.ArgumentParser:
 
 
 def cmd_synth(args: argparse.Namespace) -> int:
+    """The dataset; `synth --video` is synth_video.cmd_synth's (the command line runs that one)."""
     import time
 
     t0 = time.perf_counter()
-    if args.video:
-        from .synth_video import write_video
-
-        if args.dir or args.images:
-            args.parser.error("--video writes one video: give no DIR and no --images")
-        size, classes = args.size or (640, 480), args.classes or 4
-        gt, names = write_video(args.video, args.frames, size, args.objects, classes, args.seed, args.fps)
-        print(f"{args.frames} frames {size[0]}x{size[1]}, {args.objects} objects, {classes} classes, "
-              f"{time.perf_counter() - t0:.1f} s")
-        print(f"video: {args.video}\nground truth: {gt}\nnames: {names}")
-        return 0
     if not args.dir or not args.images or not args.classes:
         args.parser.error("synth needs DIR, --images and --classes (or --video OUT.mp4)")
     args.size = args.size or (416, 416)

@@ -209,3 +209,22 @@ def read_gt(path: str) -> np.ndarray:
     """A MOTChallenge gt.txt (or a tracker's results in the same layout) as a float (n, 9+) array."""
     rows = [list(map(float, line.split(","))) for line in open(path, encoding="utf-8") if line.strip()]
     return np.array(rows, float).reshape(-1, len(rows[0]) if rows else 9)
+
+
+def cmd_synth(args) -> int:
+    """`darknet_py synth`: --video OUT.mp4 here, a dataset in synth.cmd_synth."""
+    import time
+
+    from . import synth
+
+    if not args.video:
+        return synth.cmd_synth(args)
+    if args.dir or args.images:
+        args.parser.error("--video writes one video: give no DIR and no --images")
+    t0 = time.perf_counter()
+    size, classes = args.size or (640, 480), args.classes or 4
+    gt, names = write_video(args.video, args.frames, size, args.objects, classes, args.seed, args.fps)
+    print(f"{args.frames} frames {size[0]}x{size[1]}, {args.objects} objects, {classes} classes, "
+          f"{time.perf_counter() - t0:.1f} s")
+    print(f"video: {args.video}\nground truth: {gt}\nnames: {names}")
+    return 0
