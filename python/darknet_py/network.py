@@ -297,6 +297,15 @@ class Network:
         return [[Detection(c, names[c] if c < len(names) else str(c), float(p), x, y, w, h)
                  for (c, p, x, y, w, h) in per_image] for per_image in raw]
 
+    def detect_tiled(self, image: np.ndarray, tiles: Union[str, Tuple[int, int]] = "auto", overlap: float = 0.2,
+                     thresh: float = 0.25, nms: float = 0.45, letterbox: bool = False) -> List[Detection]:
+        """Detects small objects in a large image: overlapping tiles ("auto": at the network's input size;
+        (rows, cols)) and the whole image downscaled, in one batch, merged so that an object cut by a
+        tile border is one detection. See darknet_py.tiling."""
+        from .tiling import detect_tiled
+
+        return detect_tiled(self, image, tiles, overlap, thresh, nms, letterbox)
+
     def stream(self, source: Union[int, PathLike], thresh: float = 0.25, nms: float = 0.45, letterbox: bool = False,
                max_frames: Optional[int] = None, drop: bool = True, track: Union[bool, str] = False,
                **track_params) -> "Iterator[Tuple[np.ndarray, List[Detection]]]":

@@ -120,6 +120,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print every image's detections as Darknet's `detector test -ext_output` does (a single image's always are)")
     p.add_argument("--darknet-json", metavar="FILE", help="also write the detections in Darknet's `-out result.json` format")
     p.add_argument("--out-video", metavar="FILE", help="write a video or stream's annotated copy to FILE (Darknet's -out_filename)")
+    p.add_argument("--tiles", metavar="auto|RxC",
+                   help="tiled inference for small objects in large images: overlapping tiles (auto: at the network's "
+                        "input size; RxC: R rows, C columns) and the whole image, one batch, merged across borders")
+    p.add_argument("--tile-overlap", type=float, default=0.2, metavar="F",
+                   help="fraction of a tile shared with its neighbours, 0..1 (default: %(default)s)")
     add_tracking_options(p)
     add_device_option(p)
     add_precision_option(p)
@@ -270,6 +275,13 @@ def cmd_detect(args: argparse.Namespace) -> int:
     if args.threads:
         _core.set_threads(args.threads)
     source = resolve_source(args.source)  # before loading the model: a typo should fail fast
+    tiles = None
+    if args.tiles:
+        from ..tiling import parse_tiles
+
+        tiles = parse_tiles(args.tiles)
+        if not 0 <= args.tile_overlap < 1:
+            raise ValueError(f"--tile-overlap must be in [0, 1), got {args.tile_overlap}")
     if args.track or args.count_line or args.count_zone:  # a missing tracker library too
         from ..tracking.counting import make_counters
         from ..tracking.tracker import DEFAULT_TRACKER, tracker_class
@@ -284,7 +296,8 @@ def cmd_detect(args: argparse.Namespace) -> int:
                             save_labels=args.save_labels, save_crops=args.save_crops,
                             print_each=args.print_detections, video_out=args.out_video, track=args.track,
                             track_params={k: getattr(args, k) for k in TRACK_PARAMS if getattr(args, k) is not None},
-                            count_lines=args.count_line, count_zones=args.count_zone, trail=args.trail)
+                            count_lines=args.count_line, count_zones=args.count_zone, trail=args.trail,
+                            tiles=tiles, tile_overlap=args.tile_overlap)
     # else a long video's results pile up
     runner = Runner(net, source, options, keep_results=bool(args.json or args.darknet_json))
     interrupted = complete = False
@@ -306,6 +319,9 @@ def cmd_detect(args: argparse.Namespace) -> int:
                 "outputs": runner.outputs,
                 "results": runner.results,
             }
+            if tiles:
+                doc["model"]["tiles"] = tiles if tiles == "auto" else f"{tiles[0]}x{tiles[1]}"
+                doc["model"]["tile_overlap"] = args.tile_overlap
             if options.track:
                 doc["model"]["tracker"] = options.track
                 doc["model"]["tracker_params"] = options.track_params

@@ -39,6 +39,8 @@ class DetectOptions:
     count_lines: List[str] = field(default_factory=list)  # "x1,y1,x2,y2" each (tracking/counting.py)
     count_zones: List[str] = field(default_factory=list)  # "x1,y1,x2,y2,x3,y3,..." each
     trail: int = 30                    # a track's last centres drawn as its trail
+    tiles: Any = None                  # "auto" or (rows, cols): tiled inference (tiling.py)
+    tile_overlap: float = 0.2          # fraction of a tile shared with its neighbours
 
 
 class Tracking:
@@ -164,6 +166,9 @@ class Runner:
         return out
 
     def _detect(self, image) -> List[Detection]:
+        if self.opt.tiles:
+            return self.net.detect_tiled(image, self.opt.tiles, self.opt.tile_overlap, self.opt.thresh, self.opt.nms,
+                                         self.opt.letterbox)
         return self.net.detect(image, self.opt.thresh, self.opt.nms, self.opt.letterbox)
 
     # ---- images ------------------------------------------------------------------------------
@@ -279,7 +284,10 @@ class Runner:
                     if blob is None:  # a live reader hands out raw frames: only those detected are prepared
                         blob = self.net.preprocess(frame, letterbox)
                     size = (frame.shape[1], frame.shape[0])
-                    dets = self.net.detect_blob(blob[None], [size], self.opt.thresh, self.opt.nms, letterbox)[0]
+                    if self.opt.tiles:
+                        dets = self._detect(frame)
+                    else:
+                        dets = self.net.detect_blob(blob[None], [size], self.opt.thresh, self.opt.nms, letterbox)[0]
                     if tracking is not None:  # MOTChallenge frame numbers count from 1
                         dets = tracking.update(index + 1, dets)
                     if self.keep_results:
