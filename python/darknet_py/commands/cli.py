@@ -54,6 +54,8 @@ examples:
   {PROG} detect rtsp://192.168.1.20:554/stream1 --cfg yolov4-tiny --weights yolov4-tiny.weights --max-frames 1000
   {PROG} detect new_images.txt --cfg my.cfg --weights my.weights --names my.names --save-labels
   find shots -name "*.jpg" | {PROG} detect - --cfg my.cfg --weights my.weights --save-crops crops/
+  {PROG} synth --video clip.mp4 && {PROG} detect clip.mp4 --track --count-line 240,0,240,360 --json clip.json
+  {PROG} detect aerial.jpg --cfg my.cfg --weights my.weights --tiles auto
 
 An image or video that cannot be read in a folder or glob (or a damaged stretch of a video) is
 named on stderr and skipped; the others are done, the skips are listed at the end, and the exit
