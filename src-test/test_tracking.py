@@ -184,3 +184,21 @@ def test_bad_count_line_is_one_line(clip, capsys):
     assert main(["detect", str(clip), "--count-line", "1,2,3"]) != 0
     err = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
     assert len(err) == 1 and "x1,y1,x2,y2" in err[0]
+
+
+def test_stream_is_tracked(clip, tmp_path, capsys):
+    from test_live_sources import MjpegServer
+
+    cap = cv2.VideoCapture(str(clip))
+    frames = [cap.read()[1] for _ in range(90)][60:]  # where four objects are in view
+    server = MjpegServer([[cv2.imencode(".jpg", f, [cv2.IMWRITE_JPEG_QUALITY, 95])[1].tobytes() for f in frames]])
+    try:
+        rc = main(["detect", server.url, "--track", "--no-drop", "--reconnect", "0", "--out", str(tmp_path / "out"),
+                   "--json", str(tmp_path / "s.json")])
+    finally:
+        server.close()
+    assert rc == 0, capsys.readouterr().err
+    results = json.loads((tmp_path / "s.json").read_text())["results"]
+    assert len(results) == len(frames)
+    ids = [{d["track_id"] for d in r["detections"] if "track_id" in d} for r in results]
+    assert len(ids[5] & ids[-1]) >= 3  # the same objects, the same ids
