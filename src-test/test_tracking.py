@@ -69,6 +69,19 @@ def test_mot_scores_on_the_synth_clip(clip, tracked):
     assert s["idf1"] >= 0.85
 
 
+def test_mot_scores_of_the_truth_and_of_a_swap(clip):
+    from darknet_py.evaluation.mot import mot_scores
+
+    gt = read_gt(str(clip.with_suffix(".gt.txt")))
+    s = mot_scores(gt, gt)
+    assert s["mota"] == 1 and s["idf1"] == 1 and s["id_switches"] == 0
+    swapped = gt.copy()
+    late = (swapped[:, 0] > 100) & (swapped[:, 8] >= 0.5)
+    swapped[late & (gt[:, 1] == 1), 1], swapped[late & (gt[:, 1] == 3), 1] = 3, 1  # objects 1 and 3 trade ids
+    s = mot_scores(gt, swapped)
+    assert s["id_switches"] == 2 and s["idf1"] < 1
+
+
 def test_network_track_and_stream(clip):
     net = demo_network("cpu")
     a = [[(d.track_id, d.class_id) for d in dets] for _, dets in net.track(str(clip), max_frames=20)]

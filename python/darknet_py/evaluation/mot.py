@@ -29,8 +29,8 @@ def mot_scores(gt: np.ndarray, tracks: np.ndarray, iou: float = 0.5, min_visibil
     """{"mota", "idf1", "id_switches", "false_positives", "misses", "objects", "precision", "recall"}."""
     import motmetrics as mm
 
-    gt, tracks = np.asarray(gt, float).reshape(-1, max(9, np.shape(gt)[-1] if np.size(gt) else 9)), \
-        np.asarray(tracks, float)
+    gt, tracks = np.asarray(gt, float), np.asarray(tracks, float)
+    gt = gt.reshape(-1, gt.shape[-1] if gt.size else 9)
     tracks = tracks.reshape(-1, tracks.shape[-1] if tracks.size else 9)
     acc = mm.MOTAccumulator(auto_id=False)
     frames = np.union1d(gt[:, 0], tracks[:, 0]).astype(int)
