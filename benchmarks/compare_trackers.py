@@ -5,7 +5,7 @@ switches (motmetrics) and each tracker's own time per frame at 50 objects. Print
     python benchmarks/compare_trackers.py [--frames 150] [--size 480x360] [--objects 8] [--seed 0]
 
 Candidates: Roboflow's `trackers` (ByteTrack, SORT, OC-SORT), `supervision`'s sv.ByteTrack (in
-supervision up to 0.26; later releases moved it into `trackers`) and `norfair` (IoU distance).
+supervision 0.26, gone from 0.31: it moved into `trackers`) and `norfair` (IoU distance).
 """
 from __future__ import annotations
 

@@ -2,10 +2,12 @@
 optional extra: `pip install "darknet_py[track]"`.
 
 Why that library (the measurements are in docs/video_tracking.md): it has SORT, ByteTrack and
-OC-SORT behind one `update(detections)` call, is under our own licence, is actively maintained, and
-its ByteTrack gave the best MOTA and IDF1 on the synth video. `supervision`'s sv.ByteTrack (MIT) is
-the same team's older tracker that `trackers` replaces; `norfair` (BSD-3) pins NumPy below 2
-(no wheel for CPython 3.13). boxmot is AGPL-3.0: not an option for an Apache-2.0 package.
+OC-SORT behind one `update(detections)` call, is under our own licence, is actively maintained and
+was the fastest; its ByteTrack (the default) was the most consistent across synth clips, OC-SORT
+the best through the occlusion of the seed-0 clip. `supervision`'s sv.ByteTrack (MIT) is the same
+team's older tracker, gone from supervision 0.31 (it moved into `trackers`); `norfair` (BSD-3)
+pins NumPy below 2 (no wheel for CPython 3.13) and scored lowest. boxmot is AGPL-3.0: not an
+option for an Apache-2.0 package.
 
 Track ids count from 1 (MOTChallenge's habit; the library counts from 0). A detection that no
 confirmed track has claimed yet (a new object's first frames: `minimum_consecutive_frames`) keeps
