@@ -23,7 +23,9 @@ PathLike = Union[str, "os.PathLike[str]"]
 
 @dataclass(frozen=True)
 class Detection:
-    """One detected object. The box is in pixels of the original image: (x, y) is the top-left corner."""
+    """One detected object. The box is in pixels of the original image: (x, y) is the top-left corner.
+    track_id: the object's identity across frames where it was tracked (Network.track, `detect
+    --track`; from 1), else None."""
 
     class_id: int
     class_name: str
@@ -32,14 +34,22 @@ class Detection:
     y: float
     w: float
     h: float
+    track_id: Optional[int] = None
 
     @property
     def box(self) -> Tuple[float, float, float, float]:
         return (self.x, self.y, self.w, self.h)
 
+    @property
+    def centre(self) -> Tuple[float, float]:
+        return (self.x + self.w / 2, self.y + self.h / 2)
+
     def to_dict(self) -> dict:
-        return {"class_id": self.class_id, "class_name": self.class_name, "confidence": round(self.confidence, 6),
-                "box": [round(v, 2) for v in self.box]}
+        d = {"class_id": self.class_id, "class_name": self.class_name, "confidence": round(self.confidence, 6),
+             "box": [round(v, 2) for v in self.box]}
+        if self.track_id is not None:
+            d["track_id"] = self.track_id
+        return d
 
 
 def read_names(path: PathLike) -> List[str]:
@@ -293,16 +303,38 @@ class Network:
         return [[Detection(c, names[c] if c < len(names) else str(c), float(p), x, y, w, h)
                  for (c, p, x, y, w, h) in per_image] for per_image in raw]
 
+    def detect_tiled(self, image: np.ndarray, tiles: Union[str, Tuple[int, int]] = "auto", overlap: float = 0.2,
+                     thresh: float = 0.25, nms: float = 0.45, letterbox: bool = False) -> List[Detection]:
+        """Detects small objects in a large image: overlapping tiles ("auto": at the network's input size;
+        (rows, cols)) and the whole image downscaled, in one batch, merged so that an object cut by a
+        tile border is one detection. See darknet_py.tiling."""
+        from .tiling import detect_tiled
+
+        return detect_tiled(self, image, tiles, overlap, thresh, nms, letterbox)
+
     def stream(self, source: Union[int, PathLike], thresh: float = 0.25, nms: float = 0.45, letterbox: bool = False,
-               max_frames: Optional[int] = None, drop: bool = True) -> "Iterator[Tuple[np.ndarray, List[Detection]]]":
+               max_frames: Optional[int] = None, drop: bool = True, track: Union[bool, str] = False,
+               **track_params) -> "Iterator[Tuple[np.ndarray, List[Detection]]]":
         """Yields (frame, detections) for every frame of `source`: a camera index (0), a stream URL
         (rtsp://, rtmp://, http(s)://), a video, an image, a folder, a glob or a list file, as
         `darknet_py detect` takes them. A generator: closing it (or leaving the for loop) releases
         the capture. A live source hands out its newest frame (drop=False: every frame); see
-        darknet_py.media.stream."""
+        darknet_py.media.stream. track=True (or a tracker's name: "bytetrack", "sort", "ocsort") gives each
+        detection its track_id, as track() does."""
         from .media.stream import stream_detections
 
-        return stream_detections(self, source, thresh, nms, letterbox, max_frames, drop)
+        return stream_detections(self, source, thresh, nms, letterbox, max_frames, drop, track or None,
+                                 track_params)
+
+    def track(self, source: Union[int, PathLike], tracker: str = "bytetrack", thresh: float = 0.25,
+              nms: float = 0.45, letterbox: bool = False, max_frames: Optional[int] = None, drop: bool = True,
+              **track_params) -> "Iterator[Tuple[np.ndarray, List[Detection]]]":
+        """As stream(), with each detection's track_id set by `tracker` (Roboflow's trackers library:
+        `pip install "darknet_py[track]"`); track_params are the library's (lost_track_buffer,
+        track_activation_threshold, minimum_iou_threshold, high_conf_det_threshold,
+        minimum_consecutive_frames). A new tracker starts with each video; the images of a folder,
+        in order, are one sequence. See darknet_py.tracking."""
+        return self.stream(source, thresh, nms, letterbox, max_frames, drop, track=tracker, **track_params)
 
     # ---- export ---------------------------------------------------------------------------------
     @_serialized

@@ -54,6 +54,8 @@ examples:
   {PROG} detect rtsp://192.168.1.20:554/stream1 --cfg yolov4-tiny --weights yolov4-tiny.weights --max-frames 1000
   {PROG} detect new_images.txt --cfg my.cfg --weights my.weights --names my.names --save-labels
   find shots -name "*.jpg" | {PROG} detect - --cfg my.cfg --weights my.weights --save-crops crops/
+  {PROG} synth --video clip.mp4 && {PROG} detect clip.mp4 --track --count-line 240,0,240,360 --json clip.json
+  {PROG} detect aerial.jpg --cfg my.cfg --weights my.weights --tiles auto
 
 An image or video that cannot be read in a folder or glob (or a damaged stretch of a video) is
 named on stderr and skipped; the others are done, the skips are listed at the end, and the exit
@@ -120,6 +122,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print every image's detections as Darknet's `detector test -ext_output` does (a single image's always are)")
     p.add_argument("--darknet-json", metavar="FILE", help="also write the detections in Darknet's `-out result.json` format")
     p.add_argument("--out-video", metavar="FILE", help="write a video or stream's annotated copy to FILE (Darknet's -out_filename)")
+    p.add_argument("--tiles", metavar="auto|RxC",
+                   help="tiled inference for small objects in large images: overlapping tiles (auto: at the network's "
+                        "input size; RxC: R rows, C columns) and the whole image, one batch, merged across borders")
+    p.add_argument("--tile-overlap", type=float, default=0.2, metavar="F",
+                   help="fraction of a tile shared with its neighbours, 0..1 (default: %(default)s)")
+    add_tracking_options(p)
     add_device_option(p)
     add_precision_option(p)
     p.set_defaults(func=cmd_detect, parser=p)
@@ -151,7 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     from ..data.synth import add_parser as add_synth_parser
 
-    add_synth_parser(sub, _Formatter)
+    from ..data.synth_video import cmd_synth
+
+    add_synth_parser(sub, _Formatter).set_defaults(func=cmd_synth)  # a dataset, or --video
 
     from ..training.train_command import add_parser as add_train_parser
 
@@ -185,6 +195,41 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_valid_parser(sub, _Formatter)
     return parser
+
+
+def add_tracking_options(p: argparse.ArgumentParser) -> None:
+    """detect's --track, the tracker's parameters (the library's names and defaults) and the counters."""
+    from ..tracking.tracker import DEFAULT_TRACKER, INSTALL_HINT, TRACKERS
+
+    g = p.add_argument_group("tracking and counting (videos, cameras, streams, a folder of frames in order; "
+                             f"needs {INSTALL_HINT}; see docs/video_tracking.md)")
+    g.add_argument("--track", nargs="?", const=DEFAULT_TRACKER, choices=list(TRACKERS), metavar="TRACKER",
+                   help=f"give each detection a track id across frames: {', '.join(TRACKERS)} "
+                        f"(default when given alone: {DEFAULT_TRACKER})")
+    # the library's defaults differ per tracker (ByteTrack's are named): unset ones are left to it
+    g.add_argument("--lost-track-buffer", type=non_negative_int, metavar="N",
+                   help="frames (at 30 fps) a lost track is kept for re-association (default: 30)")
+    g.add_argument("--track-activation-threshold", type=unit_interval, metavar="F",
+                   help="confidence a detection needs to start a track (default: bytetrack 0.7, sort 0.25)")
+    g.add_argument("--minimum-iou-threshold", type=unit_interval, metavar="F",
+                   help="IoU a detection needs with a track's prediction to join it (default: bytetrack 0.1, "
+                        "sort and ocsort 0.3)")
+    g.add_argument("--high-conf-det-threshold", type=unit_interval, metavar="F",
+                   help="bytetrack, ocsort: confidence splitting the first and second association (default: 0.6)")
+    g.add_argument("--minimum-consecutive-frames", type=positive_int, metavar="N",
+                   help="frames a new track must be matched before it gets an id (default: bytetrack 2, "
+                        "sort and ocsort 3)")
+    g.add_argument("--count-line", action="append", default=[], metavar="x1,y1,x2,y2",
+                   help="count tracks whose centre crosses this line, per class and side crossed to "
+                        "(left/right looking from the first point to the second); repeatable; implies --track")
+    g.add_argument("--count-zone", action="append", default=[], metavar="x1,y1,x2,y2,x3,y3,...",
+                   help="count tracks entering and leaving this polygon, per class; repeatable; implies --track")
+    g.add_argument("--trail", type=positive_int, default=30, metavar="N",
+                   help="frames of each track's centres drawn as its trail (default: %(default)s)")
+
+
+TRACK_PARAMS = ("lost_track_buffer", "track_activation_threshold", "minimum_iou_threshold",
+                "high_conf_det_threshold", "minimum_consecutive_frames")
 
 
 # ---- commands -------------------------------------------------------------------------------
@@ -234,12 +279,29 @@ def cmd_detect(args: argparse.Namespace) -> int:
     if args.threads:
         _core.set_threads(args.threads)
     source = resolve_source(args.source)  # before loading the model: a typo should fail fast
+    tiles = None
+    if args.tiles:
+        from ..tiling import parse_tiles
+
+        tiles = parse_tiles(args.tiles)
+        if not 0 <= args.tile_overlap < 1:
+            raise ValueError(f"--tile-overlap must be in [0, 1), got {args.tile_overlap}")
+    if args.track or args.count_line or args.count_zone:  # a missing tracker library too
+        from ..tracking.counting import make_counters
+        from ..tracking.tracker import DEFAULT_TRACKER, tracker_class
+
+        args.track = args.track or DEFAULT_TRACKER
+        tracker_class(args.track)
+        make_counters(args.count_line, args.count_zone)
     cfg = resolve_cfg(args.cfg)
     net, names_path = _load_network(cfg, args.weights, args.names, args.device, args.precision)
     options = DetectOptions(args.thresh, args.nms, args.letterbox, args.out, max_frames=args.max_frames,
                             drop=not args.no_drop, reconnect=args.reconnect, show=args.show,
                             save_labels=args.save_labels, save_crops=args.save_crops,
-                            print_each=args.print_detections, video_out=args.out_video)
+                            print_each=args.print_detections, video_out=args.out_video, track=args.track,
+                            track_params={k: getattr(args, k) for k in TRACK_PARAMS if getattr(args, k) is not None},
+                            count_lines=args.count_line, count_zones=args.count_zone, trail=args.trail,
+                            tiles=tiles, tile_overlap=args.tile_overlap)
     # else a long video's results pile up
     runner = Runner(net, source, options, keep_results=bool(args.json or args.darknet_json))
     interrupted = complete = False
@@ -261,6 +323,14 @@ def cmd_detect(args: argparse.Namespace) -> int:
                 "outputs": runner.outputs,
                 "results": runner.results,
             }
+            if tiles:
+                doc["model"]["tiles"] = tiles if tiles == "auto" else f"{tiles[0]}x{tiles[1]}"
+                doc["model"]["tile_overlap"] = args.tile_overlap
+            if options.track:
+                doc["model"]["tracker"] = options.track
+                doc["model"]["tracker_params"] = options.track_params
+            if runner.counts or options.count_lines or options.count_zones:
+                doc["counts"] = runner.counts  # each source's counters at its end
             if interrupted:
                 doc["interrupted"] = True
             write_json(args.json, doc)

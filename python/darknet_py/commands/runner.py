@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, TextIO, Union
 
-from ..outputs.draw import draw_detections, draw_fps
+from ..outputs.draw import Trails, draw_counters, draw_detections, draw_fps
 from ..exit_codes import OutputError
-from ..outputs.labels_crops import save_crops, save_labels
+from ..outputs.files import write_text
+from ..outputs.labels_crops import mot_lines, save_crops, save_labels
 from ..media.live import LiveReader, live_name
 from ..network import Detection, Network
 from .progress import Progress
@@ -33,7 +34,45 @@ class DetectOptions:
     save_crops: Optional[str] = None   # folder for each detection's crop, by class
     print_each: bool = False           # every image's detections printed as Darknet prints them
     video_out: Optional[str] = None    # the annotated video's path (Darknet's -out_filename), else under out_dir
+    track: Optional[str] = None        # a tracker's name (tracking/tracker.py TRACKERS): detections get track ids
+    track_params: Dict[str, Any] = field(default_factory=dict)  # the tracker library's parameters
+    count_lines: List[str] = field(default_factory=list)  # "x1,y1,x2,y2" each (tracking/counting.py)
+    count_zones: List[str] = field(default_factory=list)  # "x1,y1,x2,y2,x3,y3,..." each
+    trail: int = 30                    # a track's last centres drawn as its trail
+    tiles: Any = None                  # "auto" or (rows, cols): tiled inference (tiling.py)
+    tile_overlap: float = 0.2          # fraction of a tile shared with its neighbours
 
+
+class Tracking:
+    """The tracking state of one video, stream or run of images: tracker, counters, trails."""
+
+    def __init__(self, opt: DetectOptions, fps: float) -> None:
+        from ..tracking.counting import make_counters
+        from ..tracking.tracker import Tracker
+
+        self.tracker = Tracker(opt.track, fps, **opt.track_params)
+        self.counters = make_counters(opt.count_lines, opt.count_zones)
+        self.trails = Trails(opt.trail)
+        self.mot: List[str] = []
+
+    def update(self, frame_number: int, dets: List[Detection]) -> List[Detection]:
+        from ..tracking.counting import detection_items
+
+        dets = self.tracker.update(dets)
+        items = detection_items(dets)
+        for c in self.counters:
+            c.update(items)
+        self.trails.update(dets)
+        self.mot.extend(mot_lines(frame_number, dets))
+        return dets
+
+    def draw(self, image) -> None:
+        self.trails.draw(image)
+        draw_counters(image, self.counters)
+
+    def frame_counts(self) -> List[Dict[str, Any]]:
+        return [{"type": c.kind, "counts": {k: dict(v) for k, v in sorted(c.counts.items())}, "total": dict(c.total)}
+                for c in self.counters]
 
 def darknet_lines(detections: List[Detection]) -> List[str]:
     """Detections as Darknet's `detector test -ext_output` prints them."""
@@ -63,6 +102,21 @@ class Runner:
         self.window: Optional[Window] = None
         self._bar: Optional[Progress] = None  # the progress bar of the video or stream being run
         self.stopped = False  # the user closed the window or pressed q / Esc: the run ends there
+        self.counts: List[Dict[str, Any]] = []  # each video's (or run of images') counters at its end
+        if options.track or options.count_lines or options.count_zones:
+            options.track = options.track or "bytetrack"
+            from ..tracking.counting import make_counters
+            from ..tracking.tracker import tracker_class
+
+            tracker_class(options.track)  # fail now, in one line, where the library is missing
+            make_counters(options.count_lines, options.count_zones)  # and on a malformed line or zone
+
+    def _tracking(self, fps: float) -> Optional[Tracking]:
+        return Tracking(self.opt, fps) if self.opt.track else None
+
+    def _end_tracking(self, name: str, tracking: Optional[Tracking]) -> None:
+        if tracking is not None and tracking.counters:
+            self.counts.append({"source": name, "counters": [c.to_dict() for c in tracking.counters]})
 
     def _skip(self, message: str, bar: Optional[Progress] = None) -> None:
         """Reports a skipped input (or part of one) now, in one line, and keeps it for the summary."""
@@ -112,12 +166,17 @@ class Runner:
         return out
 
     def _detect(self, image) -> List[Detection]:
+        if self.opt.tiles:
+            return self.net.detect_tiled(image, self.opt.tiles, self.opt.tile_overlap, self.opt.thresh, self.opt.nms,
+                                         self.opt.letterbox)
         return self.net.detect(image, self.opt.thresh, self.opt.nms, self.opt.letterbox)
 
     # ---- images ------------------------------------------------------------------------------
     def run_images(self, files: List[str]) -> None:
         single = self.source.kind == "image"
         bar = None if single else Progress(len(files), "images", label=f"on {self.net.device}", stream=self.stderr)
+        tracking = self._tracking(30.0)  # a folder of frames is tracked in its (sorted) order
+        frame_number = 0
         try:
             for path in files:
                 out = self._output_for(path)
@@ -132,16 +191,24 @@ class Runner:
                 t0 = time.perf_counter()
                 dets = self._detect(image)
                 ms = (time.perf_counter() - t0) * 1000
+                frame_number += 1
+                if tracking is not None:
+                    dets = tracking.update(frame_number, dets)
                 if self.opt.save_labels:
-                    save_labels(path, dets, image.shape[1], image.shape[0])
+                    save_labels(path, dets, image.shape[1], image.shape[0], tracked=tracking is not None)
                 if self.opt.save_crops:
-                    save_crops(self.opt.save_crops, os.path.splitext(os.path.basename(path))[0], image, dets)
+                    save_crops(self.opt.save_crops, os.path.splitext(os.path.basename(path))[0], image, dets,
+                               by_track=tracking is not None)
                 annotated = draw_detections(image, dets, self.classes)
+                if tracking is not None:
+                    tracking.draw(annotated)
                 write_image(out, annotated)
                 self.outputs.append(out)
                 if self.keep_results:
                     self.results.append({"image": path, "output": out, "width": image.shape[1],
                                          "height": image.shape[0], "detections": [d.to_dict() for d in dets]})
+                    if tracking is not None and tracking.counters:
+                        self.results[-1]["counts"] = tracking.frame_counts()
                 if single or self.opt.print_each:
                     print(f"{path}: Predicted in {ms:.1f} milli-seconds.", file=self.stdout)
                     for line in darknet_lines(dets):
@@ -155,6 +222,7 @@ class Runner:
                     self.stopped = True
                     break
         finally:
+            self._end_tracking(self.source.spec, tracking)
             if bar is not None:
                 bar.close()
                 print(f"annotated images in {self.opt.out_dir}", file=self.stderr)
@@ -192,8 +260,20 @@ class Runner:
 
     def _run_frames(self, reader: Union[FrameReader, LiveReader], name: str, out: str, total: Optional[int]) -> None:
         """Detects every frame the reader hands out, writes the annotated video to `out`."""
-        letterbox = self.opt.letterbox
         stem = os.path.splitext(os.path.basename(out))[0]
+        tracking = self._tracking(reader.fps)
+        try:
+            self._frames_into(reader, name, out, total, stem, tracking)
+        finally:
+            self._end_tracking(name, tracking)
+            if tracking is not None and self.opt.save_labels and tracking.mot:
+                tracks = os.path.splitext(out)[0] + ".tracks.txt"
+                write_text(tracks, "".join(tracking.mot))
+                print(f"tracks: {tracks}", file=self.stderr)
+
+    def _frames_into(self, reader: Union[FrameReader, LiveReader], name: str, out: str, total: Optional[int],
+                     stem: str, tracking: Optional[Tracking]) -> None:
+        letterbox = self.opt.letterbox
         with FrameWriter(out, reader.fps) as writer:
             bar = self._bar = Progress(total, "frames", label=f"{os.path.basename(name)} on {self.net.device}",
                                        stream=self.stderr)
@@ -204,13 +284,23 @@ class Runner:
                     if blob is None:  # a live reader hands out raw frames: only those detected are prepared
                         blob = self.net.preprocess(frame, letterbox)
                     size = (frame.shape[1], frame.shape[0])
-                    dets = self.net.detect_blob(blob[None], [size], self.opt.thresh, self.opt.nms, letterbox)[0]
+                    if self.opt.tiles:
+                        dets = self._detect(frame)
+                    else:
+                        dets = self.net.detect_blob(blob[None], [size], self.opt.thresh, self.opt.nms, letterbox)[0]
+                    if tracking is not None:  # MOTChallenge frame numbers count from 1
+                        dets = tracking.update(index + 1, dets)
                     if self.keep_results:
                         self.results.append({"video": name, "frame": index,
                                              "detections": [d.to_dict() for d in dets]})
+                        if tracking is not None and tracking.counters:
+                            self.results[-1]["counts"] = tracking.frame_counts()
                     if self.opt.save_crops:  # (--save-labels is for images: a frame has no file to sit beside)
-                        save_crops(self.opt.save_crops, f"{stem}_{index:06d}", frame, dets)
+                        save_crops(self.opt.save_crops, f"{stem}_{index:06d}", frame, dets,
+                                   by_track=tracking is not None)
                     draw_detections(frame, dets, self.classes, inplace=True)  # the frame is ours
+                    if tracking is not None:
+                        tracking.draw(frame)
                     now = time.perf_counter()
                     # frames per second of the whole loop, smoothed so the overlay does not flicker
                     inst = 1.0 / max(now - last, 1e-6)

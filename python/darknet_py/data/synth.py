@@ -327,6 +327,12 @@ be moved; Darknet must run from DIR); --labels-folder also writes DIR/labels/ (p
 examples:
   darknet_py synth shapes/ --images 1000 --classes 4
   darknet_py synth shapes-test/ --images 200 --classes 4 --size 320x320 --seed 7 --valid-fraction 0.5
+  darknet_py synth --video clip.mp4 --frames 150 --size 640x480 --objects 8 --seed 0
+
+--video OUT.mp4 writes a video of moving shapes with known identities instead (paths that cross,
+one shape passing over another, shapes entering and leaving the frame), its ground truth in the
+MOTChallenge format beside it (OUT.gt.txt: frame,id,left,top,width,height,conf,class,visibility;
+frames count from 1) and its class names (OUT.names). See docs/video_tracking.md.
 """
 
 
@@ -360,11 +366,21 @@ def add_parser(sub, formatter) -> argparse.ArgumentParser:
                                    "Darknet's layout: DIR/images/*.jpg with their labels *.txt beside them,\n"
                                    "shapes.names, train.txt, valid.txt and shapes.data.",
                        epilog=SYNTH_EXAMPLES, formatter_class=formatter)
-    p.add_argument("dir", metavar="DIR", help="output folder (created if needed)")
-    p.add_argument("--images", type=positive_int, required=True, metavar="N", help="number of images")
-    p.add_argument("--classes", type=_class_count, required=True, metavar="K",
-                   help=f"number of classes, 1..{len(SHAPES)}: {' '.join(SHAPES)} (in this order)")
-    p.add_argument("--size", type=parse_size, default=(416, 416), metavar="WxH", help="image size (default: 416x416)")
+    p.add_argument("dir", metavar="DIR", nargs="?", help="output folder (created if needed)")
+    p.add_argument("--images", type=positive_int, metavar="N", help="number of images")
+    p.add_argument("--classes", type=_class_count, metavar="K",
+                   help=f"number of classes, 1..{len(SHAPES)}: {' '.join(SHAPES)} (in this order; "
+                        "--video: default 4)")
+    p.add_argument("--size", type=parse_size, metavar="WxH",
+                   help="image size (default: 416x416; --video: 640x480)")
+    p.add_argument("--video", metavar="OUT.mp4",
+                   help="write a video of moving shapes with MOTChallenge ground truth instead of a dataset")
+    p.add_argument("--frames", type=positive_int, default=150, metavar="N",
+                   help="--video: number of frames (default: %(default)s)")
+    p.add_argument("--objects", type=positive_int, default=8, metavar="N",
+                   help="--video: number of moving shapes over the whole video (default: %(default)s)")
+    p.add_argument("--fps", type=positive_int, default=25, metavar="N",
+                   help="--video: frames per second (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="random seed: same seed, same bytes (default: %(default)s)")
     p.add_argument("--valid-fraction", type=fraction, default=0.2, metavar="F",
                    help="fraction of the images listed in valid.txt, 0..1 (default: %(default)s)")
@@ -378,9 +394,13 @@ def add_parser(sub, formatter) -> argparse.ArgumentParser:
 
 
 def cmd_synth(args: argparse.Namespace) -> int:
+    """The dataset; `synth --video` is synth_video.cmd_synth's (the command line runs that one)."""
     import time
 
     t0 = time.perf_counter()
+    if not args.dir or not args.images or not args.classes:
+        args.parser.error("synth needs DIR, --images and --classes (or --video OUT.mp4)")
+    args.size = args.size or (416, 416)
     data = generate(args.dir, args.images, args.classes, args.size, args.seed, args.valid_fraction,
                     relative=args.relative, labels_folder=args.labels_folder,
                     workers=args.workers, progress=True)

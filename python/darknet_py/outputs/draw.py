@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import math
-from typing import Iterable, Tuple
+from collections import deque
+from typing import Deque, Dict, Iterable, Tuple
 
 import cv2
 import numpy as np
@@ -73,8 +74,54 @@ def draw_detections(image: np.ndarray, detections: Iterable[Detection], classes:
         x0, y0 = int(round(d.x)), int(round(d.y))
         x1, y1 = int(round(d.x + d.w)), int(round(d.y + d.h))
         cv2.rectangle(out, (x0, y0), (x1, y1), color, line)
-        draw_label(out, f"{d.class_name} {d.confidence:.2f}", x0 - line // 2, y0 - line // 2, color)
+        track = "" if getattr(d, "track_id", None) is None else f" #{d.track_id}"
+        draw_label(out, f"{d.class_name}{track} {d.confidence:.2f}", x0 - line // 2, y0 - line // 2, color)
     return out
+
+
+def track_color(track_id: int) -> Color:
+    """A colour per track id (Darknet's walk over 32 hues), so neighbouring ids differ."""
+    return class_color(track_id * 7, 32)
+
+
+class Trails:
+    """The last `length` centres of each track, drawn as a line in the track's colour. Tracks not seen
+    for `length` frames are forgotten."""
+
+    def __init__(self, length: int = 30) -> None:
+        self.length = max(1, int(length))
+        self._points: Dict[int, Deque[Tuple[int, int]]] = {}
+        self._last: Dict[int, int] = {}
+        self._frame = 0
+
+    def update(self, detections: Iterable[Detection]) -> None:
+        self._frame += 1
+        for d in detections:
+            if d.track_id is None:
+                continue
+            pts = self._points.setdefault(d.track_id, deque(maxlen=self.length))
+            pts.append((int(round(d.x + d.w / 2)), int(round(d.y + d.h / 2))))
+            self._last[d.track_id] = self._frame
+        for tid in [t for t, f in self._last.items() if self._frame - f >= self.length]:
+            del self._points[tid], self._last[tid]
+
+    def draw(self, image: np.ndarray) -> None:
+        line, _, _ = _style(image)
+        for tid, pts in self._points.items():
+            if len(pts) > 1:
+                cv2.polylines(image, [np.array(pts, np.int32).reshape(-1, 1, 2)], False, track_color(tid), line,
+                              cv2.LINE_AA)
+
+
+def draw_counters(image: np.ndarray, counters) -> None:
+    """Each count line or zone with its totals beside it, in place."""
+    line, _, _ = _style(image)
+    for c in counters:
+        pts = np.round(np.array(c.points)).astype(np.int32)
+        color = (0, 255, 255) if c.kind == "line" else (255, 0, 255)
+        cv2.polylines(image, [pts.reshape(-1, 1, 2)], c.kind == "zone", color, line + 1, cv2.LINE_AA)
+        text = " ".join(f"{k} {v}" for k, v in c.total.items())
+        draw_label(image, text, int(pts[:, 0].min()), int(pts[:, 1].min()), color)
 
 
 def draw_fps(image: np.ndarray, fps: float) -> None:
