@@ -80,7 +80,10 @@ def check_package(net: darknet_py.Network, path: Path, precision: str, labels):
     assert counts.get("upsample_nearest_neighbor", 0) == types.get("upsample", 0)
     assert counts.get("leaky_relu", 0) == acts.get("leaky", 0)
     assert counts.get("softplus", 0) == acts.get("mish", 0)
+    assert counts.get("silu", 0) == acts.get("swish", 0)
     assert counts.get("sigmoid", 0) == acts.get("logistic", 0) + 2 * sum(not y["new_coords"] for y in heads)
+    assert counts.get("relu", 0) == acts.get("relu", 0)
+    assert counts.get("tanh", 0) == acts.get("tanh", 0) + acts.get("mish", 0)
     assert counts.get("exp", 0) == sum(not y["new_coords"] for y in heads)
     # each [shortcut] one add, and one more in each head whose scale_x_y is not 1
     assert counts.get("add", 0) == types.get("shortcut", 0) + len(heads) + sum(y["scale_x_y"] != 1 for y in heads)
@@ -162,6 +165,76 @@ def test_shipped_cfgs(name, tmp_path):
     assert net.input_size == (int(net._net.width), int(net._net.height)) != (128, 96)  # restored
     net._net.resize_input(128, 96)  # the network as exported, for the checks
     check_package(net, path, "fp16" if name == "yolov4" else "fp32", [str(k) for k in range(80)])
+
+
+# the activations and options the shipped cfgs lack: swish, relu, tanh, a strided 1x1 convolution that
+# never reads the last row and column (cropped), a max pool that does the same, a scaled upsample
+OPTIONS = """
+[net]
+width=34
+height=34
+channels=3
+
+[convolutional]
+filters=8
+size=3
+pad=1
+batch_normalize=1
+activation=swish
+
+[convolutional]
+filters=8
+size=1
+stride=2
+batch_normalize=1
+activation=relu
+
+[maxpool]
+size=2
+stride=2
+padding=0
+
+[convolutional]
+filters=8
+size=3
+pad=1
+activation=tanh
+
+[upsample]
+stride=2
+scale=0.5
+
+[route]
+layers=-1
+groups=2
+group_id=1
+
+[route]
+layers=-1,-2
+
+[convolutional]
+filters=12
+size=1
+activation=linear
+
+[yolo]
+mask=0,1
+anchors=4,4, 8,8
+classes=1
+num=2
+"""
+
+
+def test_layer_options(tmp_path):
+    net = _cfg_network(tmp_path, OPTIONS, "options")
+    _randomize_batchnorm(net, seed=7)
+    assert [l["output"] for l in net.layers][:3] == [(8, 34, 34), (8, 17, 17), (8, 8, 8)]
+    path = tmp_path / "options.mlpackage"
+    net.export_coreml(path)
+    _, _, program = _read_back(path)
+    crops = [o for o in program.functions["main"].operations if o.op_type == "slice_by_index" and "crop" in o.name]
+    assert len(crops) == 2  # the strided convolution and the max pool
+    check_package(net, path, "fp32", ["0"])
 
 
 UNSUPPORTED = """

@@ -36,7 +36,7 @@ ACTIVATIONS: Dict[str, Callable[[Any, Any, str], Any]] = {
     "relu": lambda mb, x, name: mb.relu(x=x, name=name),
     "logistic": lambda mb, x, name: mb.sigmoid(x=x, name=name),
     "tanh": lambda mb, x, name: mb.tanh(x=x, name=name),
-    "swish": lambda mb, x, name: mb.mul(x=x, y=mb.sigmoid(x=x, name=f"{name}_sigmoid"), name=name),
+    "swish": lambda mb, x, name: mb.silu(x=x, name=name),  # x * logistic(x)
     "mish": _mish,
 }
 
