@@ -16,6 +16,7 @@ from ._core import DarknetError
 from .devices import default_device, resolve
 
 if TYPE_CHECKING:
+    from .export.coreml_model import CoreMLSummary
     from .export.onnx_model import ExportSummary
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -350,6 +351,19 @@ class Network:
         from .export.onnx_model import export_onnx
 
         return export_onnx(self, path, size, batch, dynamic_batch, postprocess, thresh, nms, precision=precision)
+
+    @_serialized
+    def export_coreml(self, path: PathLike, size: Optional[Tuple[int, int]] = None, precision: str = "fp32",
+                      thresh: float = 0.25, nms: float = 0.45) -> "CoreMLSummary":
+        """Writes the network as a Core ML object detector, a .mlpackage (needs `pip install
+        "darknet_py[coreml]"`): an ML Program (macOS 13+) running the network and the yolo decode, then
+        Core ML's NMS; input `image` (RGB, the network's size, or size=(width, height)), outputs
+        `confidence` and `coordinates` as Vision reads them, self.names as class labels. precision="fp16":
+        float16 weights and activations (the Neural Engine's). thresh, nms: the default thresholds. See
+        darknet_py.export.coreml_model."""
+        from .export.coreml_model import export_coreml
+
+        return export_coreml(self, path, size, precision, thresh, nms)
 
     def class_name(self, class_id: int) -> str:
         """The name of class `class_id` (its number as text where the names file has fewer names)."""

@@ -9,45 +9,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .._core import DarknetError
+from .layer_common import (FLT_MAX, LayerSpec, conv_geometry, conv_weights, end_pad, fold_batchnorm, pool_geometry,
+                           pool_pads)
 from .onnx_activations import activate
 from .onnx_graph import Graph
-
-BN_EPS = 1e-5  # Darknet's batchnorm epsilon (NormActivationTrainer::kEps), inside the sqrt
-FLT_MAX = float(np.finfo(np.float32).max)  # Darknet's maxpool starts from -FLT_MAX
-
-
-@dataclass
-class LayerSpec:
-    """What the exporter knows of one layer: the engine's description, its cfg options, its parameters."""
-
-    index: int
-    type: str                    # the engine's type: conv, max, route, yolo, ...
-    section: str                 # the cfg's section name: convolutional, maxpool, ...
-    line: int
-    input: Tuple[int, int, int]  # per sample (c, h, w)
-    output: Tuple[int, int, int]
-    sources: List[int]           # absolute indices of the layers it reads besides its input
-    options: Dict[str, str]
-    params: Dict[str, np.ndarray] = field(default_factory=dict)
-    cfg_path: str = ""
-
-    def int(self, key: str, default: int) -> int:
-        return int(float(self.options[key])) if key in self.options else default
-
-    def float(self, key: str, default: float) -> float:
-        return float(self.options[key]) if key in self.options else default
-
-    def str(self, key: str, default: str) -> str:
-        return self.options.get(key, default).strip()
-
-    def fail(self, why: str) -> DarknetError:
-        return DarknetError(f"{self.cfg_path}:{self.line}: layer {self.index} [{self.section}] cannot be exported to "
-                            f"ONNX: {why}")
-
-    @property
-    def hint(self) -> str:
-        return f"l{self.index}_{self.type}"
 
 
 @dataclass
@@ -69,22 +34,6 @@ def _per_sample(shape: Sequence[int]) -> List[int]:
 
 
 # ---- layers ---------------------------------------------------------------------------------------
-def _fold_batchnorm(p: Dict[str, np.ndarray], outputs: int) -> Tuple[np.ndarray, np.ndarray]:
-    """(scale, shift) per output: the engine's batchnorm_fold in float32, or (1, biases) without batchnorm."""
-    biases = p["biases"].reshape(outputs).astype(np.float32)
-    if "scales" not in p:
-        return np.ones(outputs, np.float32), biases
-    scale = p["scales"].reshape(outputs).astype(np.float32) / np.sqrt(
-        p["rolling_variance"].reshape(outputs).astype(np.float32) + np.float32(BN_EPS))
-    return scale, biases - p["rolling_mean"].reshape(outputs).astype(np.float32) * scale
-
-
-def _end_pad(size: int, out: int, stride: int, window: int, begin: int) -> int:
-    """Padding after the input so that ONNX's floor((size + begin + end - window) / stride) + 1 = out;
-    negative: that many trailing rows/columns are never read."""
-    return (out - 1) * stride + window - size - begin
-
-
 def _pad_or_crop(ctx: Context, l: LayerSpec, x: str, size_hw: Tuple[int, int], ends: Tuple[int, int]) -> Tuple[str, List[int]]:
     """Crops the trailing rows/columns no window reads (a negative end pad); returns x and the end pads left."""
     (h, w), (eh, ew) = size_hw, ends
@@ -95,22 +44,15 @@ def _pad_or_crop(ctx: Context, l: LayerSpec, x: str, size_hw: Tuple[int, int], e
 
 def export_conv(ctx: Context, l: LayerSpec, x: str) -> str:
     g = ctx.g
-    c_in, h, w = l.input
-    filters, out_h, out_w = l.output
-    size = l.int("size", 1)
-    stride = l.int("stride", 1)
-    sy, sx = l.int("stride_y", stride), l.int("stride_x", stride)
-    dilation = 1 if size == 1 else l.int("dilation", 1)
-    padding = size // 2 if l.int("pad", 0) else l.int("padding", 0)
-    groups = l.int("groups", 1)
-    pad = padding * dilation  # the engine's ConvGeom padding
-    span = dilation * (size - 1) + 1
-    x, (eh, ew) = _pad_or_crop(ctx, l, x, (h, w), (_end_pad(h, out_h, sy, span, pad), _end_pad(w, out_w, sx, span, pad)))
-    scale, shift = _fold_batchnorm(l.params, filters)
-    weights = l.params["weights"].reshape(filters, c_in // groups, size, size) * scale[:, None, None, None]
+    _, h, w = l.input
+    _, out_h, out_w = l.output
+    geo = conv_geometry(l)
+    sy, sx, pad, span, size = geo["stride_y"], geo["stride_x"], geo["pad"], geo["span"], geo["size"]
+    x, (eh, ew) = _pad_or_crop(ctx, l, x, (h, w), (end_pad(h, out_h, sy, span, pad), end_pad(w, out_w, sx, span, pad)))
+    weights, shift = conv_weights(l)
     y = g.node("Conv", [x, g.const(weights, f"{l.hint}_weights"), g.const(shift, f"{l.hint}_bias")], l.hint,
                kernel_shape=[size, size], strides=[sy, sx], pads=[pad, pad, eh, ew],
-               dilations=[dilation, dilation], group=groups)
+               dilations=[geo["dilation"]] * 2, group=geo["groups"])
     return activate(g, y, l.str("activation", "logistic"), f"{l.hint}_act")
 
 
@@ -118,21 +60,13 @@ def export_connected(ctx: Context, l: LayerSpec, x: str) -> str:
     g = ctx.g
     outputs = l.output[0]
     inputs = int(np.prod(l.input))
-    scale, shift = _fold_batchnorm(l.params, outputs)
+    scale, shift = fold_batchnorm(l.params, outputs)
     weights = l.params["weights"].reshape(outputs, inputs) * scale[:, None]
     flat = g.node("Flatten", [x], f"{l.hint}_flat", axis=1)
     y = g.node("Gemm", [flat, g.const(weights, f"{l.hint}_weights"), g.const(shift, f"{l.hint}_bias")], l.hint,
                transB=1)
     y = activate(g, y, l.str("activation", "logistic"), f"{l.hint}_act")
     return g.reshape(y, _per_sample(l.output), f"{l.hint}_chw")
-
-
-def _pool_geometry(l: LayerSpec) -> Tuple[int, int, int, int]:
-    """(size, stride_y, stride_x, padding) with Darknet's defaults: stride 1, size = stride, padding = size - 1."""
-    stride = l.int("stride", 1)
-    sy, sx = l.int("stride_y", stride), l.int("stride_x", stride)
-    size = l.int("size", stride)
-    return size, sy, sx, l.int("padding", size - 1)
 
 
 def export_maxpool(ctx: Context, l: LayerSpec, x: str) -> str:
@@ -150,10 +84,9 @@ def _local_pool(ctx: Context, l: LayerSpec, x: str, op: str) -> str:
     # rest, an average divides by the pixels it read): ONNX pads with count_include_pad=0 mean the same.
     g = ctx.g
     c, h, w = l.input
-    _, out_h, out_w = l.output
-    size, sy, sx, padding = _pool_geometry(l)
-    begin = padding // 2
-    x, (eh, ew) = _pad_or_crop(ctx, l, x, (h, w), (_end_pad(h, out_h, sy, size, begin), _end_pad(w, out_w, sx, size, begin)))
+    size, sy, sx, padding = pool_geometry(l)
+    x, (eh, ew) = _pad_or_crop(ctx, l, x, (h, w), pool_pads(l)[1:])
+    begin = pool_pads(l)[0]
     if max(begin, eh, ew) >= size:
         if op == "AveragePool":  # Darknet averages such an empty window to 0; ONNX would divide by 0
             raise l.fail(f"padding={padding} leaves windows of the {size}x{size} average pool entirely outside the "

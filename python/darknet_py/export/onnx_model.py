@@ -19,7 +19,8 @@ import numpy as np
 
 from .._core import DarknetError
 from .onnx_graph import OPSET, Graph, require_onnx
-from .onnx_layers import EXPORTERS, Context, LayerSpec
+from .layer_common import layer_specs
+from .onnx_layers import EXPORTERS, Context
 from .onnx_postprocess import add_postprocess
 
 # protobuf cannot hold a message over 2 GiB: bigger models keep their weights in a file beside the .onnx
@@ -42,21 +43,6 @@ class ExportSummary:
         outs = ", ".join(f"{n} {shape(s)}" for n, s in self.outputs)
         return (f"exported {self.layers} layers to {self.path} ({self.bytes / 1e6:.1f} MB, {self.parameters / 1e6:.2f}M "
                 f"parameters, opset {self.opset}): {self.input[0]} {shape(self.input[1])} -> {outs}")
-
-
-def layer_specs(net: Any) -> List[LayerSpec]:
-    """The exporter's view of every layer of a _core.Net: the engine's description, the cfg options of
-    the section that built it and its parameters (views of the engine's memory on the CPU: read only)."""
-    sections = net.cfg_sections()[1:]  # sections[0] is [net]
-    specs = []
-    for info, sec in zip(net.layers(), sections):
-        i = info["index"]
-        specs.append(LayerSpec(index=i, type=info["type"], section=sec["type"], line=info["line"],
-                               input=tuple(info["input"]), output=tuple(info["output"]),
-                               sources=list(info["sources"]), options=dict(sec["options"]),
-                               params={k: np.asarray(v, dtype=np.float32) for k, v in net.params(i).items()},
-                               cfg_path=net.cfg_path))
-    return specs
 
 
 def build_model(net: Any, batch: Optional[int] = 1, postprocess: bool = False, thresh: float = 0.25,

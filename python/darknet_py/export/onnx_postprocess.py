@@ -17,6 +17,7 @@ from typing import List, Sequence, Tuple
 
 import numpy as np
 
+from .layer_common import decode_grid
 from .onnx_graph import Graph
 
 OUTPUTS = ("boxes", "scores", "classes", "batch_index")
@@ -39,12 +40,7 @@ def _decode_head(g: Graph, head: str, info: dict, shape: Tuple[int, int, int], n
     def entry(lo: int, hi: int, name: str) -> str:
         return g.slice(t, [lo], [hi], [2], f"{hint}_{name}")
 
-    cells = np.arange(h * w)
-    col = np.repeat(cells % w, anchors).astype(np.float32).reshape(1, -1, 1)
-    row = np.repeat(cells // w, anchors).astype(np.float32).reshape(1, -1, 1)
-    a = np.asarray(info["anchors"], np.float32).reshape(-1, 2)[info["mask"]]
-    aw = np.tile(a[:, 0], h * w).reshape(1, -1, 1)
-    ah = np.tile(a[:, 1], h * w).reshape(1, -1, 1)
+    col, row, aw, ah = (v.reshape(1, -1, 1) for v in decode_grid(info, shape))
     # x = (col + tx) / lw, y = (row + ty) / lh; w = e^tw anchor_w / netw (new_coords: tw^2 4 anchor_w / netw)
     bx = g.scalar_op("Div", g.node("Add", [entry(0, 1, "tx"), g.const(col, f"{hint}_col")], f"{hint}_colx"), w,
                      f"{hint}_bx")
