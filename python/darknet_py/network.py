@@ -302,7 +302,7 @@ class Network:
     def export_onnx(self, path: PathLike, size: Optional[Tuple[int, int]] = None, batch: int = 1,
                     dynamic_batch: bool = False, postprocess: bool = False, thresh: float = 0.25,
                     nms: float = 0.45, precision: str = "fp32") -> "ExportSummary":
-        """Writes the network as an ONNX model (needs `pip install "darknet_py[onnx]"`). Its outputs are
+        """Writes the network as an ONNX model (needs `pip install "darknet-engine[onnx]"`). Its outputs are
         what forward returns (yolo_<layer> per head, or `output`), batchnorm folded into the convolutions;
         with postprocess=True, detections after decoding and NMS: boxes (x1, y1, x2, y2 relative to the
         input), scores, classes, batch_index. size=(width, height) exports at another input size;
