@@ -307,3 +307,20 @@ def test_progress_in_a_log_and_on_a_terminal():
     bar.close()  # once only
     assert tty.getvalue().count("5 images in") == 1
     assert format_duration(3725) == "1:02:05" and format_duration(65) == "1:05"
+
+
+def test_progress_line_fits_any_width():
+    """The count, the rate and the ETA come first; the file name is shortened, then dropped."""
+    bar = Progress(9000, "frames", label="a_very_long_video_file_name_from_a_phone_2026-12-01.mp4 on cuda:0",
+                   stream=io.StringIO(), tty=True, interval=1e9)
+    bar.count, bar.start = 4500, bar.start - 90.0  # 50 FPS, 90 s to go
+    for width in (200, 120, 80, 60, 40, 30, 24, 20, 12):
+        line = bar.line(width=width)
+        assert len(line) <= width, (width, line)
+        if width >= 30:
+            assert "4500/9000" in line and "FPS" in line and "ETA 1:30" in line, (width, line)
+    wide = bar.line(width=200)
+    assert wide.startswith(bar.label) and "|" in wide
+    assert "..." in bar.line(width=80) and "cuda:0" in bar.line(width=80)  # the name shortened, its end kept
+    assert "phone" not in bar.line(width=40)  # no room for it: dropped
+    assert bar.line(width=27) == "4500/9000 50.0 FPS ETA 1:30"  # tight: one space apart
