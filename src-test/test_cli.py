@@ -231,6 +231,18 @@ def test_info(capsys):
     assert _core.build_info()["compiler"] in fields["compiler"]
 
 
+@pytest.mark.skipif(not _core.build_info()["cuda"], reason="this module was built without CUDA (no nvcc at build time)")
+def test_info_says_plainly_when_there_is_no_nvidia_driver(capsys):
+    """Without any NVIDIA driver the CUDA runtime calls it "CUDA driver version is insufficient for CUDA
+    runtime version"; info says what that means."""
+    if Path("/proc/driver/nvidia/version").exists() or any(d["kind"] == "cuda" and d["found"] for d in _core.devices()):
+        pytest.skip("this machine has an NVIDIA driver")
+    rc, out, _ = run(["info"], capsys)
+    assert rc == 0
+    assert "no NVIDIA driver: no NVIDIA GPU here, or its driver is not installed" in out, out
+    assert "insufficient" not in out, out
+
+
 def test_cfglayers_yolov3_tiny(yolov3_tiny, capsys):
     rc, out, _ = run(["cfglayers", yolov3_tiny["cfg"]], capsys)
     assert rc == 0
