@@ -336,3 +336,12 @@ def test_progress_line_fits_any_width():
     assert "..." in bar.line(width=80) and "cuda:0" in bar.line(width=80)  # the name shortened, its end kept
     assert "phone" not in bar.line(width=40)  # no room for it: dropped
     assert bar.line(width=27) == "4500/9000 50.0 FPS ETA 1:30"  # tight: one space apart
+
+
+def test_train_names_a_missing_data_file(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for argv in (["train", "yolov4-tiny.cfg", "missing.data"], ["train", "missing.data", "yolov4-tiny.cfg"],
+                 ["train", "yolov4-tiny.cfg", "missing"]):
+        rc, _, err = run(argv, capsys)
+        assert rc == 1 and "data file not found: missing" in err and "cfg" not in err.split("not found")[0], (argv, err)
+        assert "shipped cfgs" not in err, err

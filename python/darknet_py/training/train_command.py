@@ -131,9 +131,28 @@ def input_kind(path: str) -> str:
     return "cfg"
 
 
+def _is_cfg(path: Optional[str]) -> bool:
+    try:
+        return path is not None and input_kind(path) == "cfg"
+    except FileNotFoundError:
+        return False
+
+
+def _kind_of(path: str, other: Optional[str]) -> str:
+    """input_kind(path); a missing file that is a dataset by its extension, or beside a cfg, is named
+    as the data file it is meant to be (not as a cfg that was not found)."""
+    try:
+        return input_kind(path)
+    except FileNotFoundError:
+        if path.lower().endswith((".data", ".yaml", ".yml")) or _is_cfg(other):
+            raise FileNotFoundError(f"data file not found: {path} (a Darknet .data file or an Ultralytics "
+                                    "dataset YAML)") from None
+        raise
+
+
 def order_inputs(first: str, second: Optional[str]) -> Tuple[Optional[str], str]:
     """(data, cfg) from `train`'s one or two positional arguments, in either order."""
-    kinds = [input_kind(first)] + ([input_kind(second)] if second is not None else [])
+    kinds = [_kind_of(first, second)] + ([_kind_of(second, first)] if second is not None else [])
     if kinds == ["data"]:
         raise ValueError(f"{first} is a dataset, not a cfg (no [net] section): give the cfg too, "
                          f"e.g. darknet_py train yolov4-tiny.cfg {first}")
