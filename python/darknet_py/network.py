@@ -51,6 +51,9 @@ def read_names(path: PathLike) -> List[str]:
 def _existing(path: PathLike, what: str) -> str:
     path = os.fspath(path)
     if not os.path.isfile(path):
+        if what == "weights file":  # (model_files/official.py says the same, naming the models)
+            raise FileNotFoundError(f"weights file not found: {path} (the official weights: "
+                                    "`darknet_py weights get NAME`; `darknet_py weights list` names them)")
         raise FileNotFoundError(f"{what} not found: {path}")
     return path
 

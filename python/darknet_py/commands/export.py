@@ -6,7 +6,7 @@ import sys
 import warnings
 from typing import Any
 
-from .argtypes import positive_int, size_wxh, unit_interval
+from .argtypes import add_allow_partial_option, positive_int, size_wxh, unit_interval
 
 EXPORT_EXAMPLES = """\
 The model's input is the blob `Network.forward` takes: N x C x H x W float32, RGB, 0..1, resized
@@ -15,7 +15,7 @@ returns them (yolo_<layer>: N x anchors*(5+classes) x H x W, after the head's lo
 classifier's last layer (output). With --postprocess they are the detections after decoding and
 NMS instead: boxes (x1, y1, x2, y2 relative to the input), scores, classes, batch_index.
 
-Needs the onnx package: pip install "darknet_py[onnx]".
+Needs the onnx package: pip install "darknet-engine[onnx]".
 
 examples:
   darknet_py export yolov4-tiny.cfg yolov4-tiny.weights -o yolov4-tiny.onnx
@@ -32,7 +32,9 @@ def add_parser(sub: Any, formatter: Any) -> argparse.ArgumentParser:
                                    "convolutions, for ONNX Runtime, TensorRT, OpenVINO, OpenCV and other runtimes.",
                        epilog=EXPORT_EXAMPLES, formatter_class=formatter)
     p.add_argument("cfg", metavar="CFG", help="network .cfg: a path or a shipped cfg's name")
-    p.add_argument("weights", metavar="WEIGHTS", help="Darknet .weights file")
+    p.add_argument("weights", metavar="WEIGHTS", help="Darknet .weights file, or an official model's name "
+                                                      "(yolov4-tiny: the file `darknet_py weights get` downloaded)")
+    add_allow_partial_option(p)
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="the .onnx file to write")
     p.add_argument("--size", type=size_wxh, metavar="WxH", help="input width x height (default: the cfg's)")
     batch = p.add_mutually_exclusive_group()
@@ -60,10 +62,15 @@ def cmd_export(args: argparse.Namespace) -> int:
     from ..export.onnx_graph import require_onnx
     from .progress import Progress
 
+    from ..model_files.official import resolve_weights
+    from ..model_files.weights_fit import load_checked
+
     require_onnx()  # before loading a large network: say at once what is missing
+    weights = resolve_weights(args.weights)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        net = Network(resolve_cfg(args.cfg), args.weights, device="cpu")
+        net = load_checked(resolve_cfg(args.cfg), weights, "cpu", allow_partial=args.allow_partial,
+                           on_warning=lambda text: warnings.warn(text))
         with Progress(len(net.layers), "layers", label="export") as bar:
             summary = export_onnx(net, args.output, args.size, args.batch, args.dynamic_batch, args.postprocess,
                                   args.thresh, args.nms, on_layer=lambda _: bar.update(), precision=args.precision)

@@ -65,7 +65,8 @@ def add_parser(sub: Any, formatter: Any) -> argparse.ArgumentParser:
     p.add_argument("first", metavar="CFG", help="network .cfg (a path or a shipped cfg's name), or DATA (Darknet's order)")
     p.add_argument("second", metavar="DATA", nargs="?",
                    help="Darknet .data file or Ultralytics dataset YAML (or CFG); none: synthetic shapes")
-    p.add_argument("--weights", metavar="W", help="start from these weights (a _last.weights resumes)")
+    p.add_argument("--weights", metavar="W", help="start from these weights (a _last.weights resumes; an official model's name, e.g.\n"
+                        "yolov4-tiny: the file `darknet_py weights get` downloaded)")
     p.add_argument("--clear", action="store_true", help="reset the iteration count (seen) to 0")
     p.add_argument("--map", action="store_true", help="measure mAP@0.5 on the valid list; keep <cfg>_best.weights")
     p.add_argument("--map-every", type=positive_int, metavar="N",
@@ -175,8 +176,10 @@ def _device_list_arg(text: str) -> str:
 
 def cmd_train(args: argparse.Namespace) -> int:
     data, cfg = order_inputs(args.first, args.second)
-    if args.weights and not os.path.isfile(args.weights):
-        raise FileNotFoundError(f"weights file not found: {args.weights}")
+    if args.weights:  # a path, or an official model's name: the file `weights get` downloaded
+        from ..model_files.official import resolve_weights
+
+        args.weights = resolve_weights(args.weights)
     if args.gpus and args.device:
         raise ValueError("--gpus and --device both name the devices: give one")
     devices = split_devices(args.device) if args.device else [None]
