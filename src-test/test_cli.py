@@ -338,6 +338,15 @@ def test_progress_line_fits_any_width():
     assert bar.line(width=27) == "4500/9000 50.0 FPS ETA 1:30"  # tight: one space apart
 
 
+def test_export_refuses_an_extension_it_does_not_write(tmp_path, capsys):
+    from darknet_py.model_files.demo import demo_files
+
+    d = demo_files()
+    rc, _, err = run(["export", d["cfg"], d["weights"], "-o", tmp_path / "x.tflite"], capsys)
+    assert rc == 1 and "export writes .onnx files, not .tflite" in err, err
+    assert not (tmp_path / "x.tflite").exists()
+
+
 def test_train_names_a_missing_data_file(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for argv in (["train", "yolov4-tiny.cfg", "missing.data"], ["train", "missing.data", "yolov4-tiny.cfg"],

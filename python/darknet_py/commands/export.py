@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import warnings
 from typing import Any
@@ -55,6 +56,18 @@ def add_parser(sub: Any, formatter: Any) -> argparse.ArgumentParser:
     return p
 
 
+# the formats export writes, by the output's extension
+WRITES = (".onnx",)
+
+
+def check_output_name(path: str) -> None:
+    """Refuses an output whose extension names a format export does not write (.tflite, .pt, ...)."""
+    ext = os.path.splitext(path)[1].lower()
+    if ext not in WRITES:
+        raise ValueError(f"export writes {', '.join(WRITES)} files, not {ext or 'files without an extension'}: "
+                         f"{path} (name the output e.g. {os.path.splitext(path)[0] or 'model'}.onnx)")
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from ..model_files.cfgfiles import resolve_cfg
     from ..export.onnx_model import export_onnx
@@ -65,6 +78,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from ..model_files.official import resolve_weights
     from ..model_files.weights_fit import load_checked
 
+    check_output_name(args.output)
     require_onnx()  # before loading a large network: say at once what is missing
     weights = resolve_weights(args.weights)
     with warnings.catch_warnings(record=True) as caught:
