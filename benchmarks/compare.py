@@ -3,7 +3,7 @@ thread count.
 
     python benchmarks/compare.py [--threads N] [--models yolov4-tiny,yolov3-tiny] [--batch 1,8]
                                  [--engines ours,opencv,onnxruntime,openvino] [--rounds 5] [--runs 10]
-                                 [--scaling] [--out benchmarks/RESULTS.md | --no-write]
+                                 [--scaling] [--write [--out benchmarks/RESULTS.md]]
     python benchmarks/compare.py --device metal [--models ...] [--rounds 15]
 
 With --device, our engine on that GPU device against our CPU backend instead (compare_device.py:
@@ -27,8 +27,9 @@ a machine whose speed drifts. GFLOP/s counts the network's convolution FLOPs (Da
 the batch) over our median (Winograd layers count their direct-convolution FLOPs: an effective
 rate); '% of peak' divides it by the FMA peak measured on the same threads (bench_common.fma_peak,
 before and after the runs, the higher kept). --scaling also times our engine on 1 thread. The
-table and the machine description (with /proc/loadavg before and after) replace the block between
-the markers in RESULTS.md; the notes around it are kept.
+table is printed; with --write, it and the machine description (with /proc/loadavg before and
+after) also replace the block between the markers in RESULTS.md (or --out); the notes around it
+are kept. Without --write nothing is written: a trial run leaves the recorded results alone.
 """
 from __future__ import annotations
 
@@ -190,8 +191,10 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=5, help="blocks per engine (yolov4 always runs once)")
     p.add_argument("--runs", type=int, default=10, help="timed runs per block at batch 1 (batch b: runs/b, >= 3)")
     p.add_argument("--scaling", action="store_true", help="also time our engine on 1 thread")
-    p.add_argument("--out", default=str(Path(__file__).resolve().parent / "RESULTS.md"))
-    p.add_argument("--no-write", action="store_true", help="print only")
+    p.add_argument("--write", action="store_true", help="also write the table into --out (default: print only)")
+    p.add_argument("--out", default=str(Path(__file__).resolve().parent / "RESULTS.md"),
+                   help="with --write: the results file (default: benchmarks/RESULTS.md)")
+    p.add_argument("--no-write", action="store_true", help=argparse.SUPPRESS)  # the old default, still accepted
     p.add_argument("--device", help="compare our engine on this GPU device (e.g. metal) with our CPU instead")
     a = p.parse_args(argv)
     if a.device:
@@ -228,13 +231,13 @@ def main(argv=None) -> int:
     tab = table(rows, engines, peak.gflops, a.scaling)
     print()
     print(tab)
-    if not a.no_write:
+    if a.write and not a.no_write:
         desc = bc.machine_description(a.threads)
         desc["darknet_py CPU kernels"] = str(_core.cpu_isa())
         for e in engines:
             desc[f"{pe.LABELS[e]} version"] = pe.version(e)
         stamp = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
-        cmd = (f"python benchmarks/compare.py --threads {a.threads} --models {a.models} --batch {a.batch} "
+        cmd = (f"python benchmarks/compare.py --write --threads {a.threads} --models {a.models} --batch {a.batch} "
                f"--engines {','.join(engines)} --rounds {a.rounds} --runs {a.runs}{' --scaling' if a.scaling else ''}")
         block = "\n".join(
             [f"Measured {stamp} by `{cmd}` (medians over blocks of runs, blocks alternating between engines).", ""]

@@ -666,14 +666,29 @@ void CudaRecording::replay() { dev_->replay(exec_); }
 
 }  // namespace
 
+// Why no CUDA device is listed, in words: the runtime calls a machine without any NVIDIA driver
+// "CUDA driver version is insufficient for CUDA runtime version" (the driver it finds is version 0).
+static std::string no_cuda_device_reason(cudaError_t e) {
+    int driver = 0, runtime = 0;
+    cudaDriverGetVersion(&driver);
+    cudaRuntimeGetVersion(&runtime);
+    if (e == cudaSuccess || e == cudaErrorNoDevice)
+        return "no NVIDIA GPU found" + (driver ? " (NVIDIA driver for CUDA " + version_string(driver) + ")" : std::string());
+    if (driver == 0)
+        return "no NVIDIA driver: no NVIDIA GPU here, or its driver is not installed";
+    if (e == cudaErrorInsufficientDriver)
+        return "the NVIDIA driver (for CUDA " + version_string(driver) + ") is older than this build's CUDA runtime " +
+               version_string(runtime) + ": update the driver";
+    return std::string("no CUDA device: ") + cudaGetErrorString(e);
+}
+
 std::vector<DeviceInfo> list_cuda_devices(std::string* why_none) {
     std::vector<DeviceInfo> out;
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0) {
         cudaGetLastError();
-        if (why_none)
-            *why_none = std::string("no CUDA device: ") + (e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+        if (why_none) *why_none = no_cuda_device_reason(e);
         return out;
     }
     for (int i = 0; i < count; ++i) {

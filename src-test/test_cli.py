@@ -231,6 +231,18 @@ def test_info(capsys):
     assert _core.build_info()["compiler"] in fields["compiler"]
 
 
+@pytest.mark.skipif(not _core.build_info()["cuda"], reason="this module was built without CUDA (no nvcc at build time)")
+def test_info_says_plainly_when_there_is_no_nvidia_driver(capsys):
+    """Without any NVIDIA driver the CUDA runtime calls it "CUDA driver version is insufficient for CUDA
+    runtime version"; info says what that means."""
+    if Path("/proc/driver/nvidia/version").exists() or any(d["kind"] == "cuda" and d["found"] for d in _core.devices()):
+        pytest.skip("this machine has an NVIDIA driver")
+    rc, out, _ = run(["info"], capsys)
+    assert rc == 0
+    assert "no NVIDIA driver: no NVIDIA GPU here, or its driver is not installed" in out, out
+    assert "insufficient" not in out, out
+
+
 def test_cfglayers_yolov3_tiny(yolov3_tiny, capsys):
     rc, out, _ = run(["cfglayers", yolov3_tiny["cfg"]], capsys)
     assert rc == 0
@@ -307,3 +319,38 @@ def test_progress_in_a_log_and_on_a_terminal():
     bar.close()  # once only
     assert tty.getvalue().count("5 images in") == 1
     assert format_duration(3725) == "1:02:05" and format_duration(65) == "1:05"
+
+
+def test_progress_line_fits_any_width():
+    """The count, the rate and the ETA come first; the file name is shortened, then dropped."""
+    bar = Progress(9000, "frames", label="a_very_long_video_file_name_from_a_phone_2026-12-01.mp4 on cuda:0",
+                   stream=io.StringIO(), tty=True, interval=1e9)
+    bar.count, bar.start = 4500, bar.start - 90.0  # 50 FPS, 90 s to go
+    for width in (200, 120, 80, 60, 40, 30, 24, 20, 12):
+        line = bar.line(width=width)
+        assert len(line) <= width, (width, line)
+        if width >= 30:
+            assert "4500/9000" in line and "FPS" in line and "ETA 1:30" in line, (width, line)
+    wide = bar.line(width=200)
+    assert wide.startswith(bar.label) and "|" in wide
+    assert "..." in bar.line(width=80) and "cuda:0" in bar.line(width=80)  # the name shortened, its end kept
+    assert "phone" not in bar.line(width=40)  # no room for it: dropped
+    assert bar.line(width=27) == "4500/9000 50.0 FPS ETA 1:30"  # tight: one space apart
+
+
+def test_export_refuses_an_extension_it_does_not_write(tmp_path, capsys):
+    from darknet_py.model_files.demo import demo_files
+
+    d = demo_files()
+    rc, _, err = run(["export", d["cfg"], d["weights"], "-o", tmp_path / "x.tflite"], capsys)
+    assert rc == 1 and "export writes .onnx files, not .tflite" in err, err
+    assert not (tmp_path / "x.tflite").exists()
+
+
+def test_train_names_a_missing_data_file(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for argv in (["train", "yolov4-tiny.cfg", "missing.data"], ["train", "missing.data", "yolov4-tiny.cfg"],
+                 ["train", "yolov4-tiny.cfg", "missing"]):
+        rc, _, err = run(argv, capsys)
+        assert rc == 1 and "data file not found: missing" in err and "cfg" not in err.split("not found")[0], (argv, err)
+        assert "shipped cfgs" not in err, err

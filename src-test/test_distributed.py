@@ -403,6 +403,12 @@ def _wait_line(stream, text, timeout=60):
     raise AssertionError(f"no {text!r} in {seen}")
 
 
+def _default_sigint():
+    """In the child before exec: SIGINT's default action, so that Python turns it into KeyboardInterrupt
+    even where this suite runs with SIGINT ignored (a child inherits an ignored signal)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _alive(pid):
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -417,7 +423,8 @@ def test_a_rank_that_dies_or_hangs_or_ctrl_c_stops_every_rank(job, fault):
     timeout (2 s) names rank 1; Ctrl-C: all stop after the step, rank 0 saves, exit 130; SIGKILL of the
     launcher: its ranks exit. No rank outlives the launcher; the saved `_last.weights` loads."""
     out = job["root"] / f"fault-{fault}"
-    p = cli(job, out, "--device", "cpu,cpu", "--dist-timeout", "2", "--max-batches", "100000")
+    p = cli(job, out, "--device", "cpu,cpu", "--dist-timeout", "2", "--max-batches", "100000",
+            preexec_fn=_default_sigint)
     pids = [_rank_pid(p.pid, 0), _rank_pid(p.pid, 1)]
     _wait_line(p.stdout, "3: ")  # training runs
     t0 = time.monotonic()

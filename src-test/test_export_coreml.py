@@ -296,7 +296,7 @@ def test_missing_coremltools_says_how_to_install(tmp_path, monkeypatch, capsys):
         net.export_coreml(tmp_path / "model.mlpackage")
     assert main(["export", files["cfg"], files["weights"], "-o", str(tmp_path / "m.mlpackage")]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and 'pip install "darknet_py[coreml]"' in err[0]
+    assert len(err) == 1 and 'pip install "darknet-engine[coreml]"' in err[0]
     assert not (tmp_path / "m.mlpackage").exists()
 
 

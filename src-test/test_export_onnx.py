@@ -411,7 +411,7 @@ def test_missing_onnx_package_says_how_to_install(tmp_path, monkeypatch):
 
     monkeypatch.setitem(sys.modules, "onnx", None)  # import onnx now raises ImportError
     net = _cfg_network(tmp_path, WIDE_MAXPOOL, "small")
-    with pytest.raises(darknet_py.DarknetError, match=r'pip install "darknet_py\[onnx\]"'):
+    with pytest.raises(darknet_py.DarknetError, match=r'pip install "darknet-engine\[onnx\]"'):
         net.export_onnx(tmp_path / "model.onnx")
 
 

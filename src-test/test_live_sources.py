@@ -172,8 +172,11 @@ def test_ctrl_c_stops_a_stream_cleanly(sample_frames, tmp_path):
     the JSON marked interrupted; the server sees the connection closed."""
     server = MjpegServer([_jpegs(sample_frames) * 50])  # about 18 s of stream
     out, js = tmp_path / "out", tmp_path / "d.json"
+    # SIGINT's default action in the child: where the suite runs with SIGINT ignored, the child inherits
+    # that, and Python then turns no SIGINT into KeyboardInterrupt
     proc = subprocess.Popen([sys.executable, "-m", "darknet_py", "detect", server.url, *MODEL, "--out", str(out),
-                             "--json", str(js)], stderr=subprocess.PIPE, text=True, env=ENV)
+                             "--json", str(js)], stderr=subprocess.PIPE, text=True, env=ENV,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 30
         while server.sent < 10:  # the stream is being read

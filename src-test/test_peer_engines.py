@@ -233,3 +233,21 @@ def test_compare_bench_model_times_every_round():
     r.update(model="yolov4-tiny", size=64, batch=1)
     lo, hi = (float(v) for v in _table_cells(compare.table([r], ["ours", "onnxruntime"], 100.0, False), "per round")[0].split("-"))
     assert 0 < lo <= hi
+
+
+def test_compare_writes_results_only_with_write(tmp_path, monkeypatch, capsys):
+    """A plain compare.py run prints its table and leaves RESULTS.md alone; --write records it."""
+    import types
+
+    import compare
+
+    row = {"runs": 6, "gflop": 1.0, "ms": {"ours": 11.0}, "round_ms": {"ours": [11.0]}}
+    monkeypatch.setattr(compare, "bench_model", lambda m, b, *rest: dict(row))
+    monkeypatch.setattr(bc, "fma_peak", lambda threads: types.SimpleNamespace(gflops=100.0, method="stub"))
+    out = tmp_path / "RESULTS.md"
+    args = ["--threads", "1", "--models", "yolov4-tiny", "--engines", "ours", "--out", str(out)]
+    assert compare.main(args) == 0
+    assert not out.exists() and "wrote" not in capsys.readouterr().out
+    assert compare.main(args + ["--write"]) == 0
+    text = out.read_text()
+    assert compare.BEGIN in text and "python benchmarks/compare.py --write" in text

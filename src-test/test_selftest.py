@@ -27,6 +27,7 @@ def test_quick_selftest_passes_and_writes_the_report(tmp_path, label):
     device = "cpu" if label == "cpu" else gpu_devices.device("pocl")
     r = run_cli(tmp_path, "--device", device, "--quick")
     assert r.returncode == 0, r.stdout + r.stderr
+    assert "Warning" not in r.stderr, r.stderr  # NumPy's RuntimeWarnings of the comparisons, say
     path = tmp_path / f"selftest-{device.replace(':', '-')}.json"
     assert f"report: {path}" in r.stdout
     assert "all passed" in r.stdout and "training: 2 iterations" in r.stdout
@@ -39,6 +40,23 @@ def test_quick_selftest_passes_and_writes_the_report(tmp_path, label):
     t = report["training"]
     assert t["passed"] and t["compared_with"] == ("reference" if device == "cpu" else "cpu")
     assert len(t["losses"]) == 2 and t["losses"][0] > 0
+
+
+def test_comparing_non_finite_values_warns_of_nothing():
+    import warnings
+
+    import numpy as np
+
+    from darknet_py.diagnostics.op_cases import compare
+
+    want = np.array([1.0, np.inf, -np.inf, np.nan, 2.0], np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a RuntimeWarning fails the test
+        assert compare(want.copy(), want, 1e-6, 1e-6).ok
+        got = want.copy()
+        got[4] = 3.0
+        c = compare(got, want, 1e-6, 1e-6)
+        assert not c.ok and c.max_error == 1.0 and "1 of 5 elements differ" in c.message
 
 
 def test_a_mismatch_fails_with_exit_status_3(tmp_path):

@@ -129,7 +129,7 @@ def test_missing_library_says_how_to_install(clip, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "trackers", None)
     assert main(["detect", str(clip), "--track"]) != 0
     err = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
-    assert len(err) == 1 and 'pip install "darknet_py[track]"' in err[0]
+    assert len(err) == 1 and 'pip install "darknet-engine[track]"' in err[0]
 
 
 def test_tracker_time_per_frame_at_50_objects():

@@ -174,7 +174,7 @@ def _pip_wheel(out: Path, fresh: bool) -> Path:
         cmd += ["-C", f"build-dir={out / 'build'}"]
     r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 0, f"pip wheel failed:\n{r.stdout[-4000:]}{r.stderr[-4000:]}"
-    wheels = glob.glob(str(out / "darknet_py-*.whl"))
+    wheels = glob.glob(str(out / "darknet_engine-*.whl"))
     assert len(wheels) == 1, wheels
     return Path(wheels[0])
 

@@ -62,6 +62,9 @@ def read_names(path: PathLike) -> List[str]:
 def _existing(path: PathLike, what: str) -> str:
     path = os.fspath(path)
     if not os.path.isfile(path):
+        if what == "weights file":  # (model_files/official.py says the same, naming the models)
+            raise FileNotFoundError(f"weights file not found: {path} (the official weights: "
+                                    "`darknet_py weights get NAME`; `darknet_py weights list` names them)")
         raise FileNotFoundError(f"{what} not found: {path}")
     return path
 
@@ -331,7 +334,7 @@ class Network:
               nms: float = 0.45, letterbox: bool = False, max_frames: Optional[int] = None, drop: bool = True,
               **track_params) -> "Iterator[Tuple[np.ndarray, List[Detection]]]":
         """As stream(), with each detection's track_id set by `tracker` (Roboflow's trackers library:
-        `pip install "darknet_py[track]"`); track_params are the library's (lost_track_buffer,
+        `pip install "darknet-engine[track]"`); track_params are the library's (lost_track_buffer,
         track_activation_threshold, minimum_iou_threshold, high_conf_det_threshold,
         minimum_consecutive_frames). A new tracker starts with each video; the images of a folder,
         in order, are one sequence. See darknet_py.tracking."""
@@ -342,7 +345,7 @@ class Network:
     def export_onnx(self, path: PathLike, size: Optional[Tuple[int, int]] = None, batch: int = 1,
                     dynamic_batch: bool = False, postprocess: bool = False, thresh: float = 0.25,
                     nms: float = 0.45, precision: str = "fp32") -> "ExportSummary":
-        """Writes the network as an ONNX model (needs `pip install "darknet_py[onnx]"`). Its outputs are
+        """Writes the network as an ONNX model (needs `pip install "darknet-engine[onnx]"`). Its outputs are
         what forward returns (yolo_<layer> per head, or `output`), batchnorm folded into the convolutions;
         with postprocess=True, detections after decoding and NMS: boxes (x1, y1, x2, y2 relative to the
         input), scores, classes, batch_index. size=(width, height) exports at another input size;
@@ -356,7 +359,7 @@ class Network:
     def export_coreml(self, path: PathLike, size: Optional[Tuple[int, int]] = None, precision: str = "fp32",
                       thresh: float = 0.25, nms: float = 0.45) -> "CoreMLSummary":
         """Writes the network as a Core ML object detector, a .mlpackage (needs `pip install
-        "darknet_py[coreml]"`): an ML Program (macOS 13+) running the network and the yolo decode, then
+        "darknet-engine[coreml]"`): an ML Program (macOS 13+) running the network and the yolo decode, then
         Core ML's NMS; input `image` (RGB, the network's size, or size=(width, height)), outputs
         `confidence` and `coordinates` as Vision reads them, self.names as class labels. precision="fp16":
         float16 weights and activations (the Neural Engine's). thresh, nms: the default thresholds. See

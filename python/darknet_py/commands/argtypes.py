@@ -82,3 +82,10 @@ def size_wxh(text: str) -> tuple:
     if w < 1 or h < 1:
         raise argparse.ArgumentTypeError(f"width and height must be at least 1, got {text!r}")
     return (w, h)
+
+
+def add_allow_partial_option(p: argparse.ArgumentParser) -> None:
+    """--allow-partial: load a weights file that does not fit its cfg (floats missing or left over)."""
+    p.add_argument("--allow-partial", action="store_true",
+                   help="load a weights file that does not fit the cfg (floats missing or left over: the layers\n"
+                        "it holds completely), with a warning instead of the error")

@@ -1,4 +1,5 @@
-"""The `darknet_py` command: detect, info, cfglayers, map, synth, train, cfg, calc_anchors, selftest, export.
+"""The `darknet_py` command: detect, info, cfglayers, map, synth, train, cfg, calc_anchors, selftest, export,
+weights.
 
 Exit codes: see exit_codes.py (listed by `--help`). Errors are one line on stderr, no traceback.
 """
@@ -10,7 +11,7 @@ import sys
 import warnings
 from typing import Any, Dict, Optional, Sequence
 
-from .argtypes import non_negative_int, positive_int, unit_interval
+from .argtypes import add_allow_partial_option, non_negative_int, positive_int, unit_interval
 from .. import exit_codes
 from ..exit_codes import PROG, report_skips
 from ..devices import add_device_option, add_precision_option
@@ -99,7 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="image, folder, glob, video, list.txt, - (a list on stdin), camera index or stream URL "
                         "(default with the demo model: its sample image)")
     p.add_argument("--cfg", help="network .cfg: a path or a shipped cfg's name (default: the bundled demo model)")
-    p.add_argument("--weights", help="Darknet .weights file (default: the bundled demo model's)")
+    p.add_argument("--weights", help="Darknet .weights file, or an official model's name (yolov4-tiny: the file "
+                                     f"`{PROG} weights get` downloaded; default: the bundled demo model's)")
+    add_allow_partial_option(p)
     p.add_argument("--names", help="class names, one per line (default: shipped coco.names for 80 classes)")
     p.add_argument("--thresh", type=unit_interval, default=0.25, help="confidence threshold (default: %(default)s)")
     p.add_argument("--nms", type=unit_interval, default=0.45, help="NMS IoU threshold, 0 turns NMS off (default: %(default)s)")
@@ -194,6 +197,10 @@ def build_parser() -> argparse.ArgumentParser:
     from ..evaluation.valid_files import add_parser as add_valid_parser
 
     add_valid_parser(sub, _Formatter)
+
+    from .weights import add_parser as add_weights_parser
+
+    add_weights_parser(sub, _Formatter)
     return parser
 
 
@@ -234,16 +241,22 @@ TRACK_PARAMS = ("lost_track_buffer", "track_activation_threshold", "minimum_iou_
 
 # ---- commands -------------------------------------------------------------------------------
 def _load_network(cfg: str, weights: Optional[str], names: Optional[str], device: Optional[str],
-                  precision: str = "fp32"):
+                  precision: str = "fp32", allow_partial: bool = False):
     """Builds the network, printing the engine's warnings (unused cfg options, ...) as one line each."""
     from ..model_files.cfgfiles import names_mismatch, resolve_names
     from ..network import Network, read_names
 
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        net = Network(cfg, weights, None, device, precision=precision)
-    for w in caught:
-        print(f"warning: {w.message}", file=sys.stderr)
+    if weights is not None:  # a weights file that does not fit the cfg is an error unless allow_partial
+        from ..model_files.weights_fit import load_checked
+
+        net = load_checked(cfg, weights, device, precision, allow_partial,
+                           on_warning=lambda text: print(f"warning: {text}", file=sys.stderr))
+    else:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            net = Network(cfg, None, None, device, precision=precision)
+        for w in caught:
+            print(f"warning: {w.message}", file=sys.stderr)
     if net.precision_reason:
         print(net.precision_reason, file=sys.stderr)
     names_path = resolve_names(names, net.classes)
@@ -261,8 +274,10 @@ def cmd_detect(args: argparse.Namespace) -> int:
     from ..outputs.files import write_json
     from .runner import DetectOptions, Runner
     from ..media.sources import resolve_source
+    from ..model_files.official import resolve_weights
 
-    if not args.cfg and not args.weights:  # the bundled demo model, on its sample image by default
+    bundled = not args.cfg and not args.weights
+    if bundled:  # the bundled demo model, on its sample image by default
         from ..model_files.demo import NOTE, demo_files
 
         demo = demo_files()
@@ -294,7 +309,10 @@ def cmd_detect(args: argparse.Namespace) -> int:
         tracker_class(args.track)
         make_counters(args.count_line, args.count_zone)
     cfg = resolve_cfg(args.cfg)
-    net, names_path = _load_network(cfg, args.weights, args.names, args.device, args.precision)
+    if not bundled:
+        args.weights = resolve_weights(args.weights)
+    net, names_path = _load_network(cfg, args.weights, args.names, args.device, args.precision,
+                                    args.allow_partial)
     options = DetectOptions(args.thresh, args.nms, args.letterbox, args.out, max_frames=args.max_frames,
                             drop=not args.no_drop, reconnect=args.reconnect, show=args.show,
                             save_labels=args.save_labels, save_crops=args.save_crops,

@@ -3,11 +3,12 @@ object detector when the output ends in .mlpackage (export_coreml)."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import warnings
 from typing import Any
 
-from .argtypes import positive_int, size_wxh, unit_interval
+from .argtypes import add_allow_partial_option, positive_int, size_wxh, unit_interval
 
 EXPORT_EXAMPLES = """\
 The model's input is the blob `Network.forward` takes: N x C x H x W float32, RGB, 0..1, resized
@@ -16,14 +17,14 @@ returns them (yolo_<layer>: N x anchors*(5+classes) x H x W, after the head's lo
 classifier's last layer (output). With --postprocess they are the detections after decoding and
 NMS instead: boxes (x1, y1, x2, y2 relative to the input), scores, classes, batch_index.
 
-Needs the onnx package: pip install "darknet_py[onnx]".
+Needs the onnx package: pip install "darknet-engine[onnx]".
 
 An output ending in .mlpackage is a Core ML object detector instead (macOS 13+, the Neural Engine with
 --half): an ML Program running the network and the yolo decode, then Core ML's NMS, as Xcode's preview
 and Vision read it. Input `image`: RGB of the network's size (or --size), resized without letterboxing;
 outputs `confidence` (K x classes) and `coordinates` (K x 4: centre x, y, width, height relative to the
 image); --thresh and --nms are its default thresholds, --names its class labels. Batch 1 (--batch and
---dynamic-batch do not apply). Needs coremltools: pip install "darknet_py[coreml]". See
+--dynamic-batch do not apply). Needs coremltools: pip install "darknet-engine[coreml]". See
 README_GPU_APPLE_METAL.md.
 
 examples:
@@ -43,7 +44,9 @@ def add_parser(sub: Any, formatter: Any) -> argparse.ArgumentParser:
                                    "or, to FILE.mlpackage, as a Core ML object detector for macOS and iOS.",
                        epilog=EXPORT_EXAMPLES, formatter_class=formatter)
     p.add_argument("cfg", metavar="CFG", help="network .cfg: a path or a shipped cfg's name")
-    p.add_argument("weights", metavar="WEIGHTS", help="Darknet .weights file")
+    p.add_argument("weights", metavar="WEIGHTS", help="Darknet .weights file, or an official model's name "
+                                                      "(yolov4-tiny: the file `darknet_py weights get` downloaded)")
+    add_allow_partial_option(p)
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="the .onnx file (or .mlpackage: Core ML) to write")
     p.add_argument("--size", type=size_wxh, metavar="WxH", help="input width x height (default: the cfg's)")
     batch = p.add_mutually_exclusive_group()
@@ -73,6 +76,18 @@ def is_coreml(path: str) -> bool:
     return path.rstrip("/\\").lower().endswith(".mlpackage")
 
 
+# the formats export writes, by the output's extension
+WRITES = (".onnx", ".mlpackage")
+
+
+def check_output_name(path: str) -> None:
+    """Refuses an output whose extension names a format export does not write (.tflite, .pt, ...)."""
+    ext = os.path.splitext(path.rstrip("/\\"))[1].lower()
+    if ext not in WRITES:
+        raise ValueError(f"export writes {', '.join(WRITES)} files, not {ext or 'files without an extension'}: "
+                         f"{path} (name the output e.g. {os.path.splitext(path)[0] or 'model'}.onnx)")
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     if is_coreml(args.output):
         return _export_coreml(args)
@@ -80,14 +95,19 @@ def cmd_export(args: argparse.Namespace) -> int:
         args.parser.error("--names applies to Core ML (an output ending in .mlpackage); ONNX models carry no names")
     from ..model_files.cfgfiles import resolve_cfg
     from ..export.onnx_model import export_onnx
-    from ..network import Network
     from ..export.onnx_graph import require_onnx
     from .progress import Progress
 
+    from ..model_files.official import resolve_weights
+    from ..model_files.weights_fit import load_checked
+
+    check_output_name(args.output)
     require_onnx()  # before loading a large network: say at once what is missing
+    weights = resolve_weights(args.weights)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        net = Network(resolve_cfg(args.cfg), args.weights, device="cpu")
+        net = load_checked(resolve_cfg(args.cfg), weights, "cpu", allow_partial=args.allow_partial,
+                           on_warning=lambda text: warnings.warn(text))
         with Progress(len(net.layers), "layers", label="export") as bar:
             summary = export_onnx(net, args.output, args.size, args.batch, args.dynamic_batch, args.postprocess,
                                   args.thresh, args.nms, on_layer=lambda _: bar.update(), precision=args.precision)
@@ -100,15 +120,19 @@ def cmd_export(args: argparse.Namespace) -> int:
 def _export_coreml(args: argparse.Namespace) -> int:
     from ..export.coreml_model import export_coreml, require_coremltools
     from ..model_files.cfgfiles import names_mismatch, resolve_cfg, resolve_names
-    from ..network import Network, read_names
+    from ..network import read_names
     from .progress import Progress
 
     if args.dynamic_batch or args.batch != 1:
         args.parser.error("a Core ML model (.mlpackage) takes one image: --batch and --dynamic-batch do not apply")
     require_coremltools()  # before loading a large network: say at once what is missing
+    from ..model_files.official import resolve_weights
+    from ..model_files.weights_fit import load_checked
+
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        net = Network(resolve_cfg(args.cfg), args.weights, device="cpu")
+        net = load_checked(resolve_cfg(args.cfg), resolve_weights(args.weights), "cpu",
+                           allow_partial=args.allow_partial, on_warning=lambda text: warnings.warn(text))
         names_path = resolve_names(args.names, net.classes)
         if names_path is not None:
             net.names = read_names(names_path)

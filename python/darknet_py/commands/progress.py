@@ -65,25 +65,64 @@ class Progress:
             self._last = now
             self._emit(self.line())
 
-    def line(self, bar_width: Optional[int] = None) -> str:
-        """The progress line: label, count/total, bar (terminal only), rate and ETA."""
-        parts = [self.label] if self.label else []
+    def line(self, bar_width: Optional[int] = None, width: Optional[int] = None) -> str:
+        """The progress line: label, count/total, bar (terminal only), rate and ETA, in at most `width`
+        characters (default: the terminal's width less one on a terminal, unlimited in a log). What
+        matters comes first: the count, the rate and the ETA stay; the label (a file name) is
+        shortened, then dropped, and the bar narrowed, then dropped, to make room."""
+        if width is None and self.tty:
+            width = shutil.get_terminal_size().columns - 1
         if self.total is not None:
             pct = 100.0 * self.count / self.total
-            parts.append(f"{self.count}/{self.total} {self.unit} {pct:3.0f}%")
-            if self.tty:
-                width = bar_width if bar_width is not None else max(10, min(40, shutil.get_terminal_size().columns - 60))
-                filled = int(width * min(self.count, self.total) / self.total)
-                parts.append("|" + "#" * filled + "." * (width - filled) + "|")
+            counts = [f"{self.count}/{self.total} {self.unit} {pct:3.0f}%", f"{self.count}/{self.total} {pct:3.0f}%",
+                      f"{self.count}/{self.total}"]
         else:
-            parts.append(f"{self.count} {self.unit}")
-        parts.append(self._rate_text(self.rate))
-        if self.note:
-            parts.append(self.note)
+            counts = [f"{self.count} {self.unit}", f"{self.count}"]
         eta = self.eta()
-        if eta is not None:
-            parts.append(f"ETA {format_duration(eta)}")
-        return "  ".join(parts)
+        tail = [self._rate_text(self.rate)] + ([self.note] if self.note else []) + \
+            ([f"ETA {format_duration(eta)}"] if eta is not None else [])
+        if width is None:  # a log line: everything
+            bar = self._bar(bar_width if bar_width is not None else 40) if self.tty and self.total is not None else None
+            return "  ".join(([self.label] if self.label else []) + [counts[0]] + ([bar] if bar else []) + tail)
+        # the essentials, made shorter until they fit: the unit and percentage, then the note go first
+        essentials = [counts[0]] + tail
+        for count in counts:
+            essentials = [count] + tail
+            if len("  ".join(essentials)) <= width:
+                break
+        if len("  ".join(essentials)) > width and self.note:
+            essentials = [c for c in essentials if c != self.note]
+        text = "  ".join(essentials)
+        if len(text) >= width:  # no room for more: the essentials alone, one space apart
+            return " ".join(essentials)[:width]
+        room = width - len(text)
+        # the bar (terminal only) next, 10 to 40 wide, leaving up to 24 characters for the label (a file
+        # name), which gets what is left
+        bar = None
+        if self.tty and self.total is not None:
+            want = bar_width if bar_width is not None else 40
+            keep = min(len(self.label) + 2, 24) if self.label else 0
+            w = min(want, room - 4 - keep)
+            if w < 10:
+                w = min(want, 10, room - 4)
+            if w >= 10:
+                bar = self._bar(w)
+                room -= len(bar) + 2
+        parts = [essentials[0]] + ([bar] if bar else []) + essentials[1:]
+        label = self._fit_label(room - 2)
+        return "  ".join(([label] if label else []) + parts)
+
+    def _bar(self, width: int) -> str:
+        filled = int(width * min(self.count, self.total or 0) / self.total) if self.total else 0
+        return "|" + "#" * filled + "." * (width - filled) + "|"
+
+    def _fit_label(self, room: int) -> str:
+        """The label in `room` characters: whole, else its end behind "...", else nothing."""
+        if not self.label or room <= 0:
+            return ""
+        if len(self.label) <= room:
+            return self.label
+        return "..." + self.label[-(room - 3):] if room >= 8 else ""
 
     def summary(self) -> str:
         head = f"{self.label}  " if self.label else ""
@@ -96,7 +135,7 @@ class Progress:
     def _emit(self, text: str) -> None:
         if self.tty:
             cols = shutil.get_terminal_size().columns
-            self.stream.write("\r" + text[: cols - 1].ljust(cols - 1))
+            self.stream.write("\r" + text[: cols - 1].ljust(cols - 1))  # line() already fits; a resize may not
         else:
             self.stream.write(text + "\n")
         self.stream.flush()

@@ -58,8 +58,10 @@ def compare(got: np.ndarray, want: np.ndarray, atol, rtol: float) -> Comparison:
     if not np.array_equal(fin, np.isfinite(got)) or not np.array_equal(got[~fin], want[~fin], equal_nan=True):
         return Comparison(False, float("inf"), float("inf"), "non-finite values differ")
     atol = np.broadcast_to(np.asarray(atol, dtype=np.float64), want.shape)
-    err = np.abs(got.astype(np.float64) - want.astype(np.float64))
-    bound = atol + rtol * np.abs(want.astype(np.float64))
+    # the non-finite places (equal, checked above) count as 0 here: inf - inf would warn and be NaN
+    got64, want64 = np.where(fin, got, 0).astype(np.float64), np.where(fin, want, 0).astype(np.float64)
+    err = np.abs(got64 - want64)
+    bound = atol + rtol * np.abs(want64)
     max_error = float(err[fin].max()) if fin.any() else 0.0
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(err == 0, 0.0, err / bound)

@@ -64,7 +64,7 @@ from ..exit_codes import report_skips
 from .plots import PLOT_FILES, Curves, curves, write_plots
 from .box_iou import iou_matrix
 from .confusion import confusion_matrix, per_image_outcomes
-from ..commands.argtypes import positive_int, unit_interval
+from ..commands.argtypes import add_allow_partial_option, positive_int, unit_interval
 from ..devices import add_device_option, add_precision_option
 
 VALID_POINTS = (0, 11, 101)
@@ -517,7 +517,9 @@ def add_parser(sub: Any, formatter: Any) -> argparse.ArgumentParser:
                        epilog=MAP_EXAMPLES, formatter_class=formatter)
     p.add_argument("data", metavar="DATA", help="Darknet .data file (valid =, names =, classes =)")
     p.add_argument("cfg", metavar="CFG", help="network .cfg: a path or a shipped cfg's name")
-    p.add_argument("weights", metavar="WEIGHTS", help="Darknet .weights file")
+    p.add_argument("weights", metavar="WEIGHTS", help="Darknet .weights file, or an official model's name "
+                                                      "(yolov4-tiny: the file `darknet_py weights get` downloaded)")
+    add_allow_partial_option(p)
     p.add_argument("--iou-thresh", type=unit_interval, default=0.5, help="IoU for a match (default: %(default)s)")
     p.add_argument("--points", type=int, choices=VALID_POINTS, default=0,
                    help="0: area under the curve (VOC2010+), 11: VOC2007, 101: COCO (default: %(default)s)")
@@ -551,13 +553,12 @@ def cmd_map(args: argparse.Namespace) -> int:
     if not os.path.isfile(args.data):
         raise FileNotFoundError(f"data file not found: {args.data}")
     cfg = resolve_cfg(args.cfg)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        from ..network import Network
+    from ..model_files.official import resolve_weights
+    from ..model_files.weights_fit import load_checked
 
-        net = Network(cfg, args.weights, None, args.device, precision=args.precision)
-    for w in caught:
-        print(f"warning: {w.message}", file=sys.stderr)
+    args.weights = resolve_weights(args.weights)
+    net = load_checked(cfg, args.weights, args.device, args.precision, args.allow_partial,
+                       on_warning=lambda text: print(f"warning: {text}", file=sys.stderr))
     if net.precision_reason:
         print(net.precision_reason, file=sys.stderr)
     with warnings.catch_warnings(record=True) as caught:

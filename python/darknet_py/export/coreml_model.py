@@ -54,7 +54,7 @@ def require_coremltools() -> Any:
     try:
         import coremltools
     except ImportError:
-        raise DarknetError('Core ML export needs the coremltools package: pip install "darknet_py[coreml]" '
+        raise DarknetError('Core ML export needs the coremltools package: pip install "darknet-engine[coreml]" '
                            "(or pip install coremltools)") from None
     return coremltools
 

@@ -1,6 +1,6 @@
 """A small ONNX graph builder for the exporter: unique tensor names, constants, nodes, the model.
 
-The `onnx` package is an optional extra (`pip install "darknet_py[onnx]"`); `require_onnx` imports it
+The `onnx` package is an optional extra (`pip install "darknet-engine[onnx]"`); `require_onnx` imports it
 or says how to install it.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ def require_onnx() -> Any:
     try:
         import onnx
     except ImportError:
-        raise DarknetError('ONNX export needs the onnx package: pip install "darknet_py[onnx]" '
+        raise DarknetError('ONNX export needs the onnx package: pip install "darknet-engine[onnx]" '
                            "(or pip install onnx)") from None
     return onnx
 

@@ -27,7 +27,7 @@ def demo_files() -> Dict[str, str]:
     missing = [p for p in paths.values() if not os.path.isfile(p)]
     if missing:
         raise FileNotFoundError(f"the bundled demo model is incomplete, missing: {', '.join(missing)} "
-                                "(reinstall darknet_py, or pass --cfg and --weights)")
+                                "(reinstall the package: pip install darknet-engine, or pip install . in a checkout; or pass --cfg and --weights)")
     return paths
 
 

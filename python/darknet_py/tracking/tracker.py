@@ -1,5 +1,5 @@
 """Tracking detections from frame to frame with Roboflow's `trackers` library (Apache-2.0), an
-optional extra: `pip install "darknet_py[track]"`.
+optional extra: `pip install "darknet-engine[track]"`.
 
 Why that library (the measurements are in docs/video_tracking.md): it has SORT, ByteTrack and
 OC-SORT behind one `update(detections)` call, is under our own licence, is actively maintained and
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 # our name -> the library's class
 TRACKERS = {"bytetrack": "ByteTrackTracker", "sort": "SORTTracker", "ocsort": "OCSORTTracker"}
 DEFAULT_TRACKER = "bytetrack"
-INSTALL_HINT = 'pip install "darknet_py[track]"'
+INSTALL_HINT = 'pip install "darknet-engine[track]"'
 # the parameters the command line exposes, by the library's names (each tracker takes a subset)
 PARAMETERS = ("lost_track_buffer", "track_activation_threshold", "minimum_iou_threshold",
               "high_conf_det_threshold", "minimum_consecutive_frames")

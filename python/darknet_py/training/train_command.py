@@ -65,7 +65,8 @@ def add_parser(sub: Any, formatter: Any) -> argparse.ArgumentParser:
     p.add_argument("first", metavar="CFG", help="network .cfg (a path or a shipped cfg's name), or DATA (Darknet's order)")
     p.add_argument("second", metavar="DATA", nargs="?",
                    help="Darknet .data file or Ultralytics dataset YAML (or CFG); none: synthetic shapes")
-    p.add_argument("--weights", metavar="W", help="start from these weights (a _last.weights resumes)")
+    p.add_argument("--weights", metavar="W", help="start from these weights (a _last.weights resumes; an official model's name, e.g.\n"
+                        "yolov4-tiny: the file `darknet_py weights get` downloaded)")
     p.add_argument("--clear", action="store_true", help="reset the iteration count (seen) to 0")
     p.add_argument("--map", action="store_true", help="measure mAP@0.5 on the valid list; keep <cfg>_best.weights")
     p.add_argument("--map-every", type=positive_int, metavar="N",
@@ -131,9 +132,28 @@ def input_kind(path: str) -> str:
     return "cfg"
 
 
+def _is_cfg(path: Optional[str]) -> bool:
+    try:
+        return path is not None and input_kind(path) == "cfg"
+    except FileNotFoundError:
+        return False
+
+
+def _kind_of(path: str, other: Optional[str]) -> str:
+    """input_kind(path); a missing file that is a dataset by its extension, or beside a cfg, is named
+    as the data file it is meant to be (not as a cfg that was not found)."""
+    try:
+        return input_kind(path)
+    except FileNotFoundError:
+        if path.lower().endswith((".data", ".yaml", ".yml")) or _is_cfg(other):
+            raise FileNotFoundError(f"data file not found: {path} (a Darknet .data file or an Ultralytics "
+                                    "dataset YAML)") from None
+        raise
+
+
 def order_inputs(first: str, second: Optional[str]) -> Tuple[Optional[str], str]:
     """(data, cfg) from `train`'s one or two positional arguments, in either order."""
-    kinds = [input_kind(first)] + ([input_kind(second)] if second is not None else [])
+    kinds = [_kind_of(first, second)] + ([_kind_of(second, first)] if second is not None else [])
     if kinds == ["data"]:
         raise ValueError(f"{first} is a dataset, not a cfg (no [net] section): give the cfg too, "
                          f"e.g. darknet_py train yolov4-tiny.cfg {first}")
@@ -156,8 +176,10 @@ def _device_list_arg(text: str) -> str:
 
 def cmd_train(args: argparse.Namespace) -> int:
     data, cfg = order_inputs(args.first, args.second)
-    if args.weights and not os.path.isfile(args.weights):
-        raise FileNotFoundError(f"weights file not found: {args.weights}")
+    if args.weights:  # a path, or an official model's name: the file `weights get` downloaded
+        from ..model_files.official import resolve_weights
+
+        args.weights = resolve_weights(args.weights)
     if args.gpus and args.device:
         raise ValueError("--gpus and --device both name the devices: give one")
     devices = split_devices(args.device) if args.device else [None]
