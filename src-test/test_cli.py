@@ -343,7 +343,7 @@ def test_export_refuses_an_extension_it_does_not_write(tmp_path, capsys):
 
     d = demo_files()
     rc, _, err = run(["export", d["cfg"], d["weights"], "-o", tmp_path / "x.tflite"], capsys)
-    assert rc == 1 and "export writes .onnx files, not .tflite" in err, err
+    assert rc == 1 and "export writes .onnx, .mlpackage files, not .tflite" in err, err
     assert not (tmp_path / "x.tflite").exists()
 
 

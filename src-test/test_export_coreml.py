@@ -292,7 +292,7 @@ def test_missing_coremltools_says_how_to_install(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "coremltools", None)  # import coremltools now raises ImportError
     files = demo_files()
     net = darknet_py.Network(files["cfg"], files["weights"], device="cpu")
-    with pytest.raises(darknet_py.DarknetError, match=r'pip install "darknet_py\[coreml\]"'):
+    with pytest.raises(darknet_py.DarknetError, match=r'pip install "darknet-engine\[coreml\]"'):
         net.export_coreml(tmp_path / "model.mlpackage")
     assert main(["export", files["cfg"], files["weights"], "-o", str(tmp_path / "m.mlpackage")]) == 1
     err = capsys.readouterr().err.strip().splitlines()
