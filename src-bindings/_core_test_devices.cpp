@@ -149,6 +149,8 @@ public:
     std::unique_ptr<Recording> end_capture(std::string* why) override { return inner_->end_capture(why); }
     DeviceMemoryStats memory_stats() const override { return inner_->memory_stats(); }
     std::map<std::string, int> fast_path_failures() const override { return inner_->fast_path_failures(); }
+    std::map<std::string, int> fast_path_declines() const override { return inner_->fast_path_declines(); }
+    std::string judged_fast_paths() const override { return inner_->judged_fast_paths(); }
 
 protected:
     // The buffers a forwarded call read or wrote, after it ran.
@@ -415,7 +417,9 @@ std::unique_ptr<TestDevice> wrapping(const std::string& id, Wrap wrap) {
 }  // namespace
 
 void bind_test_devices(py::module_& m) {
-    py::class_<Device, std::shared_ptr<Device>>(m, "Device", "A GPU device (opaque; tests pass it to Ops).");
+    py::class_<Device, std::shared_ptr<Device>>(m, "Device", "A GPU device (opaque; tests pass it to Ops).")
+        .def_property_readonly("judged_fast_paths", &Device::judged_fast_paths,
+                               "DARKNET_PY_SELFTEST's value when the device was made ('' outside judging mode)");
     py::class_<TestDevice>(m, "TestDevice", "A test-only device and what it recorded.")
         .def_property_readonly("device", [](const TestDevice& t) { return t.device; })
         .def("log", [](const TestDevice& t) { return *t.log; }, "every call the fake Metal API got, one line each")
@@ -548,6 +552,48 @@ void bind_test_devices(py::module_& m) {
             return d;
         })
         .def_static("rounded", &MemoryPool::rounded);
+
+    // The pure plans of metal_plan.h on shapes alone (no buffer: shapes past MPS's limits are checked
+    // without allocating them): (ok, why).
+    auto nchw = [](const std::vector<int>& s) {
+        if (s.size() != 4) throw DarknetError("a shape is [n, c, h, w]");
+        return NchwShape{s[0], s[1], s[2], s[3]};
+    };
+    m.def("metal_plan_conv", [nchw](const std::vector<int>& x, const std::vector<int>& y, int k, int stride, int pad,
+                                    int dilation, int groups) {
+        ConvParams p;
+        p.x = nchw(x), p.y = nchw(y), p.kh = p.kw = k, p.stride_x = p.stride_y = stride, p.pad = pad;
+        p.dilation = dilation, p.groups = groups;
+        GraphConvPlan g;
+        std::string why;
+        bool ok = metal_plan::plan_conv(p, &g, &why);
+        return py::make_tuple(ok, why);
+    }, py::arg("x"), py::arg("y"), py::arg("k"), py::arg("stride") = 1, py::arg("pad") = 0, py::arg("dilation") = 1,
+       py::arg("groups") = 1);
+    m.def("metal_plan_pool", [nchw](const std::vector<int>& x, const std::vector<int>& y, int size, int stride,
+                                    int padding) {
+        PoolParams p;
+        p.x = nchw(x), p.y = nchw(y), p.size = size, p.stride_x = p.stride_y = stride, p.padding = padding;
+        GraphPoolPlan g;
+        std::string why;
+        bool ok = metal_plan::plan_pool(p, &g, &why);
+        return py::make_tuple(ok, why);
+    });
+    m.def("metal_plan_norm", [nchw](const std::vector<int>& s) {
+        GraphNormPlan g;
+        std::string why;
+        bool ok = metal_plan::plan_norm(nchw(s), 1e-5f, &g, &why);
+        return py::make_tuple(ok, why);
+    });
+    m.def("metal_plan_gemm", [](int M, int N, int K, int lda, int ldb, int ldc) {
+        // buffers as large as each matrix needs: only MPS's own limits can decline
+        MpsGemmPlan g;
+        std::string why;
+        auto bytes = [](int rows, int ld) { return (size_t)rows * ld * sizeof(float); };
+        bool ok = metal_plan::plan_gemm(false, false, M, N, K, 1.0f, nullptr, 0, lda, bytes(M, lda), nullptr, 0, ldb,
+                                        bytes(K, ldb), 0.0f, nullptr, 0, ldc, bytes(M, ldc), &g, &why);
+        return py::make_tuple(ok, why);
+    });
 
     m.def("metal_group_limit", [](uint32_t max_threads, uint32_t width) {
         return metal_plan::group_limit(MetalPipelineLimits{max_threads, width});

@@ -1,7 +1,12 @@
 #include "fake_metal_api.h"
 
 #include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <thread>
 
 namespace dn {
 
@@ -87,7 +92,28 @@ void FakeMetalApi::upload_staged(MetalBuffer* dst, size_t offset, const void* sr
     std::memcpy((char*)contents(dst) + offset, src, bytes);
 }
 
+// What the real MPS does where C++ cannot catch it, planted by DARKNET_PY_FAKE_METAL_FAULTS (read at
+// every MPS call, so that a child process of the selftest inherits it): a comma-separated list of
+// "abort:<call>" (a failed C assertion: abort()), "hang:<call>" (never returns) and "crash:<call>"
+// (SIGSEGV), <call> as in FakeMetalFaults.
+static void planted_process_faults(const std::string& what) {
+    const char* env = std::getenv("DARKNET_PY_FAKE_METAL_FAULTS");
+    if (!env) return;
+    std::string list = std::string(",") + env + ",";
+    auto has = [&](const char* how) { return list.find("," + std::string(how) + ":" + what + ",") != std::string::npos; };
+    if (has("abort")) {
+        std::fprintf(stderr, "/AppleInternal/fake/MPSNDArray.mm:850: failed assertion `[MPSNDArray initWithDevice:"
+                             "descriptor:] Error: total bytes of NDArray > 2**32' (planted in %s)\n", what.c_str());
+        std::fflush(stderr);
+        std::abort();
+    }
+    if (has("crash")) std::raise(SIGSEGV);
+    if (has("hang"))
+        for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+
 bool FakeMetalApi::mps(const std::string& what, std::string* error) {
+    planted_process_faults(what);
     if (take(&o_.faults->failing_buffers, what)) buffer_failed_ = true;
     if (!take(&o_.faults->raising, what)) return true;
     *error = "MPS " + what + " raised NSInvalidArgumentException: planted by the test";

@@ -15,6 +15,8 @@ namespace dn {
 
 // MPS failures a test plants, each reported as metal_objc.mm reports it. Names: "gemm" or a graph op
 // (graph_op_name); each entry serves one call, and the test may add entries while the device runs.
+// Failures that end the process (abort, hang, crash) come from the environment instead
+// (DARKNET_PY_FAKE_METAL_FAULTS, fake_metal_api.cpp), so that a child process inherits them.
 struct FakeMetalFaults {
     std::vector<std::string> raising;          // the call raises an Objective-C exception: it fails at once
     std::vector<std::string> failing_buffers;  // its command buffer fails on the GPU: the next wait fails

@@ -36,11 +36,12 @@ const char* path_title(MpsPath p) {
 
 class MetalDevice final : public Device {
 public:
-    MetalDevice(std::unique_ptr<MetalApi> api, const std::string& msl, const MpsPathChoice& paths, bool judging,
-                std::shared_ptr<std::vector<std::string>> notes)
+    MetalDevice(std::unique_ptr<MetalApi> api, const std::string& msl, const MpsPathChoice& paths,
+                std::string judging, std::shared_ptr<std::vector<std::string>> notes)
         : api_(std::move(api)),
           paths_(paths),
-          judging_(judging),
+          judged_(std::move(judging)),
+          judging_(!judged_.empty()),
           notes_(notes ? notes : std::make_shared<std::vector<std::string>>()) {
         info_ = api_->describe();
         std::string error;
@@ -58,6 +59,15 @@ public:
     }
 
     const DeviceInfo& info() const override { return info_; }
+
+    std::string judged_fast_paths() const override { return judged_; }
+    std::map<std::string, int> fast_path_declines() const override {
+        std::lock_guard<std::mutex> lock(mutex_);
+        std::map<std::string, int> out;
+        for (int i = 0; i < kMpsPathCount; ++i)
+            if (declines_[i]) out[mps_path_name((MpsPath)i)] = declines_[i];
+        return out;
+    }
 
     std::map<std::string, int> fast_path_failures() const override {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -288,10 +298,9 @@ private:
         return metal_plan::plan_norm(s, eps, plan, &why) || declined(path, why);
     }
 
-    // MPS cannot take this case: our kernels run it (said once per path).
+    // MPS cannot take this case: our kernels run it (counted; said once per path).
     bool declined(MpsPath p, const std::string& why) {
-        if (!declined_[(int)p]) {
-            declined_[(int)p] = true;
+        if (declines_[(int)p]++ == 0) {
             note("metal: MPS " + std::string(path_title(p)) + " not used for a case it cannot take (" + why +
                  "): our kernels run it");
         }
@@ -333,13 +342,14 @@ private:
 
     std::unique_ptr<MetalApi> api_;
     MpsPathChoice paths_;
+    std::string judged_;  // DARKNET_PY_SELFTEST's value in judging mode, else empty
     bool judging_;  // the selftest is judging the MPS paths: a failure fails the op
     std::shared_ptr<std::vector<std::string>> notes_;
     DeviceInfo info_;
     mutable std::mutex mutex_;
     std::map<std::string, uint32_t> limits_;
     std::vector<Scratch> scratch_;
-    bool declined_[kMpsPathCount] = {};
+    std::array<int, kMpsPathCount> declines_{};  // cases an MPS path declined (our kernels ran them)
     bool proven_[kMpsPathCount] = {};
     std::array<int, kMpsPathCount> pending_{};   // MPS calls encoded since the last good wait
     std::array<int, kMpsPathCount> failures_{};  // MPS calls that failed, counted per path
@@ -351,7 +361,7 @@ private:
 std::shared_ptr<Device> make_metal_device(std::unique_ptr<MetalApi> api, const std::string& msl,
                                           const char* selftest_env, const char* mps_env,
                                           std::shared_ptr<std::vector<std::string>> notes) {
-    bool judging = selftest_env && std::string(selftest_env) == "1";  // as choose_mps_paths reads it
+    std::string judging = judging_mps_paths(selftest_env) ? selftest_env : "";  // as choose_mps_paths reads it
     return std::make_shared<MetalDevice>(std::move(api), msl, choose_mps_paths(selftest_env, mps_env), judging,
                                          std::move(notes));
 }

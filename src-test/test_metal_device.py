@@ -377,3 +377,44 @@ def test_batchnorm_plans_use_the_unbiased_variance():
     dev.clear_log()
     _core.Ops(dev.device).batchnorm_train(rand(1, 3, 1, 1), rand(3), rand(3), 1e-5)  # one value per channel
     assert dispatches(dev, "batchnorm_partial_stats_f32")
+
+
+def test_a_judging_list_turns_on_only_the_paths_it_names(monkeypatch):
+    # how the selftest judges each path in a child process of its own
+    monkeypatch.setenv("DARKNET_PY_SELFTEST", "mps_conv2d,mps_pool")
+    on, note = _core.metal_mps_paths("all")
+    assert {k for k, v in on.items() if v} == {"mps_conv2d", "mps_pool"} and note == ""
+    assert fake().device.judged_fast_paths == "mps_conv2d,mps_pool"
+    monkeypatch.setenv("DARKNET_PY_SELFTEST", "mps_conv")
+    with pytest.raises(_core.DarknetError, match="DARKNET_PY_SELFTEST: unknown fast path 'mps_conv'"):
+        _core.metal_mps_paths(None)
+    monkeypatch.delenv("DARKNET_PY_SELFTEST")
+    assert fake().device.judged_fast_paths == ""
+
+
+# ---- MPSNDArray's limits: shapes past them abort() inside MPS, so our kernels run them ----
+
+def test_tensors_past_mpsndarrays_element_and_byte_limits_are_declined():
+    assert _core.metal_plan_conv([1, 256, 2048, 1024], [1, 256, 2048, 1024], 1) == (True, "")  # 2^29 floats
+    ok, why = _core.metal_plan_conv([1, 512, 2048, 1024], [1, 8, 2048, 1024], 1)  # x: 2^30 floats, 2^32 bytes
+    assert not ok and why == "tensor x has 4294967296 bytes, 2^32 or more (MPSNDArray's limit)"
+    ok, why = _core.metal_plan_conv([1, 8, 2048, 1024], [1, 1024, 2048, 1024], 3, pad=1)  # y: 2^31 elements
+    assert not ok and "tensor y has 2^31 elements or more" in why
+    ok, why = _core.metal_plan_conv([1, 65536, 8, 8], [1, 65536, 8, 8], 3, pad=1)  # w: 2^32 elements
+    assert not ok and "tensor w has 2^31 elements or more" in why
+    assert not _core.metal_plan_pool([4, 256, 1024, 1024], [4, 256, 512, 512], 2, 2, 0)[0]  # x: 2^32 bytes
+    assert _core.metal_plan_pool([2, 256, 1024, 1024], [2, 256, 512, 512], 2, 2, 0) == (True, "")
+    assert "2^32 or more" in _core.metal_plan_norm([64, 64, 512, 512])[1]
+    assert _core.metal_plan_norm([32, 64, 512, 512]) == (True, "")
+    ok, why = _core.metal_plan_gemm(65536, 8, 16384, 16384, 8, 8)  # A: 2^30 floats
+    assert not ok and why == "matrix A spans 4294967296 bytes, 2^32 or more (MPS's limit)"
+    assert _core.metal_plan_gemm(32768, 8, 16384, 16384, 8, 8) == (True, "")
+
+
+def test_a_case_an_mps_path_declines_is_counted_among_the_fallbacks():
+    dev = fake(mps_env="all")
+    ops = _core.Ops(dev.device)
+    for _ in range(2):
+        ops.pool("max", rand(1, 1, 4, 4), 2, 2, 2, 4, [1, 1, 4, 4])  # windows wholly in the padding
+    assert ops.fallback_counts() == {"mps_pool declined": 2}
+    assert sum("lie wholly outside" in n for n in dev.notes()) == 1  # said once

@@ -95,3 +95,77 @@ def test_metal_fast_path_verdicts_follow_the_ops_each_path_serves():
     ops[1].failed = ops[5].failed = 1  # conv2d, pool_backward
     failed = {k for k, v in selftest.fast_path_results("metal", ops).items() if not v}
     assert failed == {"mps_gemm", "mps_conv2d", "mps_pool_backward"}
+
+
+# ---- each vendor fast path judged in a child process of its own ----
+
+SRC_TEST = os.path.dirname(os.path.abspath(__file__))
+
+
+def test_an_abort_a_hang_or_a_crash_in_mps_fails_that_path_alone_and_the_report_is_complete(tmp_path):
+    # MPS and MPSGraph reject shapes with C assertions (abort()): the fake Metal device plants that, a
+    # hang and a crash in three paths; the selftest still ends with exit status 3 and a complete report
+    env = dict(os.environ, DARKNET_PY_CACHE_DIR=str(tmp_path), PYTHONPATH=SRC_TEST + os.pathsep +
+               os.environ.get("PYTHONPATH", ""),
+               DARKNET_PY_FAKE_METAL_FAULTS="abort:conv2d,hang:gemm,crash:batchnorm_train")
+    env.pop("DARKNET_PY_SELFTEST", None)
+    out = tmp_path / "report.json"
+    r = subprocess.run([sys.executable, "-m", "darknet_py", "selftest", "--device", "metal", "--quick",
+                        "--opener", "fake_metal_opener:open_fake_metal", "--path-timeout", "20", "--json", str(out)],
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 3, r.stdout + r.stderr
+    report = json.loads(out.read_text())
+    assert report["complete"] and not report["passed"]
+    assert {o["op"] for o in report["ops"]} == every_op()  # our own kernels' cases, all there
+    judged = report["judged_paths"]
+    assert set(judged) == set(selftest.FAST_PATHS["metal"]) == set(report["fast_paths"])
+    assert judged["mps_conv2d"]["failure"].startswith("killed by SIGABRT; stderr: ")
+    assert "failed assertion `[MPSNDArray initWithDevice:descriptor:]" in judged["mps_conv2d"]["failure"]
+    assert judged["mps_gemm"]["failure"] == "timed out after 20 s (killed)"
+    assert judged["mps_batchnorm"]["failure"].startswith("killed by SIGSEGV")
+    for name in ("mps_conv2d_backward", "mps_pool", "mps_pool_backward", "mps_batchnorm_backward"):  # judged
+        assert judged[name]["ops"] and not judged[name]["failure"].startswith(("killed", "timed out")), name
+    assert not any(report["fast_paths"].values())  # the fake computes no kernel of ours: nothing passes
+    assert "fast path mps_conv2d: FAILED (disabled): killed by SIGABRT" in r.stdout
+    assert os.environ.get("DARKNET_PY_FAKE_METAL_FAULTS") is None
+
+
+def test_our_kernels_report_is_written_before_any_fast_path_is_tried(tmp_path, monkeypatch):
+    monkeypatch.setattr(selftest, "FAST_PATHS", {"cpu": {"fake_gemm": ["gemm"], "fake_pool": ["pool"]}})
+    written = []
+
+    def judge(device, name, ops, *rest):
+        assert len(written) == 1 + ["fake_gemm", "fake_pool"].index(name)
+        first = written[0]
+        assert first["fast_paths"] == {"fake_gemm": False, "fake_pool": False} and not first["complete"]
+        assert first["judged_paths"]["fake_gemm"]["failure"] == "not judged yet" and first["ops"]
+        return {"passed": name == "fake_pool", "ops": [], "failure": "" if name == "fake_pool" else "killed by SIGABRT"}
+
+    monkeypatch.setattr(selftest, "judge_path", judge)
+    report = selftest.run_selftest("cpu", quick=True, progress=False,
+                                   on_report=lambda r: written.append(json.loads(json.dumps(r))))
+    assert len(written) == 3 and written[-1] == json.loads(json.dumps(report))
+    assert report["complete"] and report["fast_paths"] == {"fake_gemm": False, "fake_pool": True}
+    assert not report["passed"]  # a path that failed fails the selftest (exit status 3)
+
+
+def test_the_selftest_leaves_the_environment_as_it_found_it(monkeypatch):
+    monkeypatch.setattr(selftest, "FAST_PATHS", {"cpu": {"fake_gemm": ["gemm"]}})
+    monkeypatch.delenv("DARKNET_PY_SELFTEST", raising=False)
+    monkeypatch.setenv("DARKNET_PY_MPS", "mps_gemm")
+    before = dict(os.environ)
+    selftest.run_selftest("cpu", quick=True, progress=False)
+    assert dict(os.environ) == before
+
+
+def test_a_device_object_made_outside_judging_mode_is_refused(monkeypatch):
+    monkeypatch.delenv("DARKNET_PY_SELFTEST", raising=False)
+    dev = _core.fake_metal_device()
+    monkeypatch.setenv("DARKNET_PY_SELFTEST", "1")
+    with pytest.raises(selftest.SelftestError, match=r"made outside judging mode \(DARKNET_PY_SELFTEST unset\), but "
+                       r"the selftest is judging DARKNET_PY_SELFTEST=1"):
+        selftest.run_ops(dev.device, quick=True, progress=False)
+    judging = _core.fake_metal_device()
+    monkeypatch.setenv("DARKNET_PY_SELFTEST", "mps_pool")
+    with pytest.raises(selftest.SelftestError, match="made DARKNET_PY_SELFTEST=1, but"):
+        selftest.run_ops(judging.device, quick=True, progress=False)
