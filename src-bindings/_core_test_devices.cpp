@@ -418,6 +418,7 @@ std::unique_ptr<TestDevice> wrapping(const std::string& id, Wrap wrap) {
 
 void bind_test_devices(py::module_& m) {
     py::class_<Device, std::shared_ptr<Device>>(m, "Device", "A GPU device (opaque; tests pass it to Ops).")
+        .def_property_readonly("name", [](const Device& d) { return d.info().name; }, "the device's own name")
         .def_property_readonly("judged_fast_paths", &Device::judged_fast_paths,
                                "DARKNET_PY_SELFTEST's value when the device was made ('' outside judging mode)");
     py::class_<TestDevice>(m, "TestDevice", "A test-only device and what it recorded.")
@@ -508,14 +509,15 @@ void bind_test_devices(py::module_& m) {
     m.def("run_network_on", [](Network& n, std::shared_ptr<Device> d) { n.set_backend(std::make_unique<GpuBackend>(d)); },
           "Moves a Network onto a test device (GpuBackend over it).");
 
-    m.def("metal_mps_paths", [](py::object env) {
+    m.def("metal_mps_paths", [](py::object env, const std::string& gpu) {
         std::string e = env.is_none() ? "" : env.cast<std::string>();
-        MpsPathChoice c = choose_mps_paths(std::getenv("DARKNET_PY_SELFTEST"), env.is_none() ? nullptr : e.c_str());
+        MpsPathChoice c =
+            choose_mps_paths(std::getenv("DARKNET_PY_SELFTEST"), env.is_none() ? nullptr : e.c_str(), gpu);
         py::dict on;
         for (int i = 0; i < kMpsPathCount; ++i) on[mps_path_name((MpsPath)i)] = c.enabled[i];
         return py::make_tuple(on, c.note);
-    }, py::arg("env"), "The Metal device's MPS path choice with DARKNET_PY_MPS=env (None: unset), "
-       "DARKNET_PY_SELFTEST and the selftest results file: ({name: on}, note).");
+    }, py::arg("env"), py::arg("gpu") = "FakeMetal", "The Metal device's MPS path choice on GPU `gpu` with "
+       "DARKNET_PY_MPS=env (None: unset), DARKNET_PY_SELFTEST and the selftest results file: ({name: on}, note).");
 
     // MemoryPool over malloc, refusing allocations beyond `capacity` bytes in all (as a full GPU would).
     struct HostMemoryPool {

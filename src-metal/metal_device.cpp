@@ -362,7 +362,8 @@ std::shared_ptr<Device> make_metal_device(std::unique_ptr<MetalApi> api, const s
                                           const char* selftest_env, const char* mps_env,
                                           std::shared_ptr<std::vector<std::string>> notes) {
     std::string judging = judging_mps_paths(selftest_env) ? selftest_env : "";  // as choose_mps_paths reads it
-    return std::make_shared<MetalDevice>(std::move(api), msl, choose_mps_paths(selftest_env, mps_env), judging,
+    std::string gpu = api->describe().name;
+    return std::make_shared<MetalDevice>(std::move(api), msl, choose_mps_paths(selftest_env, mps_env, gpu), judging,
                                          std::move(notes));
 }
 

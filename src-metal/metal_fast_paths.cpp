@@ -51,7 +51,7 @@ bool judging_mps_paths(const char* selftest_env) {
     return selftest_env && *selftest_env && std::string(selftest_env) != "0";
 }
 
-MpsPathChoice choose_mps_paths(const char* selftest_env, const char* mps_env) {
+MpsPathChoice choose_mps_paths(const char* selftest_env, const char* mps_env, const std::string& gpu_name) {
     MpsPathChoice c;
     if (judging_mps_paths(selftest_env)) {  // the selftest judging them: all, or the ones it names
         if (std::string(selftest_env) == "1") c.enabled.fill(true);
@@ -72,8 +72,8 @@ MpsPathChoice choose_mps_paths(const char* selftest_env, const char* mps_env) {
         return c;
     }
     std::string why;
-    std::map<std::string, bool> verdicts = selftest_fast_paths("metal", &why);
-    if (!why.empty()) {  // no file, or one without a readable "fast_paths"
+    std::map<std::string, bool> verdicts = selftest_fast_paths("metal", this_identity(gpu_name), &why);
+    if (!why.empty()) {  // no file, one without a readable "fast_paths", or another machine's
         c.note = "metal: MPS fast paths off: " + why + "; our kernels run every op";
         return c;
     }

@@ -32,9 +32,11 @@ struct MpsPathChoice {
 };
 
 // The choice from DARKNET_PY_SELFTEST's value (`selftest_env`) and DARKNET_PY_MPS's (`mps_env`),
-// each null when unset, and the selftest results of device "metal". Throws DarknetError for an
-// unknown name in DARKNET_PY_MPS; a results file that cannot be read turns every path off, with a
-// note saying so.
-MpsPathChoice choose_mps_paths(const char* selftest_env, const char* mps_env);
+// each null when unset, and the selftest results of device "metal", trusted only when they were
+// recorded on this macOS version and build, GPU `gpu_name` and darknet_py version (selftest_results.h
+// this_identity). Throws DarknetError for an unknown name in DARKNET_PY_MPS; a results file that
+// cannot be read, or one of another system, GPU or version, turns every path off, with a note saying
+// why and what to run.
+MpsPathChoice choose_mps_paths(const char* selftest_env, const char* mps_env, const std::string& gpu_name);
 
 }  // namespace dn

@@ -2,6 +2,8 @@
 FakeMetalApi: a fake of the Objective-C++ file that records each call and runs an MPS GEMM on the host
 exactly as its descriptor says, so wrong row bytes, offsets or transposes give wrong numbers. Nothing
 here runs Metal; what these tests prove is the decisions the .mm receives."""
+import json
+
 import numpy as np
 import pytest
 
@@ -19,10 +21,17 @@ def selftest_cache(tmp_path, monkeypatch):
     return tmp_path
 
 
-def write_selftest(text):
-    """The selftest results file of "metal" where the shared reader (src-lib/selftest_results) looks."""
+def identity(gpu="FakeMetal"):
+    """What a report records of the machine that ran it (a device trusts only a report of its own)."""
+    return {"system": _core.system_version(), "device_name": gpu, "darknet_py": _core.engine_version()}
+
+
+def write_selftest(text, **differs):
+    """The selftest results file of "metal" where the shared reader (src-lib/selftest_results) looks,
+    this machine's identity first (with the keys of `differs` changed)."""
+    head = json.dumps(dict(identity(), **differs))[1:-1]
     with open(_core.selftest_results_path("metal"), "w") as f:
-        f.write(text)
+        f.write(text.replace("{", "{" + head + ", ", 1) if text.startswith("{") else text)
 
 
 def fake(**kw):
@@ -120,6 +129,22 @@ def test_the_selftest_file_enables_exactly_what_passed():
     assert not any(on.values()) and 'no readable "fast_paths"' in note
 
 
+@pytest.mark.parametrize("key, other", [("system", "macOS 14.4 (23E214)"), ("device_name", "Apple M2"),
+                                        ("darknet_py", "0.0.9")])
+def test_a_report_of_another_system_gpu_or_version_is_not_trusted(key, other):
+    write_selftest(ALL_ON, **{key: other})
+    on, note = _core.metal_mps_paths(None)
+    assert not any(on.values())
+    what = {"system": "system", "device_name": "GPU", "darknet_py": "darknet_py"}[key]
+    assert f"are for another {what} {other} (this one: {identity()[key]})" in note
+    assert "run `darknet_py selftest --device metal` again" in note and "\n" not in note
+    dev = fake()
+    assert sum("MPS fast paths off" in n for n in dev.notes()) == 1  # one line on stderr
+    write_selftest(ALL_ON)
+    assert all(_core.metal_mps_paths(None)[0].values())
+    assert not any(_core.metal_mps_paths(None, gpu="Apple M2")[0].values())
+
+
 def test_darknet_py_mps_overrides_and_rejects_unknown_names():
     assert all(_core.metal_mps_paths("all")[0].values())
     write_selftest(ALL_ON)
@@ -154,7 +179,7 @@ def test_a_path_that_failed_the_selftest_is_not_used():
     # written and read as the real thing: selftest.write_report, then the device through the shared reader
     from darknet_py.diagnostics import selftest
 
-    selftest.write_report({"device": "metal", "fast_paths": {"mps_gemm": False, "mps_conv2d": True}},
+    selftest.write_report(dict(identity(), device="metal", fast_paths={"mps_gemm": False, "mps_conv2d": True}),
                           _core.selftest_results_path("metal"))
     dev = fake()
     ops = _core.Ops(dev.device)

@@ -169,3 +169,54 @@ def test_a_device_object_made_outside_judging_mode_is_refused(monkeypatch):
     monkeypatch.setenv("DARKNET_PY_SELFTEST", "mps_pool")
     with pytest.raises(selftest.SelftestError, match="made DARKNET_PY_SELFTEST=1, but"):
         selftest.run_ops(judging.device, quick=True, progress=False)
+
+
+# ---- each fast path also judged at the largest shapes of the shipped cfgs ----
+
+def test_the_largest_shapes_of_the_shipped_cfgs_at_batch_1_and_their_training_batch():
+    from darknet_py.diagnostics import cfg_cases
+
+    big = cfg_cases.largest_shapes()
+    assert set(big) == {f"{k}-{b}" for k in ("conv", "conv_weights", "pool", "pool_window", "batchnorm")
+                        for b in ("batch1", "train")}
+    # yolov4 at 608x608: its stride-2 convolution of 32 channels, its 512 -> 1024 3x3 weights (batch 64 / 8)
+    assert big["conv-batch1"]["cfg"] == "yolov4.cfg" and big["conv-batch1"]["layer"]["x"] == (32, 608, 608)
+    assert big["conv_weights-train"]["cfg"] == "yolov4.cfg" and big["conv_weights-train"]["n"] == 8
+    assert big["conv_weights-train"]["layer"]["y"] == (1024, 19, 19)
+    assert big["batchnorm-batch1"]["layer"]["y"] == (32, 608, 608)
+    assert big["pool_window-batch1"]["layer"]["k"] == 13  # yolov4's SPP
+    assert all(v["n"] > 1 for k, v in big.items() if k.endswith("-train") and v["cfg"] != "yolov3-tiny.cfg")
+
+
+def test_cfg_cases_are_built_from_a_cfgs_own_shapes(tmp_path):
+    from darknet_py.diagnostics import cfg_cases
+
+    (tmp_path / "tiny.cfg").write_text("[net]\nbatch=4\nsubdivisions=2\nwidth=8\nheight=8\nchannels=3\n"
+                                       "[convolutional]\nbatch_normalize=1\nfilters=4\nsize=3\nstride=1\npad=1\n"
+                                       "activation=leaky\n[maxpool]\nsize=2\nstride=2\n"
+                                       "[route]\nlayers=-1,-2\n[upsample]\nstride=2\n")
+    net, layers = cfg_cases.layer_shapes((tmp_path / "tiny.cfg").read_text())
+    assert [l["y"] for l in layers] == [(4, 8, 8), (4, 4, 4), (8, 4, 4), (8, 8, 8)]  # route: channels summed
+    assert cfg_cases.training_batch(net) == 2
+    cases = cfg_cases.cfg_cases(str(tmp_path))
+    ops = {c.op for c in cases}
+    assert ops == {"conv2d", "conv2d_backward_data", "conv2d_backward_weights", "gemm", "pool", "pool_backward",
+                   "batchnorm_train", "batchnorm_backward"}
+    assert any(c.op == "conv2d" and c.args[0].shape == (2, 3, 8, 8) for c in cases)  # the training batch
+    assert {c.op for c in cfg_cases.cfg_cases(str(tmp_path), ops={"pool"})} == {"pool"}
+    ref, dev = _core.Ops("reference"), _core.Ops("cpu")
+    from darknet_py.diagnostics.op_cases import check_case
+    assert all(check_case(ref, dev, c).ok for c in cases)
+
+
+def test_a_fast_path_is_judged_at_the_cfgs_shapes_too_but_not_in_quick_mode(monkeypatch):
+    from darknet_py.diagnostics import cfg_cases, op_cases
+
+    marker = [c for c in op_cases.CASES if c.op == "pool"][:1]
+    asked = []
+    monkeypatch.setattr(cfg_cases, "cfg_cases", lambda ops: asked.append(ops) or marker)
+    pairs = selftest.select_cases(False, cfg_ops=["pool"])
+    assert asked == [{"pool"}] and pairs[-1] == (marker[0], "forward")
+    selftest.select_cases(True, cfg_ops=["pool"])
+    selftest.select_cases(False)
+    assert len(asked) == 1

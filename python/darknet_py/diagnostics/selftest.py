@@ -117,11 +117,13 @@ def _training_direction(op: str) -> str:
                                 "unscale_check") else "backward"
 
 
-def select_cases(quick: bool, precision: str = "fp32", ref=None, dw_in_half: bool = False):
+def select_cases(quick: bool, precision: str = "fp32", ref=None, dw_in_half: bool = False,
+                 cfg_ops: Optional[List[str]] = None):
     """(case, direction) pairs: all of op_cases (in half: half_op_cases' half_cases, half_train_cases and
     half_conv_backward_cases, `ref` the reference Ops; dw_in_half: the device may form a weight
     gradient in half, cuDNN in bf16), or with `quick` the QUICK_CASES_PER_OP smallest cases (by input
-    size) of each op and direction."""
+    size) of each op and direction. `cfg_ops` (fp32, not quick): also the cases of those ops at the
+    largest shapes of the shipped cfgs (cfg_cases: how a fast path is judged)."""
     from .half_op_cases import half_cases, half_conv_backward_cases, half_train_cases
     from .op_cases import CASES, TRAIN_CASES
 
@@ -133,6 +135,12 @@ def select_cases(quick: bool, precision: str = "fp32", ref=None, dw_in_half: boo
         pairs = [(c, "forward") for c in half_cases(precision, ref)]
     pairs += [(c, _training_direction(c.op)) for c in train]
     if not quick:
+        if cfg_ops and precision == "fp32":
+            from .cfg_cases import cfg_cases
+
+            forward = {"conv2d", "pool", "gemm"}
+            pairs += [(c, "forward" if c.op in forward else _training_direction(c.op))
+                      for c in cfg_cases(ops=set(cfg_ops))]
         return pairs
 
     def size(case) -> int:
@@ -195,7 +203,8 @@ def open_device(device, opener: Optional[str] = None):
 
 def run_ops(device, quick: bool, perturb: Optional[str] = None, progress: bool = True,
             precision: str = "fp32", only: Optional[List[str]] = None) -> List[OpResult]:
-    """The parity cases on `device` (a name or a device object), those of the ops in `only` if given."""
+    """The parity cases on `device` (a name or a device object); with `only`, those of the ops in it,
+    the largest shapes of the shipped cfgs included (how a fast path is judged)."""
     from .. import _core
     from .half_op_cases import forms_dw_in_half
     from .op_cases import check_case
@@ -207,7 +216,7 @@ def run_ops(device, quick: bool, perturb: Optional[str] = None, progress: bool =
     if perturb:
         dev = _perturbed(dev, perturb)
     name = device if isinstance(device, str) else "metal"
-    pairs = select_cases(quick, precision, ref, forms_dw_in_half(name, precision))
+    pairs = select_cases(quick, precision, ref, forms_dw_in_half(name, precision), cfg_ops=only)
     if only is not None:
         pairs = [(c, d) for c, d in pairs if c.op in only]
     results: Dict[tuple, OpResult] = {}
@@ -452,10 +461,13 @@ def run_selftest(device: str, quick: bool = False, perturb: Optional[str] = None
             training = {"iterations": 0, "compared_with": "-", "max_rel_diff": None, "passed": True, "failure": "",
                         "skipped": f"the training run compares with the CPU's fp32: not run in {precision} "
                                    "(the half training ops are checked above)"}
+        name = getattr(dev, "name", None) or next((d["name"] for d in _core.devices() if d.get("id") == device),
+                                                  device)
         del kept, dev
-    name = next((d["name"] for d in _core.devices() if d.get("id") == device), device)
+    # what the verdicts are about: a device trusts only a report of its own system, GPU and version
     report = {
-        "format": 1, "device": device, "device_name": name, "precision": precision, "darknet_py": __version__,
+        "format": 1, "device": device, "system": _core.system_version(), "device_name": name,
+        "darknet_py": __version__, "precision": precision,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "quick": quick, "complete": not paths, "passed": all(r.passed for r in ops) and training["passed"],
         "ops": [r.to_dict() for r in ops], "training": training,
