@@ -431,11 +431,13 @@ void bind_test_devices(py::module_& m) {
             if (!t.faults) throw DarknetError("fail_next: not a fake Metal device");
             if (how == "raise") t.faults->raising.push_back(call);
             else if (how == "command_buffer") t.faults->failing_buffers.push_back(call);
-            else throw DarknetError("fail_next: how is 'raise' or 'command_buffer', not '" + how + "'");
+            else if (how == "segment") t.faults->failing_segments.push_back(call);
+            else throw DarknetError("fail_next: how is 'raise', 'command_buffer' or 'segment', not '" + how + "'");
         }, py::arg("call"), py::arg("how"),
            "The next MPS call `call` ('gemm' or a graph op name) of the fake Metal device fails as metal_objc.mm "
            "reports it: 'raise' (an Objective-C exception: the call fails at once) or 'command_buffer' (its "
-           "command buffer fails on the GPU: the next wait fails).")
+           "command buffer fails on the GPU: the next wait fails) or 'segment' (an earlier segment MPSGraph "
+           "committed fails: the next wait fails with it).")
         .def("mps_failures", [](TestDevice& t) { return t.device->fast_path_failures(); },
              "MPS calls that failed at run time, per path")
         .def("max_group_size", [](TestDevice& t, const std::string& k) { return t.device->max_group_size(k.c_str()); })
@@ -455,6 +457,22 @@ void bind_test_devices(py::module_& m) {
             }
             for (auto* b : mem) t.device->free(b);
         }, "launches a kernel with fresh buffers (for the argument-binding tests)")
+        .def("copy_bytes", [](TestDevice& t, const py::bytes& src, size_t src_offset, size_t dst_bytes,
+                              size_t dst_offset, size_t n, const py::bytes& upload, size_t upload_offset) {
+            // the device's copy(src + src_offset -> dst + dst_offset, n) and upload(dst + upload_offset,
+            // `upload`) on fresh buffers: the destination's bytes after both
+            Device& d = *t.device;
+            std::string s = src, u = upload;
+            DeviceMemory *a = d.alloc(s.size()), *b = d.alloc(dst_bytes);
+            d.upload(a, 0, s.data(), s.size());
+            d.copy(a, src_offset, b, dst_offset, n);
+            d.upload(b, upload_offset, u.data(), u.size());
+            std::string out(dst_bytes, '\0');
+            d.download(b, 0, out.data(), dst_bytes);
+            d.free(a), d.free(b);
+            return py::bytes(out);
+        }, py::arg("src"), py::arg("src_offset"), py::arg("dst_bytes"), py::arg("dst_offset"), py::arg("n"),
+           py::arg("upload") = py::bytes(), py::arg("upload_offset") = 0)
         .def("gemm", [](TestDevice& t, bool ta, bool tb, int M, int N, int K, float alpha, const FloatArray& A,
                         size_t a_off, int lda, const FloatArray& B, size_t b_off, int ldb, float beta,
                         const FloatArray& C, size_t c_off, int ldc) {

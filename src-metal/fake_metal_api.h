@@ -2,7 +2,8 @@
 // It records every call as one line of text (the tests assert on them), keeps buffers in host
 // memory, and runs an MPS GEMM on the host exactly as its descriptor says (row-major matrices at a
 // byte offset with rowBytes between rows): wrong descriptor values give wrong numbers. Compile errors,
-// pipeline limits and MPS failures are set by the test.
+// pipeline limits and MPS failures are set by the test. Blits are checked as Metal on macOS checks
+// them: a size or offset not a multiple of 4, or 0 bytes, is an error (DarknetError).
 #pragma once
 #include <map>
 #include <memory>
@@ -20,6 +21,9 @@ namespace dn {
 struct FakeMetalFaults {
     std::vector<std::string> raising;          // the call raises an Objective-C exception: it fails at once
     std::vector<std::string> failing_buffers;  // its command buffer fails on the GPU: the next wait fails
+    // MPSGraph committed a segment of its command buffer (commitAndContinue) that then failed: the last
+    // segment completes, the next wait fails with the earlier one's error
+    std::vector<std::string> failing_segments;
 };
 
 struct FakeMetalOptions {
@@ -64,7 +68,8 @@ private:
     std::shared_ptr<std::vector<std::string>> log_;
     std::map<const MetalBuffer*, std::pair<int, std::vector<char>>> buffers_;  // id, bytes
     int next_id_ = 1;
-    bool buffer_failed_ = false;  // the work since the last wait holds a call of failing_buffers
+    bool buffer_failed_ = false;   // the work since the last wait holds a call of failing_buffers
+    bool segment_failed_ = false;  // ... or of failing_segments
 };
 
 }  // namespace dn

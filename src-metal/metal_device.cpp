@@ -91,12 +91,16 @@ public:
     void upload(DeviceMemory* dst, size_t offset, const void* src, size_t bytes) override {
         std::lock_guard<std::mutex> lock(mutex_);
         bytes_uploaded += bytes;
-        if (metal_plan::upload_in_place(api_->busy())) {
-            std::memcpy((char*)api_->contents(mtl(dst)) + offset, src, bytes);
-            return;
+        if (bytes == 0) return;
+        if (!metal_plan::upload_in_place(api_->busy())) {
+            if (metal_plan::blit_fits(0, offset, bytes)) {
+                api_->upload_staged(mtl(dst), offset, src, bytes);
+                encoded();
+                return;
+            }
+            wait();  // a size a blit cannot take: in place once the queued work is done
         }
-        api_->upload_staged(mtl(dst), offset, src, bytes);
-        encoded();
+        std::memcpy((char*)api_->contents(mtl(dst)) + offset, src, bytes);
     }
     void download(const DeviceMemory* src, size_t offset, void* dst, size_t bytes) override {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -107,6 +111,13 @@ public:
     }
     void copy(const DeviceMemory* src, size_t src_offset, DeviceMemory* dst, size_t dst_offset, size_t bytes) override {
         std::lock_guard<std::mutex> lock(mutex_);
+        if (bytes == 0) return;
+        if (!metal_plan::blit_fits(src_offset, dst_offset, bytes)) {  // on the host, in order with the queue
+            wait();
+            std::memmove((char*)api_->contents(mtl(dst)) + dst_offset,
+                         (const char*)api_->contents(mtl(src)) + src_offset, bytes);
+            return;
+        }
         api_->copy(mtl(src), src_offset, mtl(dst), dst_offset, bytes);
         encoded();
     }

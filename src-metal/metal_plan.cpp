@@ -63,6 +63,10 @@ bool tensor_fits(const char* name, const int64_t* dims, int rank, std::string* w
 
 bool should_commit(int commands_encoded) { return commands_encoded >= kCommandsPerCommit; }
 
+bool blit_fits(size_t src_offset, size_t dst_offset, size_t bytes) {
+    return bytes > 0 && src_offset % 4 == 0 && dst_offset % 4 == 0 && bytes % 4 == 0;
+}
+
 bool upload_in_place(bool gpu_busy) { return !gpu_busy; }
 
 namespace {

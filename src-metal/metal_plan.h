@@ -42,6 +42,10 @@ bool tensor_fits(const char* name, const int64_t* dims, int rank, std::string* w
 
 // Whether the open command buffer is committed after this many encoded commands.
 bool should_commit(int commands_encoded);
+// Whether a blit (copyFromBuffer:sourceOffset:toBuffer:destinationOffset:size:) may copy these bytes:
+// on macOS its offsets and size must be multiples of 4 (MTLBlitCommandEncoder), and 0 bytes are
+// nothing to encode. MetalDevice copies other sizes on the host after a wait (shared storage).
+bool blit_fits(size_t src_offset, size_t dst_offset, size_t bytes);
 // An upload goes straight into the shared storage only while no queued work may still use it.
 bool upload_in_place(bool gpu_busy);
 

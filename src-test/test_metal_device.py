@@ -443,3 +443,42 @@ def test_a_case_an_mps_path_declines_is_counted_among_the_fallbacks():
         ops.pool("max", rand(1, 1, 4, 4), 2, 2, 2, 4, [1, 1, 4, 4])  # windows wholly in the padding
     assert ops.fallback_counts() == {"mps_pool declined": 2}
     assert sum("lie wholly outside" in n for n in dev.notes()) == 1  # said once
+
+
+# ---- blits and command buffer segments ----
+
+def test_blits_take_offsets_and_sizes_in_multiples_of_4_and_nothing_is_encoded_for_0_bytes():
+    # the fake refuses what Metal on macOS refuses (copyFromBuffer: multiples of 4, something to copy)
+    src = bytes(range(16))
+    dev = fake(busy=True)  # an upload then goes through a staged blit when it can
+    dev.clear_log()
+    assert dev.copy_bytes(src, 4, 8, 0, 8) == src[4:12]
+    assert dev.copy_bytes(src, 4, 8, 0, 0) == bytes(8)
+    assert dev.copy_bytes(src, 1, 8, 2, 5) == bytes(2) + src[1:6] + bytes(1)  # on the host, after a wait
+    assert dev.copy_bytes(src, 0, 8, 0, 0, upload=b"\x07\x08", upload_offset=6) == bytes(6) + b"\x07\x08"
+    copies = [l for l in dev.log() if l.startswith(("copy", "upload_staged"))]
+    assert [l.split()[-2] for l in copies if l.startswith("copy")] == ["8"]  # the aligned copy alone
+    assert all(not l.endswith(" 0 bytes") for l in copies)
+    assert not any(l.startswith("upload_staged") and l.endswith(" 2 bytes") for l in copies)
+
+
+def test_a_failed_earlier_segment_of_an_mpsgraph_command_buffer_fails_the_wait():
+    # MPSGraph may commit part of the command buffer (commitAndContinue): a failure there is reported too
+    dev = fake(mps_env="all")
+    ops = _core.Ops(dev.device)
+    conv1x1(ops)  # proves the path
+    dev.fail_next("conv2d", "segment")
+    with pytest.raises(_core.DarknetError, match=r"a command buffer failed: MPSGraph reported: an earlier segment "
+                       r"failed: .*results are lost \(convolution x1\)"):
+        conv1x1(ops)
+    assert dev.mps_failures() == {"mps_conv2d": 1}
+
+
+def test_the_objective_c_waits_on_every_segment_and_records_mpsgraph_errors():
+    # what the fake cannot show: metal_objc.mm runs each graph with an execution descriptor whose
+    # completion handler records the NSError, and waits on each root command buffer MPSGraph committed
+    import os
+    text = open(os.path.join(os.path.dirname(__file__), "..", "src-metal", "metal_objc.mm")).read()
+    assert "executionDescriptor:nil" not in text and "desc.completionHandler = ^" in text
+    assert "if ([cb rootCommandBuffer] != before) committed_.push_back(before);" in text
+    assert "committed_.push_back([cb rootCommandBuffer]);" in text
