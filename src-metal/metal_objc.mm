@@ -480,7 +480,7 @@ private:
         desc.completionHandler = ^(MPSGraphTensorDataDictionary*, NSError* e) {
             if (!e) return;
             std::lock_guard<std::mutex> lock(errors->mutex);
-            errors->list.push_back("MPSGraph " + name + ": " + message(e));
+            errors->list.push_back(name + ": " + message(e));  // "MPSGraph reported: conv2d: ..."
         };
         end_compute();
         MPSCommandBuffer* cb = command_buffer();
