@@ -144,9 +144,24 @@ def test_our_kernels_report_is_written_before_any_fast_path_is_tried(tmp_path, m
     monkeypatch.setattr(selftest, "judge_path", judge)
     report = selftest.run_selftest("cpu", quick=True, progress=False,
                                    on_report=lambda r: written.append(json.loads(json.dumps(r))))
-    assert len(written) == 3 and written[-1] == json.loads(json.dumps(report))
+    # then the training run with the paths that passed, in a child too (its report written before, them off)
+    assert len(written) == 5 and written[-1] == json.loads(json.dumps(report))
+    assert written[3]["fast_paths"] == {"fake_gemm": False, "fake_pool": False} and not written[3]["complete"]
     assert report["complete"] and report["fast_paths"] == {"fake_gemm": False, "fake_pool": True}
+    assert report["training_with_fast_paths"]["passed"] and report["training_with_fast_paths"]["fast_paths"] == \
+        ["fake_pool"]
     assert not report["passed"]  # a path that failed fails the selftest (exit status 3)
+
+
+def test_a_training_run_that_dies_with_the_passed_paths_turns_them_all_off(monkeypatch):
+    monkeypatch.setattr(selftest, "FAST_PATHS", {"cpu": {"fake_gemm": ["gemm"], "fake_pool": ["pool"]}})
+    monkeypatch.setattr(selftest, "judge_path", lambda *a: {"passed": True, "ops": [], "failure": ""})
+    monkeypatch.setattr(selftest, "judge_training", lambda device, paths, *a: {
+        "passed": False, "failure": "killed by SIGABRT; stderr: failed assertion", "iterations": 2})
+    report = selftest.run_selftest("cpu", quick=True, progress=False)
+    assert report["fast_paths"] == {"fake_gemm": False, "fake_pool": False} and not report["passed"]
+    assert "training with fake_gemm, fake_pool: FAIL (killed by SIGABRT; stderr: failed assertion): those paths " \
+           "are disabled" in selftest.format_table(report)
 
 
 def test_the_selftest_leaves_the_environment_as_it_found_it(monkeypatch):

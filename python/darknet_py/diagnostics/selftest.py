@@ -34,7 +34,8 @@ the op on any failure of it instead of falling back), on the cases of the ops it
 reject some shapes with a C assertion that calls abort(), not an Objective-C exception: a child that
 aborts, crashes, or runs past --path-timeout (killed) fails its path with the signal or the timeout and
 the last lines of its stderr under "judged_paths", and the report is written again after each path.
-The environment variables changed for this are restored after.
+Last, the training run once more in a child with every path that passed on ("training_with_fast_paths"):
+if it fails, all of them are marked failed. The environment variables changed for this are restored.
 """
 from __future__ import annotations
 
@@ -386,6 +387,32 @@ def _stderr_tail(text) -> str:
     return ("; stderr: " + " | ".join(lines[-STDERR_TAIL_LINES:])) if lines else ""
 
 
+def _in_child(spec: dict, judging: str, timeout: float):
+    """Runs _judge_main on `spec` in a child process with DARKNET_PY_SELFTEST=`judging`: (what it wrote,
+    "") or (None, why it wrote nothing: the signal, the exit status or the timeout, with the last lines
+    the child wrote on stderr)."""
+    with tempfile.TemporaryDirectory(prefix="darknet_py_selftest_") as tmp:
+        spec = dict(spec, out=os.path.join(tmp, "out.json"))
+        env = dict(os.environ)
+        env[SELFTEST_ENV] = judging
+        env.pop(MPS_ENV, None)
+        try:
+            r = subprocess.run([sys.executable, "-m", "darknet_py.diagnostics.selftest", "--judge-path",
+                                json.dumps(spec)], env=env, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired as e:
+            return None, f"timed out after {timeout:g} s (killed){_stderr_tail(e.stderr)}"
+        if r.returncode < 0:
+            try:
+                sig = signal.Signals(-r.returncode).name
+            except ValueError:
+                sig = f"signal {-r.returncode}"
+            return None, f"killed by {sig}{_stderr_tail(r.stderr)}"
+        if r.returncode != 0 or not os.path.exists(spec["out"]):
+            return None, f"exited with status {r.returncode}{_stderr_tail(r.stderr)}"
+        with open(spec["out"]) as f:
+            return json.load(f), ""
+
+
 def judge_path(device: str, name: str, ops: List[str], quick: bool, perturb: Optional[str] = None,
                opener: Optional[str] = None, timeout: float = PATH_TIMEOUT_S) -> dict:
     """Fast path `name` judged in a child process of its own: DARKNET_PY_SELFTEST=<name> turns on that
@@ -393,29 +420,10 @@ def judge_path(device: str, name: str, ops: List[str], quick: bool, perturb: Opt
     some shapes with a C assertion (abort()), not an exception, and may hang or crash: whatever the
     child does, this returns {"passed", "ops", "failure"}, the failure naming the signal, the exit
     status or the timeout, with the last lines the child wrote on stderr."""
-    with tempfile.TemporaryDirectory(prefix="darknet_py_selftest_") as tmp:
-        out = os.path.join(tmp, "ops.json")
-        spec = {"device": device, "ops": ops, "quick": quick, "perturb": perturb, "opener": opener, "out": out}
-        env = dict(os.environ)
-        env[SELFTEST_ENV] = name
-        env.pop(MPS_ENV, None)
-        try:
-            r = subprocess.run([sys.executable, "-m", "darknet_py.diagnostics.selftest", "--judge-path",
-                                json.dumps(spec)], env=env, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired as e:
-            return {"passed": False, "ops": [],
-                    "failure": f"timed out after {timeout:g} s (killed){_stderr_tail(e.stderr)}"}
-        if r.returncode < 0:
-            try:
-                sig = signal.Signals(-r.returncode).name
-            except ValueError:
-                sig = f"signal {-r.returncode}"
-            return {"passed": False, "ops": [], "failure": f"killed by {sig}{_stderr_tail(r.stderr)}"}
-        if r.returncode != 0 or not os.path.exists(out):
-            return {"passed": False, "ops": [],
-                    "failure": f"exited with status {r.returncode}{_stderr_tail(r.stderr)}"}
-        with open(out) as f:
-            results = json.load(f)
+    spec = {"device": device, "ops": ops, "quick": quick, "perturb": perturb, "opener": opener}
+    results, why = _in_child(spec, name, timeout)
+    if results is None:
+        return {"passed": False, "ops": [], "failure": why}
     failed = [o for o in results if not o["passed"]]
     failure = f"{failed[0]['op']} ({failed[0]['direction']}): {failed[0]['failure']}" if failed else ""
     if not results:
@@ -423,13 +431,31 @@ def judge_path(device: str, name: str, ops: List[str], quick: bool, perturb: Opt
     return {"passed": bool(results) and not failed, "ops": results, "failure": failure}
 
 
+def judge_training(device: str, paths: List[str], quick: bool, opener: Optional[str] = None,
+                   timeout: float = PATH_TIMEOUT_S) -> dict:
+    """The training run again in a child process with the fast paths `paths` (those that passed) all on
+    and judged: run_training's dict, or a failed one naming the signal or timeout."""
+    spec = {"device": device, "training": 2 if quick else 5, "opener": opener}
+    t, why = _in_child(spec, ",".join(paths), timeout)
+    if t is None:
+        return {"iterations": spec["training"], "compared_with": "cpu", "losses": [], "losses_compared_with": [],
+                "max_rel_diff": None, "passed": False, "failure": why}
+    return t
+
+
 def _judge_main(spec_text: str) -> int:
-    """The child of judge_path: the cases of the spec's ops on its device, written to its "out"."""
+    """The child of judge_path (the cases of the spec's ops) and judge_training (the training run) on
+    the spec's device; what it found is written to the spec's "out"."""
     spec = json.loads(spec_text)
     kept, dev = open_device(spec["device"], spec.get("opener"))
-    results = run_ops(dev, spec["quick"], spec.get("perturb"), progress=False, only=spec["ops"])
+    if spec.get("training"):
+        check_judging(dev)
+        out = run_training(dev, iterations=spec["training"])
+    else:
+        out = [r.to_dict() for r in run_ops(dev, spec["quick"], spec.get("perturb"), progress=False,
+                                            only=spec["ops"])]
     with open(spec["out"], "w") as f:
-        json.dump([r.to_dict() for r in results], f)
+        json.dump(out, f)
     del kept
     return 0
 
@@ -485,11 +511,26 @@ def run_selftest(device: str, quick: bool = False, perturb: Optional[str] = None
         verdict = judge_path(device, p, served, quick, perturb, opener, path_timeout)
         report[key][p] = verdict
         report["fast_paths"][p] = verdict["passed"]
-        last = p == list(paths)[-1]
-        report["complete"] = last
         report["passed"] = own_passed and all(v["passed"] for v in report[key].values())
         if on_report:
             on_report(report)
+    passed = [p for p, ok in report["fast_paths"].items() if ok]
+    if passed:
+        # the paths that passed, together, in the training run: one that fails turns them all off (which
+        # of them broke it is not known); the report is written first with them off, as before each path
+        report["fast_paths"] = {p: False for p in paths}
+        if on_report:
+            on_report(report)
+        if progress:
+            print(f"selftest {device}: the training run with {', '.join(passed)} in a child process",
+                  file=sys.stderr, flush=True)
+        t = judge_training(device, passed, quick, opener, path_timeout)
+        report["training_with_fast_paths"] = dict(t, fast_paths=passed)
+        report["fast_paths"] = {p: p in passed and t["passed"] for p in paths}
+        report["passed"] = report["passed"] and t["passed"]
+    report["complete"] = True
+    if on_report:
+        on_report(report)
     return report
 
 
@@ -513,6 +554,10 @@ def format_table(report: dict) -> str:
                      f"{'ok' if t['passed'] else 'FAIL'}")
     if t["failure"]:
         lines.append(f"FAIL training: {t['failure']}")
+    tf = report.get("training_with_fast_paths")
+    if tf:
+        lines.append(f"training with {', '.join(tf['fast_paths'])}: {'ok' if tf['passed'] else 'FAIL'}"
+                     + (f" ({tf['failure']}): those paths are disabled" if not tf["passed"] else ""))
     for r in report["ops"]:
         if not r["passed"]:
             lines.append(f"FAIL {r['op']} ({r['direction']}): {r['failure']}")
