@@ -266,7 +266,7 @@ def test_while_the_selftest_judges_the_paths_a_failure_fails_the_op_in_its_repor
 
     monkeypatch.setenv("DARKNET_PY_SELFTEST", "1")
     cases = [c for c in CASES if c.op == "conv2d"][:1] + [c for c in CASES if c.op == "pool"][:1]
-    monkeypatch.setattr(selftest, "select_cases", lambda quick, *rest: [(c, "forward") for c in cases])
+    monkeypatch.setattr(selftest, "select_cases", lambda quick, *rest, **kw: [(c, "forward") for c in cases])
     dev = fake()
     dev.fail_next("conv2d", "raise")
     dev.fail_next("pool", "command_buffer")
