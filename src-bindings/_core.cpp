@@ -374,6 +374,9 @@ PYBIND11_MODULE(_core, m) {
         return py::make_tuple(paths, why);
     }, py::arg("device"), "The fast paths the devices read back from that file (name -> passed), and why it "
                           "is empty when it is.");
+    m.def("system_version", &system_version, "This machine's system as a selftest report records it "
+          "(\"macOS 14.5 (23F79)\"; selftest_results.h).");
+    m.def("engine_version", &engine_version, "The engine's version as a selftest report is checked against.");
     m.def("set_threads", [](int n) {
         check_range("set_threads", "n", n, 1, 1024);
         ThreadPool::instance().set_threads(n);

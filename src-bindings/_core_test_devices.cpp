@@ -149,6 +149,8 @@ public:
     std::unique_ptr<Recording> end_capture(std::string* why) override { return inner_->end_capture(why); }
     DeviceMemoryStats memory_stats() const override { return inner_->memory_stats(); }
     std::map<std::string, int> fast_path_failures() const override { return inner_->fast_path_failures(); }
+    std::map<std::string, int> fast_path_declines() const override { return inner_->fast_path_declines(); }
+    std::string judged_fast_paths() const override { return inner_->judged_fast_paths(); }
 
 protected:
     // The buffers a forwarded call read or wrote, after it ran.
@@ -415,7 +417,10 @@ std::unique_ptr<TestDevice> wrapping(const std::string& id, Wrap wrap) {
 }  // namespace
 
 void bind_test_devices(py::module_& m) {
-    py::class_<Device, std::shared_ptr<Device>>(m, "Device", "A GPU device (opaque; tests pass it to Ops).");
+    py::class_<Device, std::shared_ptr<Device>>(m, "Device", "A GPU device (opaque; tests pass it to Ops).")
+        .def_property_readonly("name", [](const Device& d) { return d.info().name; }, "the device's own name")
+        .def_property_readonly("judged_fast_paths", &Device::judged_fast_paths,
+                               "DARKNET_PY_SELFTEST's value when the device was made ('' outside judging mode)");
     py::class_<TestDevice>(m, "TestDevice", "A test-only device and what it recorded.")
         .def_property_readonly("device", [](const TestDevice& t) { return t.device; })
         .def("log", [](const TestDevice& t) { return *t.log; }, "every call the fake Metal API got, one line each")
@@ -426,11 +431,13 @@ void bind_test_devices(py::module_& m) {
             if (!t.faults) throw DarknetError("fail_next: not a fake Metal device");
             if (how == "raise") t.faults->raising.push_back(call);
             else if (how == "command_buffer") t.faults->failing_buffers.push_back(call);
-            else throw DarknetError("fail_next: how is 'raise' or 'command_buffer', not '" + how + "'");
+            else if (how == "segment") t.faults->failing_segments.push_back(call);
+            else throw DarknetError("fail_next: how is 'raise', 'command_buffer' or 'segment', not '" + how + "'");
         }, py::arg("call"), py::arg("how"),
            "The next MPS call `call` ('gemm' or a graph op name) of the fake Metal device fails as metal_objc.mm "
            "reports it: 'raise' (an Objective-C exception: the call fails at once) or 'command_buffer' (its "
-           "command buffer fails on the GPU: the next wait fails).")
+           "command buffer fails on the GPU: the next wait fails) or 'segment' (an earlier segment MPSGraph "
+           "committed fails: the next wait fails with it).")
         .def("mps_failures", [](TestDevice& t) { return t.device->fast_path_failures(); },
              "MPS calls that failed at run time, per path")
         .def("max_group_size", [](TestDevice& t, const std::string& k) { return t.device->max_group_size(k.c_str()); })
@@ -450,6 +457,22 @@ void bind_test_devices(py::module_& m) {
             }
             for (auto* b : mem) t.device->free(b);
         }, "launches a kernel with fresh buffers (for the argument-binding tests)")
+        .def("copy_bytes", [](TestDevice& t, const py::bytes& src, size_t src_offset, size_t dst_bytes,
+                              size_t dst_offset, size_t n, const py::bytes& upload, size_t upload_offset) {
+            // the device's copy(src + src_offset -> dst + dst_offset, n) and upload(dst + upload_offset,
+            // `upload`) on fresh buffers: the destination's bytes after both
+            Device& d = *t.device;
+            std::string s = src, u = upload;
+            DeviceMemory *a = d.alloc(s.size()), *b = d.alloc(dst_bytes);
+            d.upload(a, 0, s.data(), s.size());
+            d.copy(a, src_offset, b, dst_offset, n);
+            d.upload(b, upload_offset, u.data(), u.size());
+            std::string out(dst_bytes, '\0');
+            d.download(b, 0, out.data(), dst_bytes);
+            d.free(a), d.free(b);
+            return py::bytes(out);
+        }, py::arg("src"), py::arg("src_offset"), py::arg("dst_bytes"), py::arg("dst_offset"), py::arg("n"),
+           py::arg("upload") = py::bytes(), py::arg("upload_offset") = 0)
         .def("gemm", [](TestDevice& t, bool ta, bool tb, int M, int N, int K, float alpha, const FloatArray& A,
                         size_t a_off, int lda, const FloatArray& B, size_t b_off, int ldb, float beta,
                         const FloatArray& C, size_t c_off, int ldc) {
@@ -504,14 +527,15 @@ void bind_test_devices(py::module_& m) {
     m.def("run_network_on", [](Network& n, std::shared_ptr<Device> d) { n.set_backend(std::make_unique<GpuBackend>(d)); },
           "Moves a Network onto a test device (GpuBackend over it).");
 
-    m.def("metal_mps_paths", [](py::object env) {
+    m.def("metal_mps_paths", [](py::object env, const std::string& gpu) {
         std::string e = env.is_none() ? "" : env.cast<std::string>();
-        MpsPathChoice c = choose_mps_paths(std::getenv("DARKNET_PY_SELFTEST"), env.is_none() ? nullptr : e.c_str());
+        MpsPathChoice c =
+            choose_mps_paths(std::getenv("DARKNET_PY_SELFTEST"), env.is_none() ? nullptr : e.c_str(), gpu);
         py::dict on;
         for (int i = 0; i < kMpsPathCount; ++i) on[mps_path_name((MpsPath)i)] = c.enabled[i];
         return py::make_tuple(on, c.note);
-    }, py::arg("env"), "The Metal device's MPS path choice with DARKNET_PY_MPS=env (None: unset), "
-       "DARKNET_PY_SELFTEST and the selftest results file: ({name: on}, note).");
+    }, py::arg("env"), py::arg("gpu") = "FakeMetal", "The Metal device's MPS path choice on GPU `gpu` with "
+       "DARKNET_PY_MPS=env (None: unset), DARKNET_PY_SELFTEST and the selftest results file: ({name: on}, note).");
 
     // MemoryPool over malloc, refusing allocations beyond `capacity` bytes in all (as a full GPU would).
     struct HostMemoryPool {
@@ -548,6 +572,48 @@ void bind_test_devices(py::module_& m) {
             return d;
         })
         .def_static("rounded", &MemoryPool::rounded);
+
+    // The pure plans of metal_plan.h on shapes alone (no buffer: shapes past MPS's limits are checked
+    // without allocating them): (ok, why).
+    auto nchw = [](const std::vector<int>& s) {
+        if (s.size() != 4) throw DarknetError("a shape is [n, c, h, w]");
+        return NchwShape{s[0], s[1], s[2], s[3]};
+    };
+    m.def("metal_plan_conv", [nchw](const std::vector<int>& x, const std::vector<int>& y, int k, int stride, int pad,
+                                    int dilation, int groups) {
+        ConvParams p;
+        p.x = nchw(x), p.y = nchw(y), p.kh = p.kw = k, p.stride_x = p.stride_y = stride, p.pad = pad;
+        p.dilation = dilation, p.groups = groups;
+        GraphConvPlan g;
+        std::string why;
+        bool ok = metal_plan::plan_conv(p, &g, &why);
+        return py::make_tuple(ok, why);
+    }, py::arg("x"), py::arg("y"), py::arg("k"), py::arg("stride") = 1, py::arg("pad") = 0, py::arg("dilation") = 1,
+       py::arg("groups") = 1);
+    m.def("metal_plan_pool", [nchw](const std::vector<int>& x, const std::vector<int>& y, int size, int stride,
+                                    int padding) {
+        PoolParams p;
+        p.x = nchw(x), p.y = nchw(y), p.size = size, p.stride_x = p.stride_y = stride, p.padding = padding;
+        GraphPoolPlan g;
+        std::string why;
+        bool ok = metal_plan::plan_pool(p, &g, &why);
+        return py::make_tuple(ok, why);
+    });
+    m.def("metal_plan_norm", [nchw](const std::vector<int>& s) {
+        GraphNormPlan g;
+        std::string why;
+        bool ok = metal_plan::plan_norm(nchw(s), 1e-5f, &g, &why);
+        return py::make_tuple(ok, why);
+    });
+    m.def("metal_plan_gemm", [](int M, int N, int K, int lda, int ldb, int ldc) {
+        // buffers as large as each matrix needs: only MPS's own limits can decline
+        MpsGemmPlan g;
+        std::string why;
+        auto bytes = [](int rows, int ld) { return (size_t)rows * ld * sizeof(float); };
+        bool ok = metal_plan::plan_gemm(false, false, M, N, K, 1.0f, nullptr, 0, lda, bytes(M, lda), nullptr, 0, ldb,
+                                        bytes(K, ldb), 0.0f, nullptr, 0, ldc, bytes(M, ldc), &g, &why);
+        return py::make_tuple(ok, why);
+    });
 
     m.def("metal_group_limit", [](uint32_t max_threads, uint32_t width) {
         return metal_plan::group_limit(MetalPipelineLimits{max_threads, width});

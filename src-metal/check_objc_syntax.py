@@ -26,7 +26,8 @@ def errors(path: str = SOURCE, text: Optional[str] = None) -> List[str]:
     `text`: check this text as if it were the file at `path` (for the planted-error tests)."""
     import clang.cindex as ci  # pip install libclang (the test extra has it)
 
-    args = ["-x", "objective-c++", "-std=c++17", "-fobjc-arc", "-fobjc-exceptions", "-fobjc-runtime=macosx-14.0",
+    args = ["-x", "objective-c++", "-std=c++17", "-fobjc-arc", "-fobjc-exceptions", "-fblocks",
+            "-fobjc-runtime=macosx-14.0",
             "-DDARKNET_PY_APPLE_API_DECLS", "-DDARKNET_PY_METAL", "-I" + HERE,
             "-I" + os.path.join(os.path.dirname(HERE), "src-lib")]
     inc = builtin_include_dir()

@@ -1,7 +1,14 @@
 #include "fake_metal_api.h"
 
 #include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <thread>
+
+#include "errors.h"
 
 namespace dn {
 
@@ -75,7 +82,16 @@ void FakeMetalApi::dispatch(const std::string& pipeline, uint32_t groups, uint32
     log_->push_back(line);
 }
 
+// What Metal's validation says of a blit on macOS (copyFromBuffer: offsets and size multiples of 4).
+static void check_blit(size_t src_offset, size_t dst_offset, size_t bytes) {
+    if (bytes == 0 || src_offset % 4 || dst_offset % 4 || bytes % 4)
+        throw DarknetError("fake metal: a blit of " + std::to_string(bytes) + " bytes at offsets " +
+                           std::to_string(src_offset) + ", " + std::to_string(dst_offset) +
+                           " (macOS needs multiples of 4, and something to copy)");
+}
+
 void FakeMetalApi::copy(const MetalBuffer* src, size_t src_offset, MetalBuffer* dst, size_t dst_offset, size_t bytes) {
+    check_blit(src_offset, dst_offset, bytes);
     log_->push_back("copy buf" + n(id(src)) + "+" + n(src_offset) + " -> buf" + n(id(dst)) + "+" + n(dst_offset) + " " +
                     n(bytes) + " bytes");
     std::memmove((char*)contents(dst) + dst_offset, (const char*)contents(const_cast<MetalBuffer*>(src)) + src_offset,
@@ -83,12 +99,35 @@ void FakeMetalApi::copy(const MetalBuffer* src, size_t src_offset, MetalBuffer* 
 }
 
 void FakeMetalApi::upload_staged(MetalBuffer* dst, size_t offset, const void* src, size_t bytes) {
+    check_blit(0, offset, bytes);
     log_->push_back("upload_staged buf" + n(id(dst)) + "+" + n(offset) + " " + n(bytes) + " bytes");
     std::memcpy((char*)contents(dst) + offset, src, bytes);
 }
 
+// What the real MPS does where C++ cannot catch it, planted by DARKNET_PY_FAKE_METAL_FAULTS (read at
+// every MPS call, so that a child process of the selftest inherits it): a comma-separated list of
+// "abort:<call>" (a failed C assertion: abort()), "hang:<call>" (never returns) and "crash:<call>"
+// (SIGSEGV), <call> as in FakeMetalFaults.
+static void planted_process_faults(const std::string& what) {
+    const char* env = std::getenv("DARKNET_PY_FAKE_METAL_FAULTS");
+    if (!env) return;
+    std::string list = std::string(",") + env + ",";
+    auto has = [&](const char* how) { return list.find("," + std::string(how) + ":" + what + ",") != std::string::npos; };
+    if (has("abort")) {
+        std::fprintf(stderr, "/AppleInternal/fake/MPSNDArray.mm:850: failed assertion `[MPSNDArray initWithDevice:"
+                             "descriptor:] Error: total bytes of NDArray > 2**32' (planted in %s)\n", what.c_str());
+        std::fflush(stderr);
+        std::abort();
+    }
+    if (has("crash")) std::raise(SIGSEGV);
+    if (has("hang"))
+        for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+
 bool FakeMetalApi::mps(const std::string& what, std::string* error) {
+    planted_process_faults(what);
     if (take(&o_.faults->failing_buffers, what)) buffer_failed_ = true;
+    if (take(&o_.faults->failing_segments, what)) segment_failed_ = true;
     if (!take(&o_.faults->raising, what)) return true;
     *error = "MPS " + what + " raised NSInvalidArgumentException: planted by the test";
     return false;
@@ -155,9 +194,12 @@ void FakeMetalApi::commit() { log_->push_back("commit"); }
 
 bool FakeMetalApi::wait(std::string* error) {
     log_->push_back("wait");
-    if (!buffer_failed_) return true;
-    buffer_failed_ = false;
-    *error = "Execution of the command buffer was aborted due to an error during execution (planted by the test)";
+    bool buffer = buffer_failed_, segment = segment_failed_;
+    buffer_failed_ = segment_failed_ = false;
+    if (!buffer && !segment) return true;
+    // as metal_objc.mm's wait words a failed segment MPSGraph committed before the last one
+    *error = segment ? "MPSGraph reported: an earlier segment failed: Internal Error (planted by the test)"
+                     : "Execution of the command buffer was aborted due to an error during execution (planted by the test)";
     return false;
 }
 

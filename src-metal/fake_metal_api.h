@@ -2,7 +2,8 @@
 // It records every call as one line of text (the tests assert on them), keeps buffers in host
 // memory, and runs an MPS GEMM on the host exactly as its descriptor says (row-major matrices at a
 // byte offset with rowBytes between rows): wrong descriptor values give wrong numbers. Compile errors,
-// pipeline limits and MPS failures are set by the test.
+// pipeline limits and MPS failures are set by the test. Blits are checked as Metal on macOS checks
+// them: a size or offset not a multiple of 4, or 0 bytes, is an error (DarknetError).
 #pragma once
 #include <map>
 #include <memory>
@@ -15,9 +16,14 @@ namespace dn {
 
 // MPS failures a test plants, each reported as metal_objc.mm reports it. Names: "gemm" or a graph op
 // (graph_op_name); each entry serves one call, and the test may add entries while the device runs.
+// Failures that end the process (abort, hang, crash) come from the environment instead
+// (DARKNET_PY_FAKE_METAL_FAULTS, fake_metal_api.cpp), so that a child process inherits them.
 struct FakeMetalFaults {
     std::vector<std::string> raising;          // the call raises an Objective-C exception: it fails at once
     std::vector<std::string> failing_buffers;  // its command buffer fails on the GPU: the next wait fails
+    // MPSGraph committed a segment of its command buffer (commitAndContinue) that then failed: the last
+    // segment completes, the next wait fails with the earlier one's error
+    std::vector<std::string> failing_segments;
 };
 
 struct FakeMetalOptions {
@@ -62,7 +68,8 @@ private:
     std::shared_ptr<std::vector<std::string>> log_;
     std::map<const MetalBuffer*, std::pair<int, std::vector<char>>> buffers_;  // id, bytes
     int next_id_ = 1;
-    bool buffer_failed_ = false;  // the work since the last wait holds a call of failing_buffers
+    bool buffer_failed_ = false;   // the work since the last wait holds a call of failing_buffers
+    bool segment_failed_ = false;  // ... or of failing_segments
 };
 
 }  // namespace dn

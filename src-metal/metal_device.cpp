@@ -36,11 +36,12 @@ const char* path_title(MpsPath p) {
 
 class MetalDevice final : public Device {
 public:
-    MetalDevice(std::unique_ptr<MetalApi> api, const std::string& msl, const MpsPathChoice& paths, bool judging,
-                std::shared_ptr<std::vector<std::string>> notes)
+    MetalDevice(std::unique_ptr<MetalApi> api, const std::string& msl, const MpsPathChoice& paths,
+                std::string judging, std::shared_ptr<std::vector<std::string>> notes)
         : api_(std::move(api)),
           paths_(paths),
-          judging_(judging),
+          judged_(std::move(judging)),
+          judging_(!judged_.empty()),
           notes_(notes ? notes : std::make_shared<std::vector<std::string>>()) {
         info_ = api_->describe();
         std::string error;
@@ -58,6 +59,15 @@ public:
     }
 
     const DeviceInfo& info() const override { return info_; }
+
+    std::string judged_fast_paths() const override { return judged_; }
+    std::map<std::string, int> fast_path_declines() const override {
+        std::lock_guard<std::mutex> lock(mutex_);
+        std::map<std::string, int> out;
+        for (int i = 0; i < kMpsPathCount; ++i)
+            if (declines_[i]) out[mps_path_name((MpsPath)i)] = declines_[i];
+        return out;
+    }
 
     std::map<std::string, int> fast_path_failures() const override {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -81,12 +91,16 @@ public:
     void upload(DeviceMemory* dst, size_t offset, const void* src, size_t bytes) override {
         std::lock_guard<std::mutex> lock(mutex_);
         bytes_uploaded += bytes;
-        if (metal_plan::upload_in_place(api_->busy())) {
-            std::memcpy((char*)api_->contents(mtl(dst)) + offset, src, bytes);
-            return;
+        if (bytes == 0) return;
+        if (!metal_plan::upload_in_place(api_->busy())) {
+            if (metal_plan::blit_fits(0, offset, bytes)) {
+                api_->upload_staged(mtl(dst), offset, src, bytes);
+                encoded();
+                return;
+            }
+            wait();  // a size a blit cannot take: in place once the queued work is done
         }
-        api_->upload_staged(mtl(dst), offset, src, bytes);
-        encoded();
+        std::memcpy((char*)api_->contents(mtl(dst)) + offset, src, bytes);
     }
     void download(const DeviceMemory* src, size_t offset, void* dst, size_t bytes) override {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -97,6 +111,13 @@ public:
     }
     void copy(const DeviceMemory* src, size_t src_offset, DeviceMemory* dst, size_t dst_offset, size_t bytes) override {
         std::lock_guard<std::mutex> lock(mutex_);
+        if (bytes == 0) return;
+        if (!metal_plan::blit_fits(src_offset, dst_offset, bytes)) {  // on the host, in order with the queue
+            wait();
+            std::memmove((char*)api_->contents(mtl(dst)) + dst_offset,
+                         (const char*)api_->contents(mtl(src)) + src_offset, bytes);
+            return;
+        }
         api_->copy(mtl(src), src_offset, mtl(dst), dst_offset, bytes);
         encoded();
     }
@@ -288,10 +309,9 @@ private:
         return metal_plan::plan_norm(s, eps, plan, &why) || declined(path, why);
     }
 
-    // MPS cannot take this case: our kernels run it (said once per path).
+    // MPS cannot take this case: our kernels run it (counted; said once per path).
     bool declined(MpsPath p, const std::string& why) {
-        if (!declined_[(int)p]) {
-            declined_[(int)p] = true;
+        if (declines_[(int)p]++ == 0) {
             note("metal: MPS " + std::string(path_title(p)) + " not used for a case it cannot take (" + why +
                  "): our kernels run it");
         }
@@ -333,13 +353,14 @@ private:
 
     std::unique_ptr<MetalApi> api_;
     MpsPathChoice paths_;
+    std::string judged_;  // DARKNET_PY_SELFTEST's value in judging mode, else empty
     bool judging_;  // the selftest is judging the MPS paths: a failure fails the op
     std::shared_ptr<std::vector<std::string>> notes_;
     DeviceInfo info_;
     mutable std::mutex mutex_;
     std::map<std::string, uint32_t> limits_;
     std::vector<Scratch> scratch_;
-    bool declined_[kMpsPathCount] = {};
+    std::array<int, kMpsPathCount> declines_{};  // cases an MPS path declined (our kernels ran them)
     bool proven_[kMpsPathCount] = {};
     std::array<int, kMpsPathCount> pending_{};   // MPS calls encoded since the last good wait
     std::array<int, kMpsPathCount> failures_{};  // MPS calls that failed, counted per path
@@ -351,8 +372,9 @@ private:
 std::shared_ptr<Device> make_metal_device(std::unique_ptr<MetalApi> api, const std::string& msl,
                                           const char* selftest_env, const char* mps_env,
                                           std::shared_ptr<std::vector<std::string>> notes) {
-    bool judging = selftest_env && std::string(selftest_env) == "1";  // as choose_mps_paths reads it
-    return std::make_shared<MetalDevice>(std::move(api), msl, choose_mps_paths(selftest_env, mps_env), judging,
+    std::string judging = judging_mps_paths(selftest_env) ? selftest_env : "";  // as choose_mps_paths reads it
+    std::string gpu = api->describe().name;
+    return std::make_shared<MetalDevice>(std::move(api), msl, choose_mps_paths(selftest_env, mps_env, gpu), judging,
                                          std::move(notes));
 }
 

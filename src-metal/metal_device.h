@@ -14,7 +14,7 @@
 namespace dn {
 
 // A Metal device over `api`: compiles `msl` (throws DarknetError with Metal's message when it does
-// not compile) and uses the MPS paths choose_mps_paths(selftest_env, mps_env) enables (the values of
+// not compile) and uses the MPS paths choose_mps_paths(selftest_env, mps_env, its GPU) enables (the values of
 // DARKNET_PY_SELFTEST and DARKNET_PY_MPS, null when unset). `notes` (optional) receives each fallback
 // line the device prints once on stderr (the tests read them).
 //

@@ -24,14 +24,38 @@ std::string all_names() {
     return s;
 }
 
+// The names of a comma-separated list as enabled paths; throws for an unknown one (`what` names the switch).
+void enable_listed(const std::string& e, const char* what, MpsPathChoice* c) {
+    size_t start = 0;
+    while (start <= e.size()) {
+        size_t end = e.find(',', start);
+        std::string name = e.substr(start, end == std::string::npos ? std::string::npos : end - start);
+        if (!name.empty()) {
+            int i = index_of(name);
+            if (i < 0)
+                throw DarknetError(std::string(what) + ": unknown fast path '" + name + "' (use " +
+                                   (std::string(what) == "DARKNET_PY_MPS" ? "off, all, selftest or " : "1 or ") +
+                                   "a comma-separated list of: " + all_names() + ")");
+            c->enabled[i] = true;
+        }
+        if (end == std::string::npos) break;
+        start = end + 1;
+    }
+}
+
 }  // namespace
 
 const char* mps_path_name(MpsPath p) { return kNames[(int)p]; }
 
-MpsPathChoice choose_mps_paths(const char* selftest_env, const char* mps_env) {
+bool judging_mps_paths(const char* selftest_env) {
+    return selftest_env && *selftest_env && std::string(selftest_env) != "0";
+}
+
+MpsPathChoice choose_mps_paths(const char* selftest_env, const char* mps_env, const std::string& gpu_name) {
     MpsPathChoice c;
-    if (selftest_env && std::string(selftest_env) == "1") {  // the selftest judging them
-        c.enabled.fill(true);
+    if (judging_mps_paths(selftest_env)) {  // the selftest judging them: all, or the ones it names
+        if (std::string(selftest_env) == "1") c.enabled.fill(true);
+        else enable_listed(selftest_env, "DARKNET_PY_SELFTEST", &c);
         return c;
     }
     std::string e = mps_env ? mps_env : "";
@@ -44,25 +68,12 @@ MpsPathChoice choose_mps_paths(const char* selftest_env, const char* mps_env) {
         return c;
     }
     if (!e.empty() && e != "selftest") {
-        size_t start = 0;
-        while (start <= e.size()) {
-            size_t end = e.find(',', start);
-            std::string name = e.substr(start, end == std::string::npos ? std::string::npos : end - start);
-            if (!name.empty()) {
-                int i = index_of(name);
-                if (i < 0)
-                    throw DarknetError("DARKNET_PY_MPS: unknown fast path '" + name + "' (use off, all, selftest or " +
-                                       "a comma-separated list of: " + all_names() + ")");
-                c.enabled[i] = true;
-            }
-            if (end == std::string::npos) break;
-            start = end + 1;
-        }
+        enable_listed(e, "DARKNET_PY_MPS", &c);
         return c;
     }
     std::string why;
-    std::map<std::string, bool> verdicts = selftest_fast_paths("metal", &why);
-    if (!why.empty()) {  // no file, or one without a readable "fast_paths"
+    std::map<std::string, bool> verdicts = selftest_fast_paths("metal", this_identity(gpu_name), &why);
+    if (!why.empty()) {  // no file, one without a readable "fast_paths", or another machine's
         c.note = "metal: MPS fast paths off: " + why + "; our kernels run every op";
         return c;
     }

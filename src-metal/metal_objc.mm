@@ -18,6 +18,8 @@
 
 #include <cstdio>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -64,6 +66,12 @@ MPSShape* shape4(const int64_t* d) {
     return @[ @((long long)d[0]), @((long long)d[1]), @((long long)d[2]), @((long long)d[3]) ];
 }
 
+// The errors MPSGraph's completion handlers report (they run on Metal's threads), for the next wait.
+struct GraphErrors {
+    std::mutex mutex;
+    std::vector<std::string> list;
+};
+
 // One compiled MPSGraph: its placeholders and results, in the buffer order of metal_api.h's GraphOp.
 struct Graph {
     MPSGraph* graph = nil;
@@ -81,6 +89,11 @@ public:
     }
 
     DeviceInfo describe() override {
+        @autoreleasepool {
+            return description();
+        }
+    }
+    DeviceInfo description() {
         DeviceInfo i;
         i.id = "metal";
         i.name = str([device_ name]);
@@ -127,13 +140,15 @@ public:
     }
 
     MetalBuffer* alloc(size_t bytes) override {
-        id<MTLBuffer> b = nil;
-        std::string ignored;  // MetalDevice reports any refusal as out of memory
-        guarded("newBufferWithLength", &ignored, [&] {
-            b = [device_ newBufferWithLength:bytes options:MTLResourceStorageModeShared];
-            return true;
-        });
-        return b ? (MetalBuffer*)(__bridge_retained void*)b : nullptr;
+        @autoreleasepool {
+            id<MTLBuffer> b = nil;
+            std::string ignored;  // MetalDevice reports any refusal as out of memory
+            guarded("newBufferWithLength", &ignored, [&] {
+                b = [device_ newBufferWithLength:bytes options:MTLResourceStorageModeShared];
+                return true;
+            });
+            return b ? (MetalBuffer*)(__bridge_retained void*)b : nullptr;
+        }
     }
     void release(MetalBuffer* b) override {
         id<MTLBuffer> owned = (__bridge_transfer id<MTLBuffer>)(void*)b;  // dropped at the end of this scope;
@@ -219,25 +234,31 @@ public:
     }
 
     void commit() override {
-        if (!open_) return;
-        MPSCommandBuffer* cb = open_;
-        open_ = nil;  // one that cannot be committed is dropped: waiting on it would never end
-        std::string error;
-        bool ok = guarded("commit", &error, [&] {
-            end_compute();
-            [cb commit];
-            return true;
-        });
-        if (ok) committed_.push_back(cb);
-        else if (commit_error_.empty()) commit_error_ = error;  // its work is lost, as a failed buffer's: wait says so
+        @autoreleasepool {
+            if (!open_) return;
+            MPSCommandBuffer* cb = open_;
+            open_ = nil;  // one that cannot be committed is dropped: waiting on it would never end
+            std::string error;
+            bool ok = guarded("commit", &error, [&] {
+                end_compute();
+                [cb commit];
+                return true;
+            });
+            if (ok) committed_.push_back([cb rootCommandBuffer]);
+            else if (commit_error_.empty()) commit_error_ = error;  // its work is lost, as a failed buffer's
+        }
     }
 
+    // Every segment committed since the last wait: those MPSGraph committed with commitAndContinue, then
+    // ours (the root command buffer of each, as MPSCommandBuffer's header says to wait on), and the
+    // errors of MPSGraph's completion handlers; false with the first failure and how many there were.
     bool wait(std::string* error) override {
         @autoreleasepool {
             commit();
-            std::string failure = commit_error_;
+            std::vector<std::string> failures;
+            if (!commit_error_.empty()) failures.push_back(commit_error_);
             commit_error_.clear();
-            for (MPSCommandBuffer* cb : committed_) {  // one queue: they finish in order
+            for (id<MTLCommandBuffer> cb : committed_) {  // one queue: they finish in order
                 std::string e;
                 bool ok = guarded("waitUntilCompleted", &e, [&] {
                     [cb waitUntilCompleted];
@@ -245,18 +266,24 @@ public:
                     e = message([cb error]);
                     return false;
                 });
-                if (!ok && failure.empty()) failure = e;
+                if (!ok) failures.push_back(e);
             }
             committed_.clear();
-            if (failure.empty()) return true;
-            *error = failure;
+            {
+                std::lock_guard<std::mutex> lock(graph_errors_->mutex);  // (a handler may still be due: next wait)
+                for (const std::string& e : graph_errors_->list) failures.push_back("MPSGraph reported: " + e);
+                graph_errors_->list.clear();
+            }
+            if (failures.empty()) return true;
+            *error = failures[0];
+            if (failures.size() > 1) *error += " (and " + std::to_string(failures.size() - 1) + " more failed segment(s))";
             return false;
         }
     }
 
     bool busy() override {
         if (open_) return true;
-        for (MPSCommandBuffer* cb : committed_)
+        for (id<MTLCommandBuffer> cb : committed_)
             if ([cb status] < MTLCommandBufferStatusCompleted) return true;
         return false;
     }
@@ -279,7 +306,11 @@ private:
         encoder_ = nil;  // not reused even if endEncoding raises
         [e endEncoding];
     }
+    // MetalDevice sends only what metal_plan::blit_fits allows (macOS: offsets and size multiples of 4).
     void blit(id<MTLBuffer> src, size_t src_offset, id<MTLBuffer> dst, size_t dst_offset, size_t bytes) {
+        if (bytes == 0) return;
+        if ((src_offset | dst_offset | bytes) % 4 != 0)
+            throw DarknetError("metal: a blit of " + std::to_string(bytes) + " bytes not in multiples of 4");
         end_compute();
         id<MTLBlitCommandEncoder> b = [command_buffer() blitCommandEncoder];
         [b copyFromBuffer:src sourceOffset:src_offset toBuffer:dst destinationOffset:dst_offset size:bytes];
@@ -304,7 +335,7 @@ private:
             bool ok = guarded(std::string("MPSGraph ") + graph_op_name(op), error, [&] {
                 Graph& g = graphs_[key];
                 if (!g.graph) (this->*build)(op, p, &g);
-                return run(g, buffers, error);
+                return run(g, buffers, error, graph_op_name(op));
             });
             if (!ok) graphs_.erase(key);
             return ok;
@@ -427,7 +458,7 @@ private:
 
     // Encodes graph g on buffers (inputs then outputs) into the open command buffer; results are
     // written straight into the output buffers (resultsDictionary), nothing is copied.
-    bool run(const Graph& g, const std::vector<MetalBuffer*>& buffers, std::string* error) {
+    bool run(const Graph& g, const std::vector<MetalBuffer*>& buffers, std::string* error, const char* what) {
         if (!mps_ok_) return *error = "MPS does not support this device", false;
         if (buffers.size() != g.inputs.size() + g.outputs.size())
             return *error = "wrong number of buffers for the graph", false;
@@ -443,12 +474,19 @@ private:
                                                                        shape:g.output_shapes[j]
                                                                     dataType:MPSDataTypeFloat32]
                         forKey:g.outputs[j]];
+        MPSGraphExecutionDescriptor* desc = [[MPSGraphExecutionDescriptor alloc] init];
+        std::shared_ptr<GraphErrors> errors = graph_errors_;
+        std::string name = what;
+        desc.completionHandler = ^(MPSGraphTensorDataDictionary*, NSError* e) {
+            if (!e) return;
+            std::lock_guard<std::mutex> lock(errors->mutex);
+            errors->list.push_back(name + ": " + message(e));  // "MPSGraph reported: conv2d: ..."
+        };
         end_compute();
-        [g.graph encodeToCommandBuffer:command_buffer()
-                                 feeds:feeds
-                      targetOperations:nil
-                     resultsDictionary:results
-                   executionDescriptor:nil];
+        MPSCommandBuffer* cb = command_buffer();
+        id<MTLCommandBuffer> before = [cb rootCommandBuffer];
+        [g.graph encodeToCommandBuffer:cb feeds:feeds targetOperations:nil resultsDictionary:results executionDescriptor:desc];
+        if ([cb rootCommandBuffer] != before) committed_.push_back(before);  // commitAndContinue committed it
         return true;
     }
 
@@ -461,7 +499,8 @@ private:
     std::map<std::string, Graph> graphs_;
     MPSCommandBuffer* open_ = nil;
     id<MTLComputeCommandEncoder> encoder_ = nil;
-    std::vector<MPSCommandBuffer*> committed_;
+    std::vector<id<MTLCommandBuffer>> committed_;  // every segment committed since the last wait, in order
+    std::shared_ptr<GraphErrors> graph_errors_ = std::make_shared<GraphErrors>();
     std::string commit_error_;  // a commit that raised, for the next wait
 };
 

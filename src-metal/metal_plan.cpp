@@ -44,7 +44,28 @@ void check_launch(const char* kernel, LaunchDims dims, uint32_t limit) {
     if (dims.group == 0) throw DarknetError(std::string("kernel ") + kernel + " launched with empty groups");
 }
 
+bool tensor_fits(const char* name, const int64_t* dims, int rank, std::string* why) {
+    if (rank > kMaxTensorDimensions)
+        return *why = std::string("tensor ") + name + " has " + std::to_string(rank) +
+                      " dimensions, MPSNDArray at most " + std::to_string(kMaxTensorDimensions), false;
+    uint64_t elements = 1;
+    for (int i = 0; i < rank; ++i) {
+        if (dims[i] < 0) return *why = std::string("tensor ") + name + " has a negative dimension", false;
+        elements *= (uint64_t)dims[i];
+        if (elements >= kMaxTensorElements)  // (checked per factor: no overflow)
+            return *why = std::string("tensor ") + name + " has 2^31 elements or more (MPSNDArray's limit)", false;
+    }
+    if (elements * sizeof(float) >= kMaxTensorBytes)
+        return *why = std::string("tensor ") + name + " has " + std::to_string(elements * sizeof(float)) +
+                      " bytes, 2^32 or more (MPSNDArray's limit)", false;
+    return true;
+}
+
 bool should_commit(int commands_encoded) { return commands_encoded >= kCommandsPerCommit; }
+
+bool blit_fits(size_t src_offset, size_t dst_offset, size_t bytes) {
+    return bytes > 0 && src_offset % 4 == 0 && dst_offset % 4 == 0 && bytes % 4 == 0;
+}
 
 bool upload_in_place(bool gpu_busy) { return !gpu_busy; }
 
@@ -64,6 +85,11 @@ bool matrix(MetalBuffer* buf, size_t offset, int rows, int columns, int ld, size
     out->columns = (uint32_t)columns;
     out->row_bytes = (size_t)ld * sizeof(float);
     // MPSMatrix wants rows * rowBytes bytes from the offset, the last row's padding included.
+    uint64_t span = (uint64_t)rows * out->row_bytes;
+    if (span >= kMaxTensorBytes) {
+        *why = std::string("matrix ") + name + " spans " + std::to_string(span) + " bytes, 2^32 or more (MPS's limit)";
+        return false;
+    }
     size_t needed = out->offset_bytes + (size_t)rows * out->row_bytes;
     if (needed > buffer_bytes) {
         *why = std::string("matrix ") + name + " with rowBytes " + std::to_string(out->row_bytes) + " needs " +
@@ -114,6 +140,8 @@ bool plan_conv(const ConvParams& p, GraphConvPlan* g, std::string* why) {
     put(g->x, p.x);
     put(g->y, p.y);
     g->w[0] = p.y.c, g->w[1] = p.x.c / p.groups, g->w[2] = p.kh, g->w[3] = p.kw;
+    if (!tensor_fits("x", g->x, 4, why) || !tensor_fits("w", g->w, 4, why) || !tensor_fits("y", g->y, 4, why))
+        return false;
     g->stride_x = p.stride_x, g->stride_y = p.stride_y;
     g->dilation_x = g->dilation_y = p.dilation;
     g->groups = p.groups;
@@ -133,6 +161,7 @@ bool plan_pool(const PoolParams& p, GraphPoolPlan* g, std::string* why) {
         return *why = "output " + dims(p.y) + " differs from MPSGraph's", false;
     put(g->x, p.x);
     put(g->y, p.y);
+    if (!tensor_fits("x", g->x, 4, why) || !tensor_fits("y", g->y, 4, why)) return false;
     g->kernel_w = g->kernel_h = p.size;
     g->stride_x = p.stride_x, g->stride_y = p.stride_y;
     g->pad_left = g->pad_top = before;
@@ -149,6 +178,7 @@ bool plan_norm(const NchwShape& s, float eps, GraphNormPlan* g, std::string* why
     double count = (double)s.n * s.h * s.w;
     if (count < 2) return *why = "one value per channel (the unbiased variance needs two)", false;
     put(g->shape, s);
+    if (!tensor_fits("y", g->shape, 4, why)) return false;
     g->channel_shape[0] = 1, g->channel_shape[1] = s.c, g->channel_shape[2] = 1, g->channel_shape[3] = 1;
     g->eps = eps;
     g->count = (float)count;

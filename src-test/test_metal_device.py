@@ -2,6 +2,8 @@
 FakeMetalApi: a fake of the Objective-C++ file that records each call and runs an MPS GEMM on the host
 exactly as its descriptor says, so wrong row bytes, offsets or transposes give wrong numbers. Nothing
 here runs Metal; what these tests prove is the decisions the .mm receives."""
+import json
+
 import numpy as np
 import pytest
 
@@ -19,10 +21,17 @@ def selftest_cache(tmp_path, monkeypatch):
     return tmp_path
 
 
-def write_selftest(text):
-    """The selftest results file of "metal" where the shared reader (src-lib/selftest_results) looks."""
+def identity(gpu="FakeMetal"):
+    """What a report records of the machine that ran it (a device trusts only a report of its own)."""
+    return {"system": _core.system_version(), "device_name": gpu, "darknet_py": _core.engine_version()}
+
+
+def write_selftest(text, **differs):
+    """The selftest results file of "metal" where the shared reader (src-lib/selftest_results) looks,
+    this machine's identity first (with the keys of `differs` changed)."""
+    head = json.dumps(dict(identity(), **differs))[1:-1]
     with open(_core.selftest_results_path("metal"), "w") as f:
-        f.write(text)
+        f.write(text.replace("{", "{" + head + ", ", 1) if text.startswith("{") else text)
 
 
 def fake(**kw):
@@ -120,6 +129,22 @@ def test_the_selftest_file_enables_exactly_what_passed():
     assert not any(on.values()) and 'no readable "fast_paths"' in note
 
 
+@pytest.mark.parametrize("key, other", [("system", "macOS 14.4 (23E214)"), ("device_name", "Apple M2"),
+                                        ("darknet_py", "0.0.9")])
+def test_a_report_of_another_system_gpu_or_version_is_not_trusted(key, other):
+    write_selftest(ALL_ON, **{key: other})
+    on, note = _core.metal_mps_paths(None)
+    assert not any(on.values())
+    what = {"system": "system", "device_name": "GPU", "darknet_py": "darknet_py"}[key]
+    assert f"are for another {what} {other} (this one: {identity()[key]})" in note
+    assert "run `darknet_py selftest --device metal` again" in note and "\n" not in note
+    dev = fake()
+    assert sum("MPS fast paths off" in n for n in dev.notes()) == 1  # one line on stderr
+    write_selftest(ALL_ON)
+    assert all(_core.metal_mps_paths(None)[0].values())
+    assert not any(_core.metal_mps_paths(None, gpu="Apple M2")[0].values())
+
+
 def test_darknet_py_mps_overrides_and_rejects_unknown_names():
     assert all(_core.metal_mps_paths("all")[0].values())
     write_selftest(ALL_ON)
@@ -154,7 +179,7 @@ def test_a_path_that_failed_the_selftest_is_not_used():
     # written and read as the real thing: selftest.write_report, then the device through the shared reader
     from darknet_py.diagnostics import selftest
 
-    selftest.write_report({"device": "metal", "fast_paths": {"mps_gemm": False, "mps_conv2d": True}},
+    selftest.write_report(dict(identity(), device="metal", fast_paths={"mps_gemm": False, "mps_conv2d": True}),
                           _core.selftest_results_path("metal"))
     dev = fake()
     ops = _core.Ops(dev.device)
@@ -241,7 +266,7 @@ def test_while_the_selftest_judges_the_paths_a_failure_fails_the_op_in_its_repor
 
     monkeypatch.setenv("DARKNET_PY_SELFTEST", "1")
     cases = [c for c in CASES if c.op == "conv2d"][:1] + [c for c in CASES if c.op == "pool"][:1]
-    monkeypatch.setattr(selftest, "select_cases", lambda quick, *rest: [(c, "forward") for c in cases])
+    monkeypatch.setattr(selftest, "select_cases", lambda quick, *rest, **kw: [(c, "forward") for c in cases])
     dev = fake()
     dev.fail_next("conv2d", "raise")
     dev.fail_next("pool", "command_buffer")
@@ -377,3 +402,83 @@ def test_batchnorm_plans_use_the_unbiased_variance():
     dev.clear_log()
     _core.Ops(dev.device).batchnorm_train(rand(1, 3, 1, 1), rand(3), rand(3), 1e-5)  # one value per channel
     assert dispatches(dev, "batchnorm_partial_stats_f32")
+
+
+def test_a_judging_list_turns_on_only_the_paths_it_names(monkeypatch):
+    # how the selftest judges each path in a child process of its own
+    monkeypatch.setenv("DARKNET_PY_SELFTEST", "mps_conv2d,mps_pool")
+    on, note = _core.metal_mps_paths("all")
+    assert {k for k, v in on.items() if v} == {"mps_conv2d", "mps_pool"} and note == ""
+    assert fake().device.judged_fast_paths == "mps_conv2d,mps_pool"
+    monkeypatch.setenv("DARKNET_PY_SELFTEST", "mps_conv")
+    with pytest.raises(_core.DarknetError, match="DARKNET_PY_SELFTEST: unknown fast path 'mps_conv'"):
+        _core.metal_mps_paths(None)
+    monkeypatch.delenv("DARKNET_PY_SELFTEST")
+    assert fake().device.judged_fast_paths == ""
+
+
+# ---- MPSNDArray's limits: shapes past them abort() inside MPS, so our kernels run them ----
+
+def test_tensors_past_mpsndarrays_element_and_byte_limits_are_declined():
+    assert _core.metal_plan_conv([1, 256, 2048, 1024], [1, 256, 2048, 1024], 1) == (True, "")  # 2^29 floats
+    ok, why = _core.metal_plan_conv([1, 512, 2048, 1024], [1, 8, 2048, 1024], 1)  # x: 2^30 floats, 2^32 bytes
+    assert not ok and why == "tensor x has 4294967296 bytes, 2^32 or more (MPSNDArray's limit)"
+    ok, why = _core.metal_plan_conv([1, 8, 2048, 1024], [1, 1024, 2048, 1024], 3, pad=1)  # y: 2^31 elements
+    assert not ok and "tensor y has 2^31 elements or more" in why
+    ok, why = _core.metal_plan_conv([1, 65536, 8, 8], [1, 65536, 8, 8], 3, pad=1)  # w: 2^32 elements
+    assert not ok and "tensor w has 2^31 elements or more" in why
+    assert not _core.metal_plan_pool([4, 256, 1024, 1024], [4, 256, 512, 512], 2, 2, 0)[0]  # x: 2^32 bytes
+    assert _core.metal_plan_pool([2, 256, 1024, 1024], [2, 256, 512, 512], 2, 2, 0) == (True, "")
+    assert "2^32 or more" in _core.metal_plan_norm([64, 64, 512, 512])[1]
+    assert _core.metal_plan_norm([32, 64, 512, 512]) == (True, "")
+    ok, why = _core.metal_plan_gemm(65536, 8, 16384, 16384, 8, 8)  # A: 2^30 floats
+    assert not ok and why == "matrix A spans 4294967296 bytes, 2^32 or more (MPS's limit)"
+    assert _core.metal_plan_gemm(32768, 8, 16384, 16384, 8, 8) == (True, "")
+
+
+def test_a_case_an_mps_path_declines_is_counted_among_the_fallbacks():
+    dev = fake(mps_env="all")
+    ops = _core.Ops(dev.device)
+    for _ in range(2):
+        ops.pool("max", rand(1, 1, 4, 4), 2, 2, 2, 4, [1, 1, 4, 4])  # windows wholly in the padding
+    assert ops.fallback_counts() == {"mps_pool declined": 2}
+    assert sum("lie wholly outside" in n for n in dev.notes()) == 1  # said once
+
+
+# ---- blits and command buffer segments ----
+
+def test_blits_take_offsets_and_sizes_in_multiples_of_4_and_nothing_is_encoded_for_0_bytes():
+    # the fake refuses what Metal on macOS refuses (copyFromBuffer: multiples of 4, something to copy)
+    src = bytes(range(16))
+    dev = fake(busy=True)  # an upload then goes through a staged blit when it can
+    dev.clear_log()
+    assert dev.copy_bytes(src, 4, 8, 0, 8) == src[4:12]
+    assert dev.copy_bytes(src, 4, 8, 0, 0) == bytes(8)
+    assert dev.copy_bytes(src, 1, 8, 2, 5) == bytes(2) + src[1:6] + bytes(1)  # on the host, after a wait
+    assert dev.copy_bytes(src, 0, 8, 0, 0, upload=b"\x07\x08", upload_offset=6) == bytes(6) + b"\x07\x08"
+    copies = [l for l in dev.log() if l.startswith(("copy", "upload_staged"))]
+    assert [l.split()[-2] for l in copies if l.startswith("copy")] == ["8"]  # the aligned copy alone
+    assert all(not l.endswith(" 0 bytes") for l in copies)
+    assert not any(l.startswith("upload_staged") and l.endswith(" 2 bytes") for l in copies)
+
+
+def test_a_failed_earlier_segment_of_an_mpsgraph_command_buffer_fails_the_wait():
+    # MPSGraph may commit part of the command buffer (commitAndContinue): a failure there is reported too
+    dev = fake(mps_env="all")
+    ops = _core.Ops(dev.device)
+    conv1x1(ops)  # proves the path
+    dev.fail_next("conv2d", "segment")
+    with pytest.raises(_core.DarknetError, match=r"a command buffer failed: MPSGraph reported: an earlier segment "
+                       r"failed: .*results are lost \(convolution x1\)"):
+        conv1x1(ops)
+    assert dev.mps_failures() == {"mps_conv2d": 1}
+
+
+def test_the_objective_c_waits_on_every_segment_and_records_mpsgraph_errors():
+    # what the fake cannot show: metal_objc.mm runs each graph with an execution descriptor whose
+    # completion handler records the NSError, and waits on each root command buffer MPSGraph committed
+    import os
+    text = open(os.path.join(os.path.dirname(__file__), "..", "src-metal", "metal_objc.mm")).read()
+    assert "executionDescriptor:nil" not in text and "desc.completionHandler = ^" in text
+    assert "if ([cb rootCommandBuffer] != before) committed_.push_back(before);" in text
+    assert "committed_.push_back([cb rootCommandBuffer]);" in text

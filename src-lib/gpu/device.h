@@ -256,6 +256,13 @@ public:
     // Vendor fast paths that failed at run time and were switched off, with how many failures, by
     // path name ({"mps_conv2d": 1}); GpuBackend counts them among its fallbacks.
     virtual std::map<std::string, int> fast_path_failures() const { return {}; }
+    // Calls a vendor fast path declined (a case it cannot take: our kernels ran it), by path name
+    // ({"mps_conv2d": 3}); GpuBackend counts them among its fallbacks as "<path> declined".
+    virtual std::map<std::string, int> fast_path_declines() const { return {}; }
+    // The vendor fast paths this device was made to judge (DARKNET_PY_SELFTEST's value when it was
+    // made: "1" or a list of names), empty when it was made outside judging mode. The selftest
+    // refuses to judge a device object whose value differs from what it judges.
+    virtual std::string judged_fast_paths() const { return {}; }
 
     // Host <-> device traffic since the device was opened (tests assert it per iteration).
     std::atomic<uint64_t> bytes_uploaded{0}, bytes_downloaded{0};

@@ -62,6 +62,7 @@ uint32_t GpuBackend::reduction_group_size(const char* kernel) {
 const std::map<std::string, int>* GpuBackend::fallback_counts() const {
     counts_ = fallbacks_;
     for (const auto& [path, n] : device_->fast_path_failures()) counts_[path + " failed"] = n;
+    for (const auto& [path, n] : device_->fast_path_declines()) counts_[path + " declined"] = n;
     return &counts_;
 }
 

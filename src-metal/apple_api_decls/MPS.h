@@ -18,8 +18,10 @@ BOOL MPSSupportsMTLDevice(id<MTLDevice> device);
 
 // .../metalperformanceshaders/mpscommandbuffer, .../mpscommandbuffer/init(from:)
 // (+commandBufferFromCommandQueue:)
+// .../mpscommandbuffer/rootcommandbuffer (the MTLCommandBuffer that commitAndContinue commits)
 @interface MPSCommandBuffer : NSObject <MTLCommandBuffer>
 + (instancetype)commandBufferFromCommandQueue:(id<MTLCommandQueue>)commandQueue;
+@property (readonly, retain, nonatomic) id<MTLCommandBuffer> rootCommandBuffer;
 @end
 
 // .../metalperformanceshaders/mpsmatrixdescriptor/init(rows:columns:rowbytes:datatype:)
@@ -70,10 +72,6 @@ typedef NSArray<NSNumber*> MPSShape;
 @interface MPSGraphOperation : NSObject
 @end
 
-// .../metalperformanceshadersgraph/mpsgraphexecutiondescriptor
-@interface MPSGraphExecutionDescriptor : NSObject
-@end
-
 // .../metalperformanceshadersgraph/mpsgraphtensordata/init(_:shape:datatype:) (initWithMTLBuffer:shape:dataType:)
 @interface MPSGraphTensorData : NSObject
 - (instancetype)initWithMTLBuffer:(id<MTLBuffer>)buffer shape:(MPSShape*)shape dataType:(MPSDataType)dataType;
@@ -81,6 +79,14 @@ typedef NSArray<NSNumber*> MPSShape;
 
 // .../metalperformanceshadersgraph/mpsgraphtensordatadictionary
 typedef NSDictionary<MPSGraphTensor*, MPSGraphTensorData*> MPSGraphTensorDataDictionary;
+
+// .../metalperformanceshadersgraph/mpsgraphcompletionhandler
+typedef void (^MPSGraphCompletionHandler)(MPSGraphTensorDataDictionary* resultsDictionary, NSError* error);
+
+// .../metalperformanceshadersgraph/mpsgraphexecutiondescriptor, .../completionhandler
+@interface MPSGraphExecutionDescriptor : NSObject
+@property (readwrite, atomic) MPSGraphCompletionHandler completionHandler;
+@end
 
 // .../metalperformanceshadersgraph/mpsgraphpaddingstyle
 typedef enum : NSUInteger {
