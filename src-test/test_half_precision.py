@@ -347,8 +347,9 @@ def test_cli_refusals_are_one_line(tiny_cfg, tmp_path, capsys):
     assert rc == 2 and "argument --precision: invalid choice: 'fp64'" in err
     rc, _, err = _cli(capsys, "selftest", "--device", "cpu", "--precision", "bf16", "--json", str(tmp_path / "r.json"))
     assert rc == 1 and err.strip().splitlines()[-1] == "darknet_py: error: precision bf16 does not run on cpu (it runs: fp32)"
-    for cmd in ("detect", "map", "train", "selftest"):
-        assert "--precision {fp32,fp16,bf16}" in _cli(capsys, cmd, "--help")[1]
+    for cmd in ("detect", "map", "train"):
+        assert "--precision {fp32,fp16,bf16,auto}" in _cli(capsys, cmd, "--help")[1]
+    assert "--precision {fp32,fp16,bf16}" in _cli(capsys, "selftest", "--help")[1]  # it judges a named type
 
 
 def test_selftest_in_half_runs_the_half_ops(tmp_path, capsys):

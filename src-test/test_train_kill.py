@@ -97,6 +97,12 @@ def _check_backup(job, where):
                     temporaries.append(f"plots/{plot}")
                 else:
                     assert cv2.imread(os.path.join(path, plot)) is not None, f"{where}: plots/{plot} does not load"
+        elif name == "results.csv":  # whole rows (a cut last one aside), iterations in order
+            rows = open(path).read().split("\n")[1:-1]
+            iterations = [int(r.split(",")[0]) for r in rows]
+            assert iterations == sorted(set(iterations)), f"{where}: results.csv's iterations {iterations}"
+        elif name == "tensorboard":  # (tensorboardX installed)
+            assert all(f.startswith("events.out.tfevents.") for f in os.listdir(path)), f"{where}: {os.listdir(path)}"
         else:
             pytest.fail(f"{where}: unexpected file in the backup folder: {name}")
     return temporaries, last_iteration

@@ -81,3 +81,19 @@ def test_tensorboard_events_hold_the_same_scalars(tiny, tmp_path):
         assert got[("train/loss", step)] == pytest.approx(float(row["loss"]), rel=1e-5)
         assert got[("train/avg_loss", step)] == pytest.approx(float(row["avg_loss"]), rel=1e-5)
     assert any(tag.endswith("_avg_iou") for tag, _ in got)
+
+
+def test_a_resume_drops_the_rows_it_will_run_again(tmp_path):
+    from darknet_py.training.results_log import ResultsLog
+
+    log = ResultsLog(str(tmp_path), [7], 0, tensorboard=False)
+    for it in range(1, 6):
+        log.add({"iteration": it, "images": 4 * it, "loss": 1.0, "avg_loss": 1.0, "learning_rate": 0.1, "seconds": 0.1,
+                 "images_per_second": 40.0, "loss_scale": 1.0, "map50": None},
+                [{"layer": 7, "loss": 1.0, "avg_iou": 0.5, "class": 0.5, "obj": 0.5, "no_obj": 0.1, "recall50": 1.0,
+                  "recall75": 0.0, "count": 2}])
+    log.close()
+    with open(tmp_path / "results.csv", "a") as f:
+        f.write("6,24,1.0")  # a row cut by a kill
+    ResultsLog(str(tmp_path), [7], 3, tensorboard=False).close()  # resumed from iteration 3's weights
+    assert [int(x["iteration"]) for x in _rows(tmp_path / "results.csv")] == [1, 2, 3]

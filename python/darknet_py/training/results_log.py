@@ -5,7 +5,8 @@ Columns: iteration, images (seen), loss, avg_loss, learning_rate, seconds (the i
 images_per_second (over the run so far, as the log line), loss_scale (fp16; 1 otherwise), map50 (on
 the rows where mAP@0.5 was measured, empty elsewhere), then per [yolo] head h<layer>_<figure> for the
 figures of Darknet's `Region` lines: loss, avg_iou, class, obj, no_obj, recall50, recall75, count.
-A resumed run (start iteration > 0) appends to the file it finds; a new run starts it over.
+A resumed run (start iteration > 0) appends to the file it finds, after dropping the rows past its start
+(a run killed after its last save logged iterations it will run again); a new run starts it over.
 
 tensorboardX (MIT) rather than torch.utils.tensorboard: it writes the same event files without
 PyTorch, and the reader is TensorBoard itself (`tensorboard --logdir <backup>/tensorboard`).
@@ -31,12 +32,14 @@ class ResultsLog:
     """Writes a row per iteration (add) to backup/results.csv, flushed each row (a crash loses no row
     written), and the scalars to TensorBoard events where tensorboardX imports."""
 
-    def __init__(self, backup: str, heads: List[int], resume: bool, tensorboard: bool = True) -> None:
+    def __init__(self, backup: str, heads: List[int], start: int, tensorboard: bool = True) -> None:
         self.path = os.path.join(backup, CSV_NAME)
         self.columns = BASE_COLUMNS + head_columns(heads)
-        append = resume and os.path.isfile(self.path) and self._header() == self.columns
+        append = start > 0 and os.path.isfile(self.path) and self._header() == self.columns
+        if append:
+            self._keep_rows_up_to(start)
         self._file = open(self.path, "a" if append else "w", newline="", encoding="utf-8")
-        self._csv = csv.writer(self._file)
+        self._csv = csv.writer(self._file, lineterminator="\n")
         if not append:
             self._csv.writerow(self.columns)
             self._file.flush()
@@ -50,6 +53,17 @@ class ResultsLog:
             else:
                 self.events = os.path.join(backup, TENSORBOARD_DIR)
                 self._tb = SummaryWriter(self.events)
+
+    def _keep_rows_up_to(self, iteration: int) -> None:
+        """Rewrites the file with its header and the whole rows of iterations up to `iteration`."""
+        from ..outputs.files import write_text
+
+        with open(self.path, newline="", encoding="utf-8") as f:
+            text = f.read()
+        lines = [ln.rstrip("\r") for ln in text.split("\n")[:-1]]  # whole lines only: a cut last one is dropped
+        keep = [lines[0]] + [ln for ln in lines[1:] if ln.split(",")[0].isdigit() and int(ln.split(",")[0]) <= iteration
+                             and len(next(csv.reader([ln]))) == len(self.columns)]
+        write_text(self.path, "".join(ln + "\n" for ln in keep))
 
     def _header(self) -> List[str]:
         with open(self.path, newline="", encoding="utf-8") as f:

@@ -457,7 +457,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
     ch = Chart(os.path.join(backup, CHART_NAME), total, title=f"{base}  batch {batch}") if chart else None
     if ch is not None:
         result.chart = ch.save()
-    log = ResultsLog(backup, list(raw.yolo_layers), resume=start > 0) if is_root else None
+    log = ResultsLog(backup, list(raw.yolo_layers), start) if is_root else None
     if save_every is None:
         save_every = 1000 if total <= 10000 else 10000
     path_last = os.path.join(backup, f"{base}_last.weights")
