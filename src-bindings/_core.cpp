@@ -258,13 +258,19 @@ struct DetectionRow {
     float conf, x, y, w, h;
 };
 
-std::vector<DetectionRow> detection_rows(const std::vector<Detection>& dets, int width, int height, float thresh) {
+// clip: boxes clipped to the image, and those left empty dropped; without, the boxes as Darknet's
+// `detector map` matches them (validate_detector_map takes dets[i].bbox as it is)
+std::vector<DetectionRow> detection_rows(const std::vector<Detection>& dets, int width, int height, float thresh,
+                                         bool clip = true) {
     std::vector<DetectionRow> rows;
     float W = (float)width, H = (float)height;
     for (const Detection& d : dets) {
-        float x0 = std::max(0.0f, (d.box.x - d.box.w / 2) * W), y0 = std::max(0.0f, (d.box.y - d.box.h / 2) * H);
-        float x1 = std::min(W, (d.box.x + d.box.w / 2) * W), y1 = std::min(H, (d.box.y + d.box.h / 2) * H);
-        if (x1 <= x0 || y1 <= y0) continue;
+        float x0 = (d.box.x - d.box.w / 2) * W, y0 = (d.box.y - d.box.h / 2) * H;
+        float x1 = (d.box.x + d.box.w / 2) * W, y1 = (d.box.y + d.box.h / 2) * H;
+        if (clip) {
+            x0 = std::max(0.0f, x0), y0 = std::max(0.0f, y0), x1 = std::min(W, x1), y1 = std::min(H, y1);
+            if (x1 <= x0 || y1 <= y0) continue;
+        }
         for (size_t k = 0; k < d.prob.size(); ++k)
             if (d.prob[k] > thresh) rows.push_back(DetectionRow{(int)k, d.prob[k], x0, y0, x1 - x0, y1 - y0});
     }
@@ -815,7 +821,7 @@ PYBIND11_MODULE(_core, m) {
             return d;
         }, "Gradient accumulators of layer i, 4-D (live views on the CPU, copies on a GPU).")
         .def("detect", [](Network& n, const FloatArray& x, std::vector<std::pair<int, int>> sizes, float thresh,
-                          float nms_thresh, bool letterbox, const std::string& postproc) { auto lk = lock_net(n);
+                          float nms_thresh, bool letterbox, const std::string& postproc, bool clip) { auto lk = lock_net(n);
             check_ndim("detect", "x", x, 4);
             if ((int)sizes.size() != x.shape(0))
                 bad_arg("detect", "sizes", "one (width, height) per image (" + std::to_string(x.shape(0)) + ")",
@@ -829,7 +835,7 @@ PYBIND11_MODULE(_core, m) {
                 const YoloSpec& last = n.yolo(n.yolo_layers().back()).spec;
                 for (size_t b = 0; b < sizes.size(); ++b) {
                     if (nms_thresh > 0) nms(all[b], nms_thresh, last.nms_kind, last.beta_nms);
-                    r[b] = detection_rows(all[b], sizes[b].first, sizes[b].second, thresh);
+                    r[b] = detection_rows(all[b], sizes[b].first, sizes[b].second, thresh, clip);
                 }
                 return r;
             };
@@ -859,7 +865,7 @@ PYBIND11_MODULE(_core, m) {
             }
             return out;
         }, py::arg("x"), py::arg("sizes"), py::arg("thresh"), py::arg("nms"), py::arg("letterbox"),
-           py::arg("postproc") = "device",
+           py::arg("postproc") = "device", py::arg("clip") = true,
            "postproc: 'device' (the backend decodes, only candidates come down), 'cpu' (the heads come down, "
            "decoded on the host) or 'compare' (both; DarknetError at the first difference, else the device's).");
     bind_test_devices(m);

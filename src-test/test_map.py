@@ -112,7 +112,7 @@ def test_counts_at_thresh_follow_darknets_collection_order():
     r = evaluate(COUNT_IMAGES, 1, thresh=0.25)
     assert (r.tp, r.fp, r.fn) == (1, 2, 1) and (r.classes[0].tp, r.classes[0].fp) == (1, 2)
     assert r.precision == approx(F(1, 3)) and r.recall == approx(F(1, 2)) and r.f1 == approx(F(2, 5))
-    assert r.avg_iou == approx(F(4, 15))
+    assert r.avg_iou == approx(F(4, 15)) and r.classes[0].avg_iou == approx(F(4, 15))  # Darknet's AvgIoU column
     assert r.map == 1.0 and r.counts == "darknet"
     assert "TP = 1, FP = 2, FN = 1, average IoU = 26.67 %" in r.report()
 
@@ -139,6 +139,70 @@ def test_detections_come_in_darknets_nms_order():
     last = [d.confidence for d in dets if d.class_id == net.classes - 1]
     assert len(last) >= 2, "the sample image should give several low-confidence stars"
     assert last == sorted(last, reverse=True)
+
+
+class _BorderNet:
+    """A detector whose one box sticks out of a 10x10 image on the left: (-6, 0) to (4, 10)."""
+
+    input_size = (10, 10)
+
+    def detect(self, image, thresh, nms, letterbox, clip=True):
+        from darknet_py.network import Detection
+
+        x0 = 0.0 if clip else -6.0
+        return [Detection(0, "circle", 0.9, x0, 0.0, 4.0 - x0, 10.0)]
+
+
+def test_boxes_are_matched_unclipped_as_darknet_does():
+    # validate_detector_map (hank-ai's detector_map_calculations_thread, AlexeyAB's detector.c) takes
+    # box_iou(dets[i].bbox, truth) on the box as predicted, not clipped to the image.
+    # Truth (0,0,4,10); the box (-6,0,10,10): intersection 4x10 = 40, union 100 + 40 - 40 = 100,
+    # IoU .4 -> FP at .5 (clipped to (0,0,4,10) it would be IoU 1, a TP).
+    from darknet_py.evaluation.evaluate import network_detections
+
+    dets = network_detections(_BorderNet(), np.zeros((10, 10, 3), np.uint8), False)
+    assert dets == [Box(0, 0.9, -0.6, 0.0, 1.0, 1.0)]
+    r = evaluate([(dets, [Truth(0, 0, 0, 0.4, 1.0)])], 1)
+    assert (r.tp, r.fp, r.fn) == (0, 1, 1) and r.map == 0.0
+    assert evaluate([(dets, [Truth(0, 0, 0, 0.4, 1.0)])], 1, iou_thresh=0.39).tp == 1
+
+
+def test_unclipped_detections_clip_to_the_clipped_ones():
+    from darknet_py.model_files.demo import demo_files, demo_network
+
+    net = demo_network("cpu")
+    image = cv2.imread(demo_files()["image"])
+    image = np.ascontiguousarray(image[:, image.shape[1] // 3:])  # cuts shapes at the left border
+    h, w = image.shape[:2]
+    clipped, raw = net.detect(image, 0.005, 0.45), net.detect(image, 0.005, 0.45, clip=False)
+    outside = [d for d in raw if d.x < 0 or d.y < 0 or d.x + d.w > w or d.y + d.h > h]
+    assert len(outside) >= 2, "the cropped sample gives boxes past the border at thresh .005"
+    kept = [d for d in raw if min(d.x + d.w, w) > max(d.x, 0) and min(d.y + d.h, h) > max(d.y, 0)]
+    assert len(kept) == len(clipped)
+    for a, b in zip(kept, clipped):
+        x0, y0 = max(a.x, 0), max(a.y, 0)
+        assert (a.class_id, a.confidence) == (b.class_id, b.confidence)
+        assert (x0, y0, min(a.x + a.w, w) - x0, min(a.y + a.h, h) - y0) == pytest.approx(b.box, abs=1e-3)
+
+
+def test_opencv_resize_is_hank_ais_load_image():
+    # hank-ai's detector map loads each image with Darknet::load_image(path, net.w, net.h):
+    # cv::resize(..., INTER_LINEAR_EXACT) straight to the network size, letter_box ignored
+    from darknet_py.evaluation.evaluate import network_detections
+    from darknet_py.model_files.demo import demo_files, demo_network
+
+    net = demo_network("cpu")
+    image = cv2.imread(demo_files()["image"])
+    h, w = image.shape[:2]
+    resized = cv2.resize(image, net.input_size, interpolation=cv2.INTER_LINEAR_EXACT)
+    nw, nh = net.input_size
+    want = [Box(d.class_id, d.confidence, d.x / nw, d.y / nh, d.w / nw, d.h / nh)
+            for d in net.detect(resized, 0.005, 0.45, clip=False)]
+    for letterbox in (False, True):
+        assert network_detections(net, image, letterbox, "opencv") == want
+    assert (w, h) != (nw, nh) and network_detections(net, image, False) != want
+    with pytest.raises(ValueError, match="resize"):
+        network_detections(net, image, False, "area")
 
 
 def test_coco_mean_over_iou_thresholds():

@@ -272,13 +272,13 @@ class Network:
         return self._net.pin_memory(_as_blob(blob))
 
     def detect(self, image: np.ndarray, thresh: float = 0.25, nms: float = 0.45,
-               letterbox: bool = False, postproc: str = "device") -> List[Detection]:
-        """Detects objects in one BGR uint8 image (as cv2.imread returns it). postproc: see detect_blob."""
-        return self.detect_batch([image], thresh, nms, letterbox, postproc)[0]
+               letterbox: bool = False, postproc: str = "device", clip: bool = True) -> List[Detection]:
+        """Detects objects in one BGR uint8 image (as cv2.imread returns it). postproc, clip: see detect_blob."""
+        return self.detect_batch([image], thresh, nms, letterbox, postproc, clip)[0]
 
     @_serialized
     def detect_batch(self, images: Iterable[np.ndarray], thresh: float = 0.25, nms: float = 0.45,
-                     letterbox: bool = False, postproc: str = "device") -> List[List[Detection]]:
+                     letterbox: bool = False, postproc: str = "device", clip: bool = True) -> List[List[Detection]]:
         """Detects objects in several images (any iterable: a list, a generator) in one forward pass;
         one list of detections per image."""
         _check_postproc(postproc)
@@ -287,22 +287,25 @@ class Network:
             return []
         blob = np.stack([self.preprocess(im, letterbox) for im in images])
         sizes = [(im.shape[1], im.shape[0]) for im in images]
-        return self.detect_blob(blob, sizes, thresh, nms, letterbox, postproc)
+        return self.detect_blob(blob, sizes, thresh, nms, letterbox, postproc, clip)
 
     @_serialized
     def detect_blob(self, blob: np.ndarray, sizes: Sequence[Tuple[int, int]], thresh: float = 0.25,
-                    nms: float = 0.45, letterbox: bool = False, postproc: str = "device") -> List[List[Detection]]:
+                    nms: float = 0.45, letterbox: bool = False, postproc: str = "device",
+                    clip: bool = True) -> List[List[Detection]]:
         """Detections from an already preprocessed NxCxHxW blob; `sizes` are the original (width, height).
 
         postproc: "device" (default) decodes, thresholds and compacts on the network's backend, so only the
         candidates come down; "cpu" downloads the yolo heads and decodes on the host; "compare" runs both and
         raises DarknetError at the first difference (class, confidence beyond 1e-4, box beyond 1e-3 px, a
-        missing or extra detection), else returns the device's result."""
+        missing or extra detection), else returns the device's result. clip: boxes clipped to the image
+        (those left empty dropped); clip=False gives them as the network predicts them, as Darknet's
+        `detector map` matches them."""
         _check_postproc(postproc)
         if not 0 <= thresh < 1:
             raise DarknetError(f"thresh must be in [0, 1), got {thresh}")
         raw = self._net.detect(np.ascontiguousarray(blob, dtype=np.float32), [tuple(map(int, s)) for s in sizes],
-                               float(thresh), float(nms), bool(letterbox), postproc)
+                               float(thresh), float(nms), bool(letterbox), postproc, bool(clip))
         names = self.names
         return [[Detection(c, names[c] if c < len(names) else str(c), float(p), x, y, w, h)
                  for (c, p, x, y, w, h) in per_image] for per_image in raw]

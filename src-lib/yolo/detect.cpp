@@ -8,6 +8,7 @@
 
 #include "../kernels/yolo_decode.h"
 #include "../kernels/yolo_loss.h"
+#include "gnu_sort.h"
 #include "loss.h"
 
 namespace dn {
@@ -70,9 +71,11 @@ std::vector<Detection> get_detections(const Network& net, const LayerOutputs& ou
         int lw = l.out.w, lh = l.out.h, plane = lw * lh, entries = 5 + s.classes;
         const float* x = t.data() + (size_t)b * l.out.sample();
         size_t first = dets.size();
-        for (int i = 0; i < plane; ++i) {
-            int row = i / lw, col = i % lw;
-            for (int n = 0; n < (int)s.mask.size(); ++n) {
+        // hank-ai's Darknet's order (get_network_boxes: yolo_num_detections_v3 lists anchor by anchor,
+        // each over the locations), which its NMS sort starts from (AlexeyAB's: location by location)
+        for (int n = 0; n < (int)s.mask.size(); ++n) {
+            for (int i = 0; i < plane; ++i) {
+                int row = i / lw, col = i % lw;
                 int base = n * entries * plane + i;
                 float obj = x[base + 4 * plane];
                 if (!(obj > thresh)) continue;
@@ -154,12 +157,16 @@ Candidates yolo_candidates(Network& net, const LayerOutputs& outputs, float thre
             std::vector<float>& recs = hc.images[b];
             recs.resize((size_t)count * a.record);
             copy_to_host(l.candidates, (size_t)b * per_image * a.record, recs.size(), recs.data());
-            // Darknet's order: by flat index (a device's atomic slots come in any order)
+            // Darknet's order (a device's atomic slots come in any order): anchor by anchor, each over
+            // the locations, as hank-ai's get_network_boxes lists them (the same as get_detections)
             std::vector<int> order(count);
-            for (int k = 0; k < count; ++k) order[k] = k;
-            std::sort(order.begin(), order.end(), [&](int p, int q) {
-                return recs[(size_t)p * a.record + YOLO_CAND_INDEX] < recs[(size_t)q * a.record + YOLO_CAND_INDEX];
-            });
+            std::vector<int64_t> key(count);
+            for (int k = 0; k < count; ++k) {
+                int64_t flat = (int64_t)recs[(size_t)k * a.record + YOLO_CAND_INDEX];  // loc * anchors_used + n
+                key[k] = (flat % a.anchors_used) * a.plane + flat / a.anchors_used;
+                order[k] = k;
+            }
+            std::sort(order.begin(), order.end(), [&](int p, int q) { return key[p] < key[q]; });
             std::vector<float> sorted(recs.size());
             for (int k = 0; k < count; ++k)
                 std::copy_n(recs.begin() + (size_t)order[k] * a.record, a.record, sorted.begin() + (size_t)k * a.record);
@@ -193,18 +200,27 @@ std::vector<Detection> get_detections(const Network& net, const Candidates& cand
 }
 
 void nms(std::vector<Detection>& dets, float thresh, NmsKind kind, float beta_nms) {
-    // Darknet drops detections with zero objectness before sorting.
-    dets.erase(std::remove_if(dets.begin(), dets.end(), [](const Detection& d) { return d.objectness == 0; }),
-               dets.end());
+    // Darknet (do_nms_sort, diounms_sort) first swaps each detection with zero objectness with the
+    // last one not yet swapped (which reorders the others), then sorts and suppresses the others only;
+    // we drop the zero ones (ours have none: get_detections keeps obj > thresh >= 0).
+    size_t kept = dets.size();
+    for (size_t i = 0; i < kept;) {
+        if (dets[i].objectness == 0) std::swap(dets[i], dets[--kept]);
+        else ++i;
+    }
+    dets.resize(kept);
     if (dets.empty()) return;
     int classes = (int)dets[0].prob.size();
-    // Darknet sorts the detection array itself, class after class, so each pass starts from the
-    // previous pass's order and the array ends sorted by the last class, ties by the classes before
-    // (glibc's qsort is a stable merge sort). That final order is the order `detector map` collects
-    // detections in, which decides its TP/FP counts at the threshold, so we return it too.
     size_t n = dets.size();
     std::vector<size_t> order(n), rank(n);
     for (size_t i = 0; i < n; ++i) order[i] = i;
+    // Darknet sorts the detection array itself, class after class, so each pass starts from the
+    // previous pass's order and the array ends sorted by the last class; the ties (most boxes have no
+    // probability for that class) are left in the order of the sort algorithm: hank-ai's Darknet sorts
+    // with std::sort, so we sort as GCC's std::sort does (gnu_sort.h), everywhere. That final order is
+    // the order `detector map` collects detections in, which decides its TP/FP counts at the threshold
+    // (evaluate.py), so we return it too. (AlexeyAB's Darknet sorts with qsort, whose ties depend on the
+    // C library: glibc's merge sort up to 2.36 keeps them in place.)
     // Darknet compares every later box with every box, for every class (n^2/2 x classes IoUs: 257
     // million for yolov3-tiny at --thresh 0). Boxes that do not intersect have IoU 0 and DIoU <= 0, so
     // with thresh >= 0 they never suppress each other: list the intersecting pairs once (n^2/2 cheap
@@ -225,10 +241,8 @@ void nms(std::vector<Detection>& dets, float thresh, NmsKind kind, float beta_nm
     for (size_t p = 0; p < pairs.size(); p += 2)
         touching[fill[pairs[p]]++] = pairs[p + 1], touching[fill[pairs[p + 1]]++] = pairs[p];
     for (int k = 0; k < classes; ++k) {
-        // stable: ties keep the previous order, so results do not depend on the sort implementation;
         // the keys are this class's probabilities before this pass suppresses any of them
-        std::stable_sort(order.begin(), order.end(),
-                         [&](size_t a, size_t b) { return dets[a].prob[k] > dets[b].prob[k]; });
+        gnu_sort(order.data(), order.data() + n, [&](size_t a, size_t b) { return dets[b].prob[k] < dets[a].prob[k]; });
         for (size_t i = 0; i < n; ++i) rank[order[i]] = i;
         for (size_t i = 0; i < n; ++i) {
             const Detection& a = dets[order[i]];

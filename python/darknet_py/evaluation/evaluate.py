@@ -4,8 +4,9 @@
 Darknet's rules, as implemented here:
 - Detections are collected at confidence .005 after NMS .45, one per (box, class above .005), and
   ranked by confidence across all images. Ties keep the collection order (image order, then the
-  detector's order): Darknet sorts with qsort, whose order for ties is unspecified; glibc's
-  merge-sort qsort (before 2.37) keeps input order, which is what a stable sort reproduces.
+  detector's order): AlexeyAB's Darknet sorts with qsort, whose order for ties is unspecified;
+  glibc's merge-sort qsort (before 2.37) keeps input order, which is what a stable sort reproduces
+  (hank-ai's: see the last point).
 - A detection's truth is the truth of the same class in the same image with the highest IoU,
   provided that IoU is strictly above the IoU threshold (Darknet: `current_iou > iou_thresh`).
   In rank order it is a TP if that truth is not matched yet, else a FP (a duplicate); it never
@@ -16,27 +17,32 @@ Darknet's rules, as implemented here:
 - mAP is the mean over ALL classes of the network: Darknet divides by `classes`, so a class without
   ground truth (AP 0 by its formulas: recall is always 0) still counts, and lowers mAP.
 - At the confidence threshold (--thresh, strictly above as Darknet does) TP, FP, precision, recall,
-  F1 and average IoU; the average IoU is the sum of the TPs' IoUs over TP+FP, as Darknet prints it.
-  Darknet counts these while it collects the detections, image by image, not in rank order: a
-  detection above the threshold is a FP when a detection collected before it in the same image
-  (whatever its confidence, even one below the threshold) has the same best truth. Its collection
-  order is the order of the detection array after do_nms_sort (sorted by the last class's
-  probability, ties by the classes before), then the classes in order; Network.detect returns
-  detections in that order, and `add` takes each image's detections in the order given.
-  counts="ranked" instead gives each truth to its most confident match (the AP's rule), which
-  counts a TP wherever the AP does: Darknet's rule can count fewer TPs.
-  The rule is hank-ai Darknet's src-lib/detector_map.cpp (commit f684e1d, lines 440-504):
-      if (current_iou > shared_info.iou_threshold and current_iou > best_iou)
-          { best_iou = current_iou; truth_index = shared_info.unique_truth_count + j; }
-      ...
-      if (probability > shared_info.thresh_calc_avg_iou) {
-          // only detections of this image, those added since checkpoint_box_probabilities
-          for (z = checkpoint_box_probabilities; z < current_count - 1; ++z)
-              if (shared_info.box_probabilities[z].unique_truth_index == truth_index) found = true;
-          if (truth_index > -1 and found == false) { avg_iou += best_iou; tp_for_thresh++; }
-          else fp_for_thresh++;
-      }
-  and line 785: avg_iou /= (tp_for_thresh + fp_for_thresh).
+  F1 and average IoU; the average IoU is the sum of the TPs' IoUs over TP+FP, as Darknet prints it
+  (per class too: its AvgIoU column). Darknet counts these while it collects the detections, image
+  by image, not in rank order (hank-ai's src-lib/detector_map.cpp, detector_map_calculations_thread;
+  AlexeyAB's validate_detector_map): a detection above the threshold is a FP when a detection
+  collected before it in the same image (whatever its confidence, even one below the threshold) has
+  the same best truth. counts="ranked" instead gives each truth to its most confident match (the
+  AP's rule), which counts a TP wherever the AP does: Darknet's rule can count fewer TPs.
+- So the collection order matters. It is the order of the detection array after NMS, then the
+  classes in order, and Network.detect returns it: hank-ai's get_network_boxes lists each [yolo]
+  layer's boxes anchor by anchor, each over the locations (yolo_num_detections_v3), and
+  do_nms_sort / diounms_sort sort the array class after class with std::sort, which leaves it sorted
+  by the last class and its ties (most boxes have no probability for that class) in the order GCC's
+  std::sort gives them; src-lib/yolo/detect.cpp does the same on every platform (gnu_sort.h).
+  AlexeyAB's Darknet lists the boxes location by location and sorts with qsort (glibc's merge sort up
+  to 2.36 keeps ties in place), so its counts may differ from hank-ai's by a few; we follow hank-ai.
+- The boxes are matched as predicted, not clipped to the image (Darknet takes dets[i].bbox).
+- Images: AlexeyAB's validation resizes with Darknet's resize_image (letterbox_image with the cfg's
+  letter_box), as our detect and training do: resize="darknet", the default. hank-ai's Darknet V5
+  loads each image with OpenCV's cv::resize INTER_LINEAR_EXACT straight to the network size
+  (Darknet::load_image in its loading thread) and then corrects the boxes for a letterbox of an image
+  of the network's size, which changes nothing: its code ignores letter_box, though its cfg option
+  (and the LETTERBOX_DATA branch around get_network_boxes) means letterboxing. resize="opencv"
+  (`map --resize opencv`) reproduces it; tools/darknet_map_compare.py runs hank-ai's `detector map`
+  beside ours that way and matches it to every printed digit on the synthetic sets.
+- Ties of equal confidence in the AP's ranking keep collection order here; hank-ai ranks with
+  std::sort over its analysis order, which follows its threads' timing, so not reproducible.
 
 Beyond Darknet: per class FN, precision and recall at the threshold; the confusion matrix
 (confusion.py, from the same TP flags, so its diagonal is the TP count); `compute_map(plots=DIR)`
@@ -69,6 +75,7 @@ from ..devices import add_device_option, add_precision_option
 
 VALID_POINTS = (0, 11, 101)
 COUNTS = ("darknet", "ranked")  # how TP/FP at the confidence threshold are counted (module doc)
+RESIZES = ("darknet", "opencv")  # how the images are brought to the network size (network_detections)
 COLLECT_THRESH = 0.005  # Darknet's validate_detector_map collects detections above this
 NMS_THRESH = 0.45
 # COCO's IoU thresholds .50:.05:.95, written as k/100 so that e.g. .80 is the same double as 80/100
@@ -132,6 +139,7 @@ class ClassResult:
     fn: int = 0  # truths - tp
     precision: float = 0.0  # tp / (tp + fp) at the confidence threshold (0 without detections)
     recall: float = 0.0  # tp / truths
+    avg_iou: float = 0.0  # the TPs' IoUs summed over tp + fp at the confidence threshold (Darknet's AvgIoU column)
 
 
 @dataclass
@@ -279,7 +287,8 @@ class Accumulator:
             classes.append(ClassResult(c, self.names[c] if c < len(self.names) else str(c), float(aps[c]),
                                        n_tp_c, n_fp_c, n_truth_c, int(np.sum(cls == c)), n_truth_c - n_tp_c,
                                        n_tp_c / (n_tp_c + n_fp_c) if n_tp_c + n_fp_c else 0.0,
-                                       n_tp_c / n_truth_c if n_truth_c else 0.0))
+                                       n_tp_c / n_truth_c if n_truth_c else 0.0,
+                                       float(np.sum(iou[tp_t & (cls == c)])) / (n_tp_c + n_fp_c) if n_tp_c + n_fp_c else 0.0))
         n_tp, n_fp = int(tp_t.sum()), int(fp_t.sum())
         precision = n_tp / (n_tp + n_fp) if n_tp + n_fp else 0.0  # Darknet prints nan here
         recall = n_tp / self.n_truths if self.n_truths else 0.0
@@ -366,11 +375,28 @@ def _prefetched(paths: Sequence[str], ahead: int = 4) -> Iterator[Tuple[str, Uni
             futures[i] = None  # type: ignore[call-overload]  # free the image
 
 
-def network_detections(net: Any, image: np.ndarray, letterbox: bool) -> List[Box]:
-    """The network's detections with Darknet's validation settings, in fractions of the image."""
+def network_detections(net: Any, image: np.ndarray, letterbox: bool, resize: str = "darknet") -> List[Box]:
+    """The network's detections with Darknet's validation settings, in fractions of the image, not
+    clipped to it (Darknet matches the boxes as predicted: a box past the border keeps its IoU).
+
+    resize "darknet": Darknet's resize_image (or its letterbox), as AlexeyAB's validate_detector_map
+    and our detect do. "opencv": as hank-ai's Darknet V5 `detector map` (detector_map.cpp's loading
+    thread, Darknet::load_image): OpenCV's cv::resize with INTER_LINEAR_EXACT straight to the network
+    size, so letter_box is ignored (its correction of the boxes then sees an image of the network's
+    size, which it leaves as they are)."""
+    if resize not in RESIZES:
+        raise ValueError(f"resize must be one of {', '.join(RESIZES)}, got {resize!r}")
     h, w = image.shape[:2]
+    if resize == "opencv":
+        import cv2
+
+        nw, nh = net.input_size
+        if (w, h) != (nw, nh):
+            image = cv2.resize(image, (nw, nh), interpolation=cv2.INTER_LINEAR_EXACT)
+            w, h = nw, nh  # the boxes come in its pixels; as fractions they are the original's
+        letterbox = False
     return [Box(d.class_id, d.confidence, d.x / w, d.y / h, d.w / w, d.h / h)
-            for d in net.detect(image, COLLECT_THRESH, NMS_THRESH, letterbox)]
+            for d in net.detect(image, COLLECT_THRESH, NMS_THRESH, letterbox, clip=False)]
 
 
 def compute_map(data: str, cfg: Optional[str] = None, weights: Optional[str] = None, *,
@@ -378,18 +404,22 @@ def compute_map(data: str, cfg: Optional[str] = None, weights: Optional[str] = N
                 classes: Optional[int] = None, iou_thresh: float = 0.5, points: int = 0, thresh: float = 0.25,
                 letterbox: Optional[bool] = None, device: Optional[str] = None, coco: bool = True,
                 progress: bool = True, verbose: bool = False, counts: str = "darknet",
-                plots: Optional[str] = None, save_errors: Optional[str] = None) -> MapResult:
+                plots: Optional[str] = None, save_errors: Optional[str] = None, resize: str = "darknet") -> MapResult:
     """mAP of a detector on the `valid` list of the .data file `data`.
 
     The detector is, in order of precedence: `detections_for(image_path)` returning boxes
     (class_id, confidence, x, y, w, h, top-left, in fractions of the image size); `network` (a
     darknet_py.Network, e.g. the one being trained); or Network(cfg, weights). The network is run
     with Darknet's validation settings (thresh .005, NMS .45, letterbox per the cfg's [net]
-    letter_box unless `letterbox` is given). `verbose` prints Darknet's report to stdout. `plots`: a
-    folder for the evaluation plots (plots.PLOT_FILES); `save_errors`: a folder for the images with
-    false positives or negatives at `thresh`, drawn (error_images.py)."""
+    letter_box unless `letterbox` is given; `resize`: see network_detections). `verbose` prints
+    Darknet's report to stdout. `plots`: a folder for the evaluation plots (plots.PLOT_FILES);
+    `save_errors`: a folder for the images with false positives or negatives at `thresh`, drawn
+    (error_images.py)."""
     from ..data.darknet_files import label_path_for, read_data_file, read_image_list, read_names_file
     from ..commands.progress import Progress
+
+    if resize not in RESIZES:
+        raise ValueError(f"resize must be one of {', '.join(RESIZES)}, got {resize!r}")
 
     spec = read_data_file(data)
     key = "valid" if spec.valid else "train"  # Darknet falls back to the train list too
@@ -459,7 +489,7 @@ def compute_map(data: str, cfg: Optional[str] = None, weights: Optional[str] = N
                     bar.update()
                 continue
             else:
-                dets = network_detections(network, image, bool(letterbox))
+                dets = network_detections(network, image, bool(letterbox), resize)
             acc.add(dets, read_truths(label_path_for(path), n_classes, warn))
             evaluated.append(path)
             if bar is not None:
@@ -526,6 +556,10 @@ def add_parser(sub: Any, formatter: Any) -> argparse.ArgumentParser:
     p.add_argument("--thresh", type=unit_interval, default=0.25,
                    help="confidence threshold for TP/FP, precision, recall, F1, IoU (default: %(default)s)")
     p.add_argument("--letterbox", action="store_true", help="letterbox even if the cfg has no letter_box=1")
+    p.add_argument("--resize", choices=RESIZES, default="darknet",
+                   help="`darknet`: Darknet's resize_image, as AlexeyAB's Darknet and `detect`; `opencv`: OpenCV's\n"
+                        "INTER_LINEAR_EXACT straight to the network size (no letterbox), as hank-ai's Darknet V5\n"
+                        "`detector map` (default: %(default)s)")
     p.add_argument("--counts", choices=COUNTS, default="darknet",
                    help="TP/FP at --thresh: `darknet` counts as Darknet does (a detection is a FP when one collected\n"
                         "before it in the same image, of any confidence, has its truth); `ranked` gives each truth to\n"
@@ -565,7 +599,8 @@ def cmd_map(args: argparse.Namespace) -> int:
         warnings.simplefilter("always")
         result = compute_map(args.data, network=net, iou_thresh=args.iou_thresh, points=args.points,
                              thresh=args.thresh, letterbox=True if args.letterbox else None, verbose=True,
-                             counts=args.counts, plots=args.plots, save_errors=args.save_errors)
+                             counts=args.counts, plots=args.plots, save_errors=args.save_errors,
+                             resize=getattr(args, "resize", "darknet"))
     for w in caught:
         print(f"warning: {w.message}", file=sys.stderr)
     if args.json:
