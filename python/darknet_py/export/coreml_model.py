@@ -41,7 +41,7 @@ import numpy as np
 from .._core import DarknetError
 from .coreml_layers import CONVERTERS, Context
 from .coreml_pipeline import add_decode, make_pipeline
-from .layer_common import layer_specs
+from .layer_common import check_thresholds, input_size, layer_specs
 
 MINIMUM_TARGET = "macOS13"
 PREVIEW_TYPE = "com.apple.coreml.model.preview.type"  # Xcode's preview: an object detector
@@ -124,27 +124,15 @@ def export_coreml(network: Any, path: str, size: Optional[Tuple[int, int]] = Non
     ct = require_coremltools()
     if precision not in ("fp32", "fp16"):
         raise DarknetError(f"Core ML export precision must be fp32 or fp16, got {precision!r}")
-    if not 0 <= thresh < 1:
-        raise DarknetError(f"thresh must be in [0, 1), got {thresh}")
-    if not 0 <= nms <= 1:
-        raise DarknetError(f"nms must be in [0, 1], got {nms}")
+    check_thresholds(thresh, nms)
     net = network._net
-    old = (net.width, net.height)
-    if size is not None:
-        w, h = (int(v) for v in size)
-        if w < 1 or h < 1:
-            raise DarknetError(f"size must be positive, got {w}x{h}")
-        net.resize_input(w, h)
-    try:
+    with input_size(net, size):
         program, candidates = build_program(ct, net, thresh, on_layer)
         c, h, w = net.channels, net.height, net.width
         classes = net.yolo_info(net.yolo_layers[0])["classes"]
         layers = len(net.layers())
         parameters = sum(int(np.prod(v.shape)) for i, info in enumerate(net.layers()) if info["type"] == "conv"
                          for k, v in net.params(i).items() if k in ("weights", "biases"))
-    finally:
-        if size is not None:
-            net.resize_input(*old)
     labels = [network.names[k] if k < len(network.names) else str(k) for k in range(classes)]
     image = ct.ImageType(name="image", shape=(1, c, h, w), scale=1 / 255.0, color_layout=ct.colorlayout.RGB)
     compute = ct.precision.FLOAT16 if precision == "fp16" else ct.precision.FLOAT32

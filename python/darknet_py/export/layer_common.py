@@ -4,8 +4,9 @@ pooling/convolution padding arithmetic, and the constants of the yolo decode (gr
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -128,3 +129,28 @@ def decode_grid(info: Dict[str, Any], shape: Sequence[int]) -> Tuple[np.ndarray,
     row = np.repeat(cells // w, anchors).astype(np.float32)
     a = np.asarray(info["anchors"], np.float32).reshape(-1, 2)[info["mask"]]
     return col, row, np.tile(a[:, 0], h * w), np.tile(a[:, 1], h * w)
+
+
+def check_thresholds(thresh: float, nms: float) -> None:
+    """The confidence and NMS thresholds every exporter takes: thresh in [0, 1), nms in [0, 1]."""
+    if not 0 <= thresh < 1:
+        raise DarknetError(f"thresh must be in [0, 1), got {thresh}")
+    if not 0 <= nms <= 1:
+        raise DarknetError(f"nms must be in [0, 1], got {nms}")
+
+
+@contextlib.contextmanager
+def input_size(net: Any, size: Optional[Sequence[int]]) -> Iterator[None]:
+    """The network at `size` (width, height) for the export, its own size restored after; None: as it is."""
+    if size is None:
+        yield
+        return
+    old = (net.width, net.height)
+    w, h = (int(v) for v in size)
+    if w < 1 or h < 1:
+        raise DarknetError(f"size must be positive, got {w}x{h}")
+    net.resize_input(w, h)
+    try:
+        yield
+    finally:
+        net.resize_input(*old)

@@ -19,7 +19,7 @@ import numpy as np
 
 from .._core import DarknetError
 from .onnx_graph import OPSET, Graph, require_onnx
-from .layer_common import layer_specs
+from .layer_common import check_thresholds, input_size, layer_specs
 from .onnx_layers import EXPORTERS, Context
 from .onnx_postprocess import add_postprocess
 
@@ -130,23 +130,11 @@ def export_onnx(network: Any, path: str, size: Optional[Tuple[int, int]] = None,
     onnx = require_onnx()
     if not dynamic_batch and (not isinstance(batch, (int, np.integer)) or batch < 1):
         raise DarknetError(f"batch must be a positive integer, got {batch!r}")
-    if not 0 <= thresh < 1:
-        raise DarknetError(f"thresh must be in [0, 1), got {thresh}")
-    if not 0 <= nms <= 1:
-        raise DarknetError(f"nms must be in [0, 1], got {nms}")
+    check_thresholds(thresh, nms)
     net = network._net
-    old = (net.width, net.height)
-    if size is not None:
-        w, h = (int(v) for v in size)
-        if w < 1 or h < 1:
-            raise DarknetError(f"size must be positive, got {w}x{h}")
-        net.resize_input(w, h)
-    try:
+    with input_size(net, size):
         model, summary = build_model(net, None if dynamic_batch else int(batch), postprocess, thresh, nms, on_layer,
                                      precision=precision)
-    finally:
-        if size is not None:
-            net.resize_input(*old)
     path = os.fspath(path)
     # serialized once (large models take seconds); the checker reads the file back, with shape inference
     external = summary.parameters * (2 if precision == "fp16" else 4) > EXTERNAL_DATA_BYTES
