@@ -539,6 +539,32 @@ def _shortcut_tol(ref, x, froms, weights, wt, norm, dy) -> List[np.ndarray]:
     return tols + [np.broadcast_to(dw_tol, (nin, nch)).ravel()]
 
 
+def maxpool_tie_cases() -> List[Case]:
+    """Max pooling's gradient where the window's maximum is not unique, and where it holds a NaN. Our
+    rule, Darknet's (`val > max` in its maxpool kernels): the first strictly greatest tap in row-major
+    window order takes the whole gradient; a NaN is never greater, so it never wins, and a window with
+    nothing greater than -FLT_MAX passes no gradient. Uniform random floats never tie, so without these
+    cases another rule (every tied tap, the last one, a NaN that wins) would pass the verdict and then
+    change every gradient behind a ReLU (blocks of zeros) or a padded border. Values on a grid of 0.5
+    are exact in fp16 and bf16, so the ties survive half storage."""
+    out = []
+    geometries = [(2, 2, 2, 1), (2, 1, 1, 1), (3, 1, 1, 2), (5, 1, 1, 4), (3, 2, 2, 0)]
+    for k, sy, sx, pad in geometries:
+        n, c, h, w = 2, 3, 9, 11
+        oh, ow = pool_out(h, k, sy, pad), pool_out(w, k, sx, pad)
+        quantised = np.round(trand(n, c, h, w, lo=-1.5, hi=1.5) * 2) / 2  # 7 levels: most windows tie
+        relu = np.maximum(quantised, 0).astype(np.float32)  # blocks of zeros, as behind a ReLU
+        constant = np.full((n, c, h, w), 0.5, np.float32)  # every window one value
+        nan = trand(n, c, h, w)
+        nan.reshape(-1)[::7] = np.nan  # a NaN in most windows
+        nan[0, 0, :3, :3] = np.nan  # windows of NaN only (and padding) pass no gradient
+        for tag, x in (("quantised", quantised.astype(np.float32)), ("relu", relu), ("constant", constant),
+                       ("nan", nan.astype(np.float32))):
+            out.append(Case(f"pool_backward-max-ties-{tag}-k{k}-s{sy}{sx}-p{pad}", "pool_backward",
+                            ("max", x, trand(n, c, oh, ow), k, sy, sx, pad)))
+    return out
+
+
 def training_cases() -> List[Case]:
     out = []
     # conv backward on every geometry of the forward parity (K > 256, N > 3072, groups, dilation...)
@@ -593,6 +619,7 @@ def training_cases() -> List[Case]:
             x, groups, temp = c.args
             y = np_softmax(x, groups, temp).astype(np.float32)
             out.append(Case("softmax_backward-" + c.id[8:], "softmax_backward", (y, trand(*x.shape), groups, temp)))
+    out += maxpool_tie_cases()
     for n in (1, 37, 5000):  # 5000 crosses the cpu backend's 4096-element blocks
         w, g, m, v = trand(n), trand(n), trand(n, lo=-0.1, hi=0.1), trand(n, lo=0, hi=0.01)
         out.append(Case(f"sgd_update-{n}", "sgd_update", (w, g, m, 0.01, 0.9, 5e-4, 4)))
