@@ -138,54 +138,6 @@ def _cheapest_per_path() -> set:
     return {c.id for c in best.values()}
 
 
-def _maxpool_backward_by_rule(x, dy, k, sy, sx, pad, rule):
-    """Max pooling's gradient in numpy under a tie rule: "first" (ours and Darknet's: the first
-    strictly greatest tap, a NaN never greater), "last" (the last of the tied taps), "all" (every tied
-    tap gets the whole gradient) or "nan_wins" (a NaN in the window takes it, as a max that propagates
-    NaN would)."""
-    dx = np.zeros_like(x, dtype=np.float32)
-    n, c, h, w = x.shape
-    off = -(pad // 2)
-    for b in range(n):
-        for ch in range(c):
-            for oy in range(dy.shape[2]):
-                for ox in range(dy.shape[3]):
-                    taps = [(iy, ix) for iy in range(oy * sy + off, oy * sy + off + k)
-                            for ix in range(ox * sx + off, ox * sx + off + k) if 0 <= iy < h and 0 <= ix < w]
-                    vals = [x[b, ch, iy, ix] for iy, ix in taps]
-                    if rule == "nan_wins" and any(np.isnan(vals)):
-                        winners = [taps[int(np.argmax(np.isnan(vals)))]]
-                    else:
-                        best = max([v for v in vals if v > -np.finfo(np.float32).max], default=None)
-                        tied = [t for t, v in zip(taps, vals) if best is not None and v == best]
-                        winners = {"first": tied[:1], "last": tied[-1:], "all": tied}.get(rule, tied[:1])
-                    for iy, ix in winners:
-                        dx[b, ch, iy, ix] += dy[b, ch, oy, ox]
-    return dx
-
-
-def test_maxpool_tie_cases_fail_every_other_tie_rule(ref):
-    # pool_backward's tie and NaN cases (op_cases.maxpool_tie_cases) are what an MPS path, or any
-    # backend, is judged on: a rule other than ours must fail at least one of them, ours none
-    class ByRule:
-        def __init__(self, rule):
-            self.rule = rule
-
-        def pool_backward(self, kind, x, dy, k, sy, sx, pad):
-            got = _maxpool_backward_by_rule(x, dy, k, sy, sx, pad, self.rule)
-            return got.reshape(np.shape(ref.pool_backward(kind, x, dy, k, sy, sx, pad)))
-
-    cases = [c for c in TRAIN_CASES if c.id.startswith("pool_backward-max-ties-")]
-    assert {c.id.split("-")[3] for c in cases} == {"quantised", "relu", "constant", "nan"}
-    assert all(check_case(ref, ByRule("first"), c).ok for c in cases)
-    for rule in ("last", "all", "nan_wins"):
-        failed = [c.id for c in cases if not check_case(ref, ByRule(rule), c).ok]
-        assert failed, f"the {rule!r} rule passes every tie case"
-    # the uniform random cases alone cannot tell the rules apart: that is why the tie cases exist
-    plain = [c for c in TRAIN_CASES if c.op == "pool_backward" and c.args[0] == "max" and "ties" not in c.id][:5]
-    assert all(check_case(ref, ByRule("all"), c).ok for c in plain)
-
-
 # Oclgrind checks the kernels for races and out-of-bounds accesses; pocl and the cpu backend check
 # every case's values. A gemm or convolution-family case whose path a cheaper case already takes adds
 # no check on Oclgrind, only simulated work (the larger ones took 4 to 16 s each there on 2 cores):
@@ -939,3 +891,51 @@ def test_every_training_op_has_a_gradient_check():
     assert not missing, f"training ops without a finite-difference check: {sorted(missing)}"
     kinds = {c.args[0] for c in TRAIN_CASES if c.op == "pool_backward"}
     assert kinds == {"max", "local_avg", "global_avg", "max_depth"}
+
+
+def _maxpool_backward_by_rule(x, dy, k, sy, sx, pad, rule):
+    """Max pooling's gradient in numpy under a tie rule: "first" (ours and Darknet's: the first
+    strictly greatest tap, a NaN never greater), "last" (the last of the tied taps), "all" (every tied
+    tap gets the whole gradient) or "nan_wins" (a NaN in the window takes it, as a max that propagates
+    NaN would)."""
+    dx = np.zeros_like(x, dtype=np.float32)
+    n, c, h, w = x.shape
+    off = -(pad // 2)
+    for b in range(n):
+        for ch in range(c):
+            for oy in range(dy.shape[2]):
+                for ox in range(dy.shape[3]):
+                    taps = [(iy, ix) for iy in range(oy * sy + off, oy * sy + off + k)
+                            for ix in range(ox * sx + off, ox * sx + off + k) if 0 <= iy < h and 0 <= ix < w]
+                    vals = [x[b, ch, iy, ix] for iy, ix in taps]
+                    if rule == "nan_wins" and any(np.isnan(vals)):
+                        winners = [taps[int(np.argmax(np.isnan(vals)))]]
+                    else:
+                        best = max([v for v in vals if v > -np.finfo(np.float32).max], default=None)
+                        tied = [t for t, v in zip(taps, vals) if best is not None and v == best]
+                        # nan_wins in a window without a NaN: the first, as ours
+                        winners = {"first": tied[:1], "nan_wins": tied[:1], "last": tied[-1:], "all": tied}[rule]
+                    for iy, ix in winners:
+                        dx[b, ch, iy, ix] += dy[b, ch, oy, ox]
+    return dx
+
+
+def test_maxpool_tie_cases_fail_every_other_tie_rule(ref):
+    # pool_backward's tie and NaN cases (op_cases.maxpool_tie_cases) are what an MPS path, or any
+    # backend, is judged on: a rule other than ours must fail at least one of them, ours none
+    class ByRule:
+        def __init__(self, rule):
+            self.rule = rule
+
+        def pool_backward(self, kind, x, dy, k, sy, sx, pad):  # dx in x's shape, as the reference's
+            return _maxpool_backward_by_rule(x, dy, k, sy, sx, pad, self.rule)
+
+    cases = [c for c in TRAIN_CASES if c.id.startswith("pool_backward-max-ties-")]
+    assert {c.id.split("-")[3] for c in cases} == {"quantised", "relu", "constant", "nan"}
+    assert all(check_case(ref, ByRule("first"), c).ok for c in cases)
+    for rule in ("last", "all", "nan_wins"):
+        failed = [c.id for c in cases if not check_case(ref, ByRule(rule), c).ok]
+        assert failed, f"the {rule!r} rule passes every tie case"
+    # the uniform random cases alone cannot tell the rules apart: that is why the tie cases exist
+    plain = [c for c in TRAIN_CASES if c.op == "pool_backward" and c.args[0] == "max" and "ties" not in c.id][:5]
+    assert all(check_case(ref, ByRule("all"), c).ok for c in plain)

@@ -552,14 +552,13 @@ def maxpool_tie_cases() -> List[Case]:
     for k, sy, sx, pad in geometries:
         n, c, h, w = 2, 3, 9, 11
         oh, ow = pool_out(h, k, sy, pad), pool_out(w, k, sx, pad)
-        quantised = np.round(trand(n, c, h, w, lo=-1.5, hi=1.5) * 2) / 2  # 7 levels: most windows tie
-        relu = np.maximum(quantised, 0).astype(np.float32)  # blocks of zeros, as behind a ReLU
+        quantised = (np.round(trand(n, c, h, w, lo=-1.5, hi=1.5) * 2) / 2).astype(np.float32)  # 7 levels: ties
+        relu = np.maximum(quantised, 0)  # blocks of zeros, as behind a ReLU
         constant = np.full((n, c, h, w), 0.5, np.float32)  # every window one value
         nan = trand(n, c, h, w)
         nan.reshape(-1)[::7] = np.nan  # a NaN in most windows
         nan[0, 0, :3, :3] = np.nan  # windows of NaN only (and padding) pass no gradient
-        for tag, x in (("quantised", quantised.astype(np.float32)), ("relu", relu), ("constant", constant),
-                       ("nan", nan.astype(np.float32))):
+        for tag, x in (("quantised", quantised), ("relu", relu), ("constant", constant), ("nan", nan)):
             out.append(Case(f"pool_backward-max-ties-{tag}-k{k}-s{sy}{sx}-p{pad}", "pool_backward",
                             ("max", x, trand(n, c, oh, ow), k, sy, sx, pad)))
     return out
