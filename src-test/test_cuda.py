@@ -36,7 +36,7 @@ def test_real_yolov3_tiny_detects_the_same_as_cpu(yolov3_tiny):
     from test_real_weights import _photos
 
     files = (yolov3_tiny["cfg"], yolov3_tiny["weights"], yolov3_tiny["names"])
-    cpu, gpu = Network(*files, device="cpu"), Network(*files, device=CUDA)
+    cpu, gpu = Network(*files, device="cpu"), Network(*files, device=CUDA, precision="fp32")
     count = 0
     for name, img in _photos().items():
         want = cpu.detect(img, thresh=0.1)
@@ -169,7 +169,8 @@ def test_training_uploads_the_loader_processes_batches_from_page_locked_shared_m
         monkeypatch.setenv("DARKNET_PY_PIN_BATCHES", pin)
         log = io.StringIO()
         r = train(data, str(cfg), out_dir=str(tmp_path / pin), max_batches=6, seed=3, workers=2,
-                  loader_kind="processes", device=CUDA, chart=False, stream=log, progress=False, multiscale=False)
+                  loader_kind="processes", device=CUDA, precision="fp32", chart=False, stream=log, progress=False,
+                  multiscale=False)
         runs[pin] = (all_params(r.net), r.net.bytes_moved()["pinned_uploads"], r.loader, log.getvalue())
     params, pinned_uploads, loader, log = runs["1"]
     assert pinned_uploads == runs["0"][1] + 6 and loader == "processes x2, page-locked batches"

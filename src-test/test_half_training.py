@@ -298,26 +298,45 @@ def test_train_in_fp16_logs_the_loss_scale_and_saves_fp32_weights(tmp_path, caps
 
 
 # ---- the demo model retrained in half on CUDA (the GPU machine; about 3 minutes on an H100) -----------
+# Two datasets: the demo model's own (4 shapes at 256, as README's recipe makes it) and another synth set
+# (8 classes at 320, other seeds); each trained in fp32, fp16 and "auto" (bf16 on compute capability 8.0+,
+# else fp16: the default precision), the mAP@0.5 of each measured the same way (on the CPU, fp32).
+# mAP points a half run may fall below the fp32 run of the same set: 0.5 on the demo's set; the 8-class
+# set's single runs vary more than that by themselves (two fp32 runs on an H200: 0.9258 and 0.9598,
+# cuDNN's timed algorithms being nondeterministic), so there the bound is that spread
+RETRAIN_SETS = {"demo": (dict(images=6000, classes=4, size=(256, 256), seed=1), 0.005),
+                "synth8": (dict(images=4000, classes=8, size=(320, 320), seed=7), 0.04)}
+
+
 @pytest.mark.skipif(not gpu_devices.CUDA, reason="needs a CUDA GPU: the demo model's full schedule")
-def test_demo_retrain_in_half_matches_fp32(tmp_path):
+@pytest.mark.parametrize("dataset", sorted(RETRAIN_SETS))
+def test_demo_retrain_in_half_matches_fp32(tmp_path, capsys, dataset):
     import time
 
     import darknet_py
     from darknet_py.data.synth import generate
+    from darknet_py.devices import auto_precision, resolve
     from darknet_py.model_files.demo import demo_files
+    from darknet_py.training.train import fit_cfg_to_classes
 
-    data = generate(str(tmp_path / "shapes"), images=6000, classes=4, size=(256, 256), seed=1, valid_fraction=0.05)
-    valid = generate(str(tmp_path / "valid"), images=100, classes=4, size=(256, 256), seed=20250101, valid_fraction=0)
-    cfg = demo_files()["cfg"]
+    spec, below = RETRAIN_SETS[dataset]
+    spec = dict(spec)
+    data = generate(str(tmp_path / "shapes"), valid_fraction=0.05, **spec)
+    spec.update(images=100, seed=20250101)
+    valid = generate(str(tmp_path / "valid"), valid_fraction=0, **spec)
+    cfg = fit_cfg_to_classes(demo_files()["cfg"], spec["classes"], str(tmp_path), print)
+    auto, _ = auto_precision(resolve("cuda"))
     found = {}
-    for precision in ("fp32", "fp16", "bf16"):  # the README's recipe of the demo model, in each precision
+    for precision in ("fp32", "fp16", "auto"):  # the README's recipe of the demo model, in each precision
         t0 = time.perf_counter()
         r = darknet_py.train(data, cfg, out_dir=str(tmp_path / precision), device="cuda", precision=precision,
                              seed=1, quiet=True, chart=False)
         seconds = time.perf_counter() - t0
-        m = darknet_py.compute_map(valid, cfg, r.final, progress=False).map
+        m = darknet_py.compute_map(valid, cfg, r.final, device="cpu", progress=False).map
         found[precision] = m
-        print(f"demo retrain {precision}: {seconds:.1f} s, {r.images_per_second:.0f} images/s, mAP@0.5 {m:.4f}, "
-              f"steps skipped for overflow {r.skipped_steps}")
-    for precision in ("fp16", "bf16"):
-        assert abs(found[precision] - found["fp32"]) <= 0.005, found
+        with capsys.disabled():
+            print(f"\n{dataset} retrain {precision}{' (' + auto + ')' if precision == 'auto' else ''}: "
+                  f"{seconds:.1f} s, {r.images_per_second:.0f} images/s, mAP@0.5 {m:.4f}, "
+                  f"steps skipped for overflow {r.skipped_steps}")
+    for precision in ("fp16", "auto"):  # reaches fp32's mAP (a half run may also do better)
+        assert found[precision] >= found["fp32"] - below, found

@@ -93,7 +93,7 @@ def _plant(text, old, new, count=1):
 
 # (what is planted, text to replace, replacement, a fragment of the error it must cause)
 PLANTS = [
-    ("undeclared name", "return x * n / (n + 2.0f);", "return x * n / log1p_typo(n + 2.0f);", "undeclared identifier 'log1p_typo'"),
+    ("undeclared name", "return act_div(x * n, n + 2.0f, approx);", "return act_div(x * n, log1p_typo(n + 2.0f), approx);", "undeclared identifier 'log1p_typo'"),
     ("wrong vector type", "    rolling[i] = a.keep * rolling[i] + (1.0f - a.keep) * batch_value[i];\n", "    float2 v2 = (float2)(a.keep);\n    rolling[i] = v2.z;\n",
      "vector component access exceeds type"),
     ("write through a constant reference", "    rolling[i] = a.keep * rolling[i] + (1.0f - a.keep) * batch_value[i];\n", "    a.n = 0;\n    rolling[i] = a.keep * rolling[i] + (1.0f - a.keep) * batch_value[i];\n",
@@ -103,8 +103,8 @@ PLANTS = [
     ("device/threadgroup pointer mix-up", "    GROUP_SUM(partial, sum)\n    if (KLID == 0) db[c] += sum;",
      "    KGLOBAL float* wrong = partial;\n    GROUP_SUM(partial, sum)\n    if (KLID == 0) db[c] += sum;",
      "of type '__local float[256]'"),
-    ("threadgroup memory in a helper", "KFN float act_forward(float x, int a) {\n",
-     "KFN float act_forward(float x, int a) {\n    KSHARED float scratch[4];\n", "local address space"),
+    ("threadgroup memory in a helper", "KFN float act_forward(float x, int a, int approx) {\n",
+     "KFN float act_forward(float x, int a, int approx) {\n    KSHARED float scratch[4];\n", "local address space"),
     ("barrier without flags", "#define KBARRIER() threadgroup_barrier(mem_flags::mem_threadgroup)",
      "#define KBARRIER() threadgroup_barrier()", "no matching function for call to 'threadgroup_barrier'"),
     ("atomic on a plain int", "atomic_fetch_add_explicit((device atomic_int*)(p)", "atomic_fetch_add_explicit((p)",

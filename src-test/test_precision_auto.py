@@ -1,6 +1,6 @@
 """precision "auto" (devices.auto_precision): bf16 on GPUs with native bf16 (CUDA compute capability
-8.0+), fp16 on other GPUs, fp32 on CPUs and CPU OpenCL runtimes, with the reason in the log. (Not yet
-the default: that waits for the comparison of auto's mAP with fp32's on a CUDA GPU.)"""
+8.0+), fp16 on other GPUs, fp32 on CPUs and CPU OpenCL runtimes, with the reason in the log. "auto" is the
+default of Network, train and the commands; test_half_training.py compares its training with fp32's on CUDA."""
 import importlib
 
 import pytest
@@ -35,12 +35,30 @@ def test_other_gpus_fp16_cpus_fp32(monkeypatch):
     assert devices_module.auto_precision("cpu") == ("fp32", "cpu runs fp32 only")
 
 
-def test_network_and_cli_say_what_auto_chose(capsys, tmp_path):
+def test_a_bare_kind_is_its_device_0(monkeypatch):
+    _with_rows(monkeypatch, [{"id": "cuda:0", "kind": "cuda", "found": True, "is_gpu": True,
+                              "details": "compute capability 9.0"},
+                             {"id": "opencl:0", "kind": "opencl", "found": True, "is_gpu": True, "details": ""}])
+    assert devices_module.auto_precision("cuda")[0] == "bf16"
+    assert devices_module.auto_precision("opencl")[0] == "fp16"
+
+
+def test_auto_is_the_default_and_says_what_it_chose_on_gpu_devices_only(capsys, tmp_path):
+    import inspect
+
+    import darknet_py
+
+    assert inspect.signature(Network).parameters["precision"].default == "auto"
+    assert inspect.signature(darknet_py.train).parameters["precision"].default == "auto"
     demo = demo_files()
-    net = Network(demo["cfg"], demo["weights"], device="cpu", precision="auto")
-    assert net.precision == "fp32" and net.precision_reason == "precision auto: fp32 (cpu runs fp32 only)"
-    pocl = Network(demo["cfg"], demo["weights"], device=gpu_devices.device("pocl"), precision="auto")
+    net = Network(demo["cfg"], demo["weights"], device="cpu")
+    assert net.precision == "fp32" and net.precision_reason is None  # nothing to choose on the CPU
+    pocl = Network(demo["cfg"], demo["weights"], device=gpu_devices.device("pocl"))
     assert pocl.precision == "fp32" and "not a GPU" in pocl.precision_reason
-    assert cli.main(["detect", demo["image"], "--cfg", demo["cfg"], "--weights", demo["weights"], "--device", "cpu",
-                     "--precision", "auto", "--out", str(tmp_path)]) == 0
-    assert "precision auto: fp32 (cpu runs fp32 only)" in capsys.readouterr().err
+    for argv in ([], ["--precision", "auto"]):
+        assert cli.main(["detect", demo["image"], "--cfg", demo["cfg"], "--weights", demo["weights"], "--device", "cpu",
+                         "--out", str(tmp_path)] + argv) == 0
+        assert "precision auto" not in capsys.readouterr().err
+    assert cli.main(["detect", demo["image"], "--cfg", demo["cfg"], "--weights", demo["weights"],
+                     "--device", gpu_devices.device("pocl"), "--out", str(tmp_path)]) == 0
+    assert "precision auto: fp32 (opencl:" in capsys.readouterr().err

@@ -51,7 +51,7 @@ def run(tiny, tmp_path, monkeypatch, capsys, *, sub, iterations, device="cpu", s
     heads = []
     capsys.readouterr()
     r = train(tiny["data"], str(tiny["cfgs"][sub]), out_dir=str(tmp_path / f"{device}-{sub}-{sync}"), quiet=True,
-              chart=False, seed=3, workers=1, max_batches=iterations, device=device,
+              chart=False, seed=3, workers=1, max_batches=iterations, device=device, precision="fp32",
               callback=lambda s: heads.append(s["heads"]))
     phases = [line.split(" ", 1)[1] for line in capsys.readouterr().err.splitlines()
               if line.startswith(phase_hook.PREFIX) and line.split()[1] in ("iteration", "stats")]

@@ -11,7 +11,7 @@ import functools
 import os
 import re
 import sys
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from . import _core
 
@@ -78,7 +78,9 @@ def auto_precision(device: str) -> Tuple[str, str]:
     kind = device.split(":")[0]
     if kind in ("cpu", "reference"):
         return "fp32", f"{device} runs fp32 only"
-    row = next((d for d in devices() if d.get("found") and d.get("id") == device), None)
+    # a bare "cuda" / "opencl" is device 0 of its kind (make_backend), listed as "cuda:0"
+    listed = device if ":" in device or kind == "metal" else f"{device}:0"
+    row = next((d for d in devices() if d.get("found") and d.get("id") == listed), None)
     if row is None or not row.get("is_gpu", True):
         return "fp32", f"{device} is not a GPU (a CPU OpenCL runtime or a simulator)"
     if kind == "cuda":
@@ -90,6 +92,12 @@ def auto_precision(device: str) -> Tuple[str, str]:
     return "fp16", f"{device} is a GPU without a native bf16 path here"
 
 
+def auto_precision_line(device: str, precision: str, why: str) -> Optional[str]:
+    """The log line naming what "auto" chose on `device` and why; None on the CPU devices, where there
+    is nothing to choose (every run there is fp32, as it always was)."""
+    return None if device.split(":")[0] in ("cpu", "reference") else f"precision auto: {precision} ({why})"
+
+
 def add_precision_option(parser: argparse.ArgumentParser, training: bool = False) -> None:
     """--precision for the commands that run a network (see Network.precision)."""
     what = ("fp16 / bf16 keep activations and their gradients in half on GPU devices; weights, "
@@ -99,7 +107,7 @@ def add_precision_option(parser: argparse.ArgumentParser, training: bool = False
             if training else
             "fp16 / bf16 store activations in half on GPU devices (math in fp32, weights fp32); "
             "the CPU runs fp32 only")
-    parser.add_argument("--precision", choices=PRECISION_CHOICES, default="fp32",
+    parser.add_argument("--precision", choices=PRECISION_CHOICES, default="auto",
                         help=f"storage type of the activations (default: %(default)s); {what}; auto: bf16 on GPUs "
                              "with native bf16 (CUDA compute capability 8.0+), fp16 on other GPUs, fp32 on CPUs, "
                              "named in the log")

@@ -106,11 +106,11 @@ class Network:
     """
 
     def __init__(self, cfg: PathLike, weights: Optional[PathLike] = None, names: Optional[PathLike] = None,
-                 device: Optional[str] = None, *, backend: Optional[str] = None, precision: str = "fp32") -> None:
+                 device: Optional[str] = None, *, backend: Optional[str] = None, precision: str = "auto") -> None:
         # device: see darknet_py.devices (None: $DARKNET_PY_DEVICE, else "auto"); backend: its old name;
         # precision: the activations' storage type, see the `precision` property
         self._lock = threading.RLock()
-        self.precision_reason: Optional[str] = None  # what precision="auto" chose, and why
+        self.precision_reason: Optional[str] = None  # what precision="auto" chose on a GPU device, and why
         self.cfg_path = _model_file(cfg, "cfg file", ".cfg")
         self._net = _core.Net(self.cfg_path, resolve(device or backend or default_device()))
         self.precision = precision
@@ -201,7 +201,7 @@ class Network:
     def device(self, name: str) -> None:
         self._net.set_backend(resolve(name))
 
-    def to(self, device: str, precision: str = "fp32") -> "Network":
+    def to(self, device: str, precision: str = "auto") -> "Network":
         """Moves the parameters to another device (as torch's Module.to) and runs it in `precision`
         (see the `precision` property); returns self."""
         with self._lock:
@@ -211,22 +211,23 @@ class Network:
 
     @property
     def precision(self) -> str:
-        """Storage type of the activations: "fp32" (the default), "fp16" or "bf16". Half runs on GPU
+        """Storage type of the activations: "fp32", "fp16" or "bf16" (set "auto", the default, for the
+        device's fastest: devices.auto_precision, with the choice in `precision_reason`). Half runs on GPU
         devices (CUDA, Metal, OpenCL), for detection and training: weights stay fp32 (a half copy feeds
         each convolution), math accumulates in fp32, the yolo heads come back in fp32; fp16 training
         scales its loss dynamically (README's Half precision). Setting a precision the
-        device cannot run raises DarknetError naming the ones it can (`precisions`). Moving the network
-        to another device sets it back to fp32."""
+        device cannot run raises DarknetError naming the ones it can (`precisions`). Setting `device`
+        alone sets it back to fp32; `to(device)` chooses again ("auto")."""
         return self._net.precision
 
     @precision.setter
     @_serialized
     def precision(self, name: str) -> None:
         if name == "auto":  # devices.auto_precision: bf16, fp16 or fp32 by what the device has
-            from .devices import auto_precision
+            from .devices import auto_precision, auto_precision_line
 
             name, why = auto_precision(self.device)
-            self.precision_reason = f"precision auto: {name} ({why})"
+            self.precision_reason = auto_precision_line(self.device, name, why)
         self._net.precision = str(name)
 
     @property

@@ -11,23 +11,30 @@ enum {
     ACT_NORMALIZE_CHANNELS = 12, ACT_NORMALIZE_CHANNELS_SOFTMAX = 13
 };
 
+// exp(x) and a / b as written (approx = 0), or the device's fast approximations (approx = 1: KFAST_EXP,
+// KFAST_DIV, a few ulp of float). The half storage types' kernels ask for them: their results are
+// rounded to 8 or 11 bits, far above those ulps, and mish's passes over yolov4's activations were
+// bound by the accurate forms' arithmetic, not by their bytes. fp32 storage keeps the accurate forms.
+KFN float act_exp(float x, int approx) { return approx ? KFAST_EXP(x) : exp(x); }
+KFN float act_div(float a, float b, int approx) { return approx ? KFAST_DIV(a, b) : a / b; }
+
 // activate_scalar; the channel-mixing codes (12, 13) return x, as there
-KFN float act_forward(float x, int a) {
+KFN float act_forward(float x, int a, int approx) {
     switch (a) {
         case ACT_LEAKY: return x > 0 ? x : 0.1f * x;
         case ACT_RELU: return x > 0 ? x : 0.0f;
         case ACT_RELU6: return x < 0 ? 0.0f : (x > 6 ? 6.0f : x);
-        case ACT_LOGISTIC: return 1.0f / (1.0f + exp(-x));
+        case ACT_LOGISTIC: return act_div(1.0f, 1.0f + act_exp(-x, approx), approx);
         case ACT_TANH: return (2.0f / (1.0f + exp(-2.0f * x)) - 1.0f);
-        case ACT_SWISH: return x / (1.0f + exp(-x));
+        case ACT_SWISH: return act_div(x, 1.0f + act_exp(-x, approx), approx);
         case ACT_MISH: {
             // x * tanh(softplus(x)) with tanh(log(1 + e)) = n / (n + 2), n = e (e + 2): one exp where
             // Darknet's form takes three special functions, which left the mish layers' passes bound by
             // arithmetic on GPUs (the CPU backend's vector form is this one too, cpu/simd.h). Darknet's
             // softplus is x above 20, where tanh is 1 in float.
             if (x > 20.0f) return x;
-            float e = exp(x), n = e * (e + 2.0f);
-            return x * n / (n + 2.0f);
+            float e = act_exp(x, approx), n = e * (e + 2.0f);
+            return act_div(x * n, n + 2.0f, approx);
         }
         case ACT_HARD_MISH:
             if (x > 0) return x;
@@ -45,13 +52,13 @@ KFN float act_forward(float x, int a) {
 KFN int act_gradient_from_output(int a) { return a == ACT_LINEAR || a == ACT_LEAKY || a == ACT_RELU; }
 
 // activate_gradient: d act(x) / dx at the pre-activation x; 1 for the channel-mixing codes
-KFN float act_gradient(float x, int a) {
+KFN float act_gradient(float x, int a, int approx) {
     switch (a) {
         case ACT_LEAKY: return x > 0 ? 1.0f : 0.1f;
         case ACT_RELU: return x > 0 ? 1.0f : 0.0f;
         case ACT_RELU6: return (x > 0 && x < 6) ? 1.0f : 0.0f;
         case ACT_LOGISTIC: {
-            float s = 1.0f / (1.0f + exp(-x));
+            float s = act_div(1.0f, 1.0f + act_exp(-x, approx), approx);
             return s * (1 - s);
         }
         case ACT_TANH: {
@@ -59,7 +66,7 @@ KFN float act_gradient(float x, int a) {
             return 1 - t * t;
         }
         case ACT_SWISH: {
-            float s = 1.0f / (1.0f + exp(-x));
+            float s = act_div(1.0f, 1.0f + act_exp(-x, approx), approx);
             return s + x * s * (1 - s);
         }
         case ACT_MISH: {
@@ -67,8 +74,8 @@ KFN float act_gradient(float x, int a) {
             // tanh(sp) = n / (n + 2), 1 - tanh(sp)^2 = 4 (n + 1) / (n + 2)^2 (no cancellation near 1),
             // sigmoid(x) = e / (1 + e). Above Darknet's threshold (20) tanh(sp) is 1 in float: 1.
             if (x > 20.0f) return 1.0f;
-            float e = exp(x), n = e * (e + 2.0f), d = n + 2.0f;
-            return n / d + x * (4.0f * (n + 1.0f) / (d * d)) * (e / (1.0f + e));
+            float e = act_exp(x, approx), n = e * (e + 2.0f), d = n + 2.0f;
+            return act_div(n, d, approx) + x * act_div(4.0f * (n + 1.0f), d * d, approx) * act_div(e, 1.0f + e, approx);
         }
         case ACT_HARD_MISH:
             if (x > 0) return 1.0f;

@@ -14,6 +14,9 @@
 #define KNAMESPACE_BEGIN namespace dn {
 #define KNAMESPACE_END }
 #define FLT_MAX_K 3.402823466e+38f
+// activation_math.h's fast forms: the accurate ones on the CPU
+#define KFAST_EXP(x) std::exp(x)
+#define KFAST_DIV(a, b) ((a) / (b))
 typedef unsigned int uint;
 using std::atan;
 using std::exp;

@@ -31,6 +31,9 @@ typedef unsigned int uint;
 typedef int int32_t;
 typedef unsigned int uint32_t;
 #define FLT_MAX_K 3.402823466e+38f
+// The fast exp and division activation_math.h asks for in half storage: ex2.approx and rcp.approx
+#define KFAST_EXP(x) __expf(x)
+#define KFAST_DIV(a, b) __fdividef(a, b)
 // Storage types (storage_kernels.h, src-lib/gpu/PRECISION.md): CUDA's own __half and __nv_bfloat16
 // (what cuBLAS and cuDNN take), converted with round to nearest even.
 #define KF16_T __half

@@ -49,6 +49,10 @@ using namespace metal;
 #define KNAMESPACE_BEGIN
 #define KNAMESPACE_END
 #define FLT_MAX_K 3.402823466e+38f
+// The fast exp and division activation_math.h asks for in half storage (fast math for these calls
+// only: the compile options keep it off for the rest)
+#define KFAST_EXP(x) fast::exp(x)
+#define KFAST_DIV(a, b) fast::divide(a, b)
 // Storage types (storage_kernels.h, src-lib/gpu/PRECISION.md): fp16 is MSL's half (casts round to
 // nearest even); bf16 is the top 16 bits of an fp32, as ushort (MSL's `bfloat` needs Metal 3.1).
 #define KF16_T half

@@ -42,6 +42,9 @@
 typedef int int32_t;
 typedef uint uint32_t;
 #define FLT_MAX_K 3.402823466e+38f
+// The fast exp and division activation_math.h asks for in half storage (the device's own precision)
+#define KFAST_EXP(x) native_exp(x)
+#define KFAST_DIV(a, b) native_divide(a, b)
 // Storage types (storage_kernels.h, src-lib/gpu/PRECISION.md). fp16 goes through vload_half /
 // vstore_half_rte, which OpenCL C 1.2 has without cl_khr_fp16: the kernels never compute in half
 // (math is fp32), so every OpenCL device stores fp16. bf16 is the top 16 bits of an fp32, as ushort.

@@ -4,3 +4,4 @@
 #undef S_LD
 #undef S_ST
 #undef S_NAME
+#undef S_FAST_MATH

@@ -32,7 +32,7 @@ KERNEL(S_NAME(unpack))(KBUF(float, y, 0), KCBUF(S_T, x, 1), KARGS(CountArgs, a, 
 KERNEL(S_NAME(activate))(KBUF(S_T, y, 0), KARGS(ActivateArgs, a, 1) KTHREAD_IDS) {
     int i = (int)KGID;
     if (i >= a.n) return;
-    S_ST(y, i, act_forward(S_LD(y, i), a.act));
+    S_ST(y, i, act_forward(S_LD(y, i), a.act, S_FAST_MATH));
 }
 
 // Convolution's epilogue in place: y = act(y * scale[c] + shift[c]), scale only when has_scale
@@ -45,7 +45,7 @@ KERNEL(S_NAME(affine_act))(KBUF(S_T, y, 0), KCBUF(float, scale, 1), KCBUF(float,
     int c = (i / a.plane) % a.channels;
     float v = S_LD(y, i);
     v = (a.has_scale ? v * scale[c] : v) + shift[c];
-    S_ST(y, i, act_forward(v, a.act));
+    S_ST(y, i, act_forward(v, a.act, S_FAST_MATH));
 }
 
 // The same on NHWC y seen as rows of pixels (channel_view: plane 1, a.n = rows * channels): an
@@ -56,7 +56,7 @@ KERNEL(S_NAME(affine_act_nhwc))(KBUF(S_T, y, 0), KCBUF(float, scale, 1), KCBUF(f
     float k = a.has_scale ? scale[c] : 1.0f, b = shift[c];
     float v[NHWC_PASS_ELEMENTS];
     FOR_NHWC_ROW(e) v[e] = S_LD(y, NHWC_ROW(e) * (uint)a.channels + c);
-    FOR_NHWC_ROW(e) S_ST(y, NHWC_ROW(e) * (uint)a.channels + c, act_forward((a.has_scale ? v[e] * k : v[e]) + b, a.act));
+    FOR_NHWC_ROW(e) S_ST(y, NHWC_ROW(e) * (uint)a.channels + c, act_forward((a.has_scale ? v[e] * k : v[e]) + b, a.act, S_FAST_MATH));
 }
 
 // y[:, dst_c0 + c] = (or += with accumulate) x[:, src_c0 + c] for c < count: copy_channels and

@@ -89,7 +89,7 @@ KFN void S_NAME(normalize_at)(KGLOBAL S_T* y, KGLOBAL S_T* x_norm, int i, float 
                               int act) {
     float xn = (S_LD(y, i) - m) / sd;
     S_ST(x_norm, i, xn);
-    S_ST(y, i, act_forward(xn * k + b, act));
+    S_ST(y, i, act_forward(xn * k + b, act, S_FAST_MATH));
 }
 
 // Elementwise, after batchnorm_combine_stats_f32: x_norm = (y - mean) / sqrt(var + eps),
@@ -150,7 +150,7 @@ KERNEL(S_NAME(batchnorm_activate_backward_partial))(KBUF(S_T, dy, 0), KCBUF(S_T,
         for (int p = (int)KLID; p < a.plane; p += (int)KGROUP_SIZE) {
             int i = (n * a.channels + c) * a.plane + p;
             float xn = S_LD(x_norm, i), v = from_output ? S_LD(y, i) : xn * k + b;
-            S_ST(dy, i, S_LD(dy, i) * act_gradient(v, a.act));
+            S_ST(dy, i, S_LD(dy, i) * act_gradient(v, a.act, S_FAST_MATH));
             float d = S_LD(dy, i);  // as stored: what batchnorm_backward_data reads
             sdy += d;
             sdyx += d * xn;
@@ -279,7 +279,7 @@ KERNEL(S_NAME(batchnorm_activate_backward_partial_nhwc))(KBUF(S_T, dy, 0), KCBUF
         }
         for (int k = 0; k < LANE_UNROLL; ++k) {
             if (!LANE_HAS(k)) continue;
-            S_ST(dy, LANE_AT(a, i, k), g[k] * act_gradient(v[k], a.act));
+            S_ST(dy, LANE_AT(a, i, k), g[k] * act_gradient(v[k], a.act, S_FAST_MATH));
             float d = S_LD(dy, LANE_AT(a, i, k));  // as stored, as in the NCHW kernel
             sdy += d;
             sdyx += d * xn[k];
@@ -304,7 +304,7 @@ KERNEL(S_NAME(batchnorm_normalize_nhwc))(KBUF(S_T, y, 0), KBUF(S_T, x_norm, 1), 
     FOR_NHWC_ROW(e) {
         float xn = (v[e] - m) / sd;  // normalize_at's arithmetic
         S_ST(x_norm, BN_AT(e), xn);
-        S_ST(y, BN_AT(e), act_forward(xn * k + b, a.act));
+        S_ST(y, BN_AT(e), act_forward(xn * k + b, a.act, S_FAST_MATH));
     }
 }
 
@@ -329,7 +329,7 @@ KERNEL(S_NAME(batchnorm_backward_data_nhwc))(KBUF(S_T, dy, 0), KCBUF(S_T, x_norm
 KERNEL(S_NAME(activate_backward))(KCBUF(S_T, x, 0), KBUF(S_T, dy, 1), KARGS(ActivateBackwardArgs, a, 2) KTHREAD_IDS) {
     uint i = KGID;
     if (i >= (uint)a.n) return;
-    S_ST(dy, i, S_LD(dy, i) * act_gradient(S_LD(x, i), a.act));
+    S_ST(dy, i, S_LD(dy, i) * act_gradient(S_LD(x, i), a.act, S_FAST_MATH));
 }
 
 // normalize_channels(_softmax) backward in place, one thread per (sample, pixel): with

@@ -72,7 +72,18 @@ DN_MSL_VECTORS(uchar)
 namespace metal {
 
 // ---- math (float; MSL also has half and vector overloads, which our text does not use) ----
+// metal::fast and metal::precise hold the same functions in their fast and precise forms (MSL's math
+// functions section); the kernel text calls fast::exp and fast::divide in half storage (KFAST_*)
+namespace fast {
 float exp(float x);
+float divide(float x, float y);
+}  // namespace fast
+namespace precise {
+float exp(float x);
+float divide(float x, float y);
+}  // namespace precise
+float exp(float x);
+float divide(float x, float y);
 float exp2(float x);
 float log(float x);
 float log2(float x);

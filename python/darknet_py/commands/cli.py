@@ -241,7 +241,7 @@ TRACK_PARAMS = ("lost_track_buffer", "track_activation_threshold", "minimum_iou_
 
 # ---- commands -------------------------------------------------------------------------------
 def _load_network(cfg: str, weights: Optional[str], names: Optional[str], device: Optional[str],
-                  precision: str = "fp32", allow_partial: bool = False):
+                  precision: str = "auto", allow_partial: bool = False):
     """Builds the network, printing the engine's warnings (unused cfg options, ...) as one line each."""
     from ..model_files.cfgfiles import names_mismatch, resolve_names
     from ..network import Network, read_names

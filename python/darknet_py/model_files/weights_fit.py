@@ -117,7 +117,7 @@ def complete_layers(net, path: str) -> int:
     return len(net.layers)
 
 
-def load_checked(cfg: str, weights: str, device: Optional[str] = None, precision: str = "fp32",
+def load_checked(cfg: str, weights: str, device: Optional[str] = None, precision: str = "auto",
                  allow_partial: bool = False, on_warning=None):
     """Network(cfg, weights) that refuses a weights file not made for the cfg (floats missing or
     left over), naming the first layer that disagrees; with allow_partial it loads what fits and

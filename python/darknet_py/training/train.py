@@ -276,7 +276,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
           verbose: bool = False, heads_every: int = 10, device: Optional[str] = None, stream: Optional[TextIO] = None,
           progress: Optional[bool] = None, chart: bool = True, multiscale: bool = True,
           quiet: bool = False, loader_kind: str = "auto", group: Any = None,
-          batch_mode: str = "split", precision: str = "fp32", cache_images: "int | str" = "auto") -> TrainResult:
+          batch_mode: str = "split", precision: str = "auto", cache_images: "int | str" = "auto") -> TrainResult:
     """Trains the detector `cfg` on the `train` list of the Darknet .data file `data` (or an
     Ultralytics dataset YAML). When the cfg's class count differs from the data's, an adapted copy
     is written to the backup folder and trained (fit_cfg_to_classes); `weights` made for the
@@ -300,7 +300,8 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
     quiet: no iteration lines. group: this process's darknet_py.distributed.ProcessGroup when it is
     one rank of a data-parallel training (rank 0 alone prints, saves, draws the chart and measures
     mAP; the others train quietly); batch_mode: how the cfg's batch maps onto the ranks
-    (distributed/plan.py: "split" or "per-gpu"). precision: "fp32", or "fp16" / "bf16" on a GPU
+    (distributed/plan.py: "split" or "per-gpu"). precision: "auto" (the default: bf16 or fp16 on a
+    GPU, fp32 on a CPU, devices.auto_precision, named in the log), "fp32", or "fp16" / "bf16" on a GPU
     device: activations and their gradients in half, weights, their gradients and the optimizer in
     fp32; fp16 scales the loss dynamically and skips a step whose gradients overflowed (the log says
     so; TrainResult.skipped_steps counts them). cache_images: bytes of decoded images the loader's
@@ -357,10 +358,12 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
     device = resolve(device or default_device())
     raw = _core.Net(cfg, device)
     if precision == "auto":  # devices.auto_precision; the choice and its reason go to the log
-        from ..devices import auto_precision
+        from ..devices import auto_precision, auto_precision_line
 
         precision, why = auto_precision(device)
-        say(f"precision auto: {precision} ({why})")
+        line = auto_precision_line(device, precision, why)
+        if line:
+            say(line)
     raw.precision = precision  # one line naming what the device runs when it can't
     con.device = device
     for w in raw.warnings:
