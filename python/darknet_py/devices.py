@@ -92,10 +92,10 @@ def auto_precision(device: str) -> Tuple[str, str]:
     return "fp16", f"{device} is a GPU without a native bf16 path here"
 
 
-def auto_precision_line(device: str, precision: str, why: str) -> Optional[str]:
-    """The log line naming what "auto" chose on `device` and why; None on the CPU devices, where there
-    is nothing to choose (every run there is fp32, as it always was)."""
-    return None if device.split(":")[0] in ("cpu", "reference") else f"precision auto: {precision} ({why})"
+def auto_precision_line(precision: str, why: str) -> Optional[str]:
+    """The log line naming the half type "auto" chose and why; None where it chose fp32 (the CPU, CPU
+    OpenCL runtimes): such a run is what it always was."""
+    return None if precision == "fp32" else f"precision auto: {precision} ({why})"
 
 
 def add_precision_option(parser: argparse.ArgumentParser, training: bool = False) -> None:

@@ -110,7 +110,7 @@ class Network:
         # device: see darknet_py.devices (None: $DARKNET_PY_DEVICE, else "auto"); backend: its old name;
         # precision: the activations' storage type, see the `precision` property
         self._lock = threading.RLock()
-        self.precision_reason: Optional[str] = None  # what precision="auto" chose on a GPU device, and why
+        self.precision_reason: Optional[str] = None  # the half type precision="auto" chose, and why
         self.cfg_path = _model_file(cfg, "cfg file", ".cfg")
         self._net = _core.Net(self.cfg_path, resolve(device or backend or default_device()))
         self.precision = precision
@@ -227,7 +227,7 @@ class Network:
             from .devices import auto_precision, auto_precision_line
 
             name, why = auto_precision(self.device)
-            self.precision_reason = auto_precision_line(self.device, name, why)
+            self.precision_reason = auto_precision_line(name, why)
         self._net.precision = str(name)
 
     @property

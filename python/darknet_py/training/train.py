@@ -361,7 +361,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
         from ..devices import auto_precision, auto_precision_line
 
         precision, why = auto_precision(device)
-        line = auto_precision_line(device, precision, why)
+        line = auto_precision_line(precision, why)
         if line:
             say(line)
     raw.precision = precision  # one line naming what the device runs when it can't
