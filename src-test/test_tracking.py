@@ -133,6 +133,33 @@ def test_missing_library_says_how_to_install(clip, monkeypatch, capsys, missing,
     assert len(err) == 1 and 'pip install "darknet-engine[track]"' in err[0]
 
 
+def test_tracks_text_kept_only_for_save_labels():
+    from darknet_py.commands.runner import DetectOptions, Tracking
+
+    for save in (False, True):
+        tracking = Tracking(DetectOptions(track="bytetrack", save_labels=save), 25.0)
+        for f in range(1, 5):
+            tracking.update(f, [Detection(0, "circle", 0.9, 10.0 + f, 10, 20, 20)])
+        assert bool(tracking.mot) == save  # a long stream without --save-labels keeps no lines
+
+
+def test_tracking_picture_tool(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    tool = Path(__file__).resolve().parents[1] / "tools" / "tracking_picture.py"
+    spec = importlib.util.spec_from_file_location("tracking_picture", tool)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path / "frame.png"
+    assert module.main([str(out), "--frame", "30"]) == 0
+    img = cv2.imread(str(out))
+    assert img.shape == (360, 480, 3)
+    # the count line (yellow, 0,255,255) is drawn down the middle
+    column = img[:, 238:243].reshape(-1, 3).astype(int)
+    assert ((column[:, 0] < 80) & (column[:, 1] > 200) & (column[:, 2] > 200)).mean() > 0.5
+
+
 # ---- counting ------------------------------------------------------------------------------
 def test_counts_match_the_ground_truth(clip, tracked):
     from darknet_py.tracking.counting import count_rows, make_counters

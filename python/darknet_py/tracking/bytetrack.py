@@ -85,86 +85,100 @@ class ByteTrack:
         self.reset()
 
     def reset(self) -> None:
-        self.box = np.zeros((0, 4))          # x1, y1, x2, y2 per track
-        self.velocity = np.zeros((0, 4))
-        # the 2x2 covariance block, by rows: (box, box), (box, velocity), (velocity, box), (velocity, velocity)
-        self.cov = np.zeros((4, 0))
-        self.missed = np.zeros(0, np.int64)  # frames since the last match
-        self.streak = np.zeros(0, np.int64)  # matches in a row
-        self.ids = np.zeros(0, np.int64)     # -1 until confirmed
+        # per track, one row of each: few arrays make few NumPy calls (a call costs more than its
+        # arithmetic at these sizes)
+        # x1, y1, x2, y2, their velocities, and the 2x2 covariance block by rows: (box, box),
+        # (box, velocity), (velocity, box), (velocity, velocity)
+        self.track = np.zeros((0, 12))
+        # frames since the last match, matches in a row, id (-1 until confirmed)
+        self.count = np.zeros((0, 3), np.int64)
         self._next_id = 0
 
+    @property
+    def box(self) -> np.ndarray:
+        return self.track[:, :4]
+
+    @property
+    def ids(self) -> np.ndarray:
+        return self.count[:, 2]
+
     def _predict(self) -> None:
-        a, b, c, d = self.cov
-        self.box = self.box + self.velocity
-        self.cov = np.stack([((a + c) + (b + d)) + Q, b + d, c + d, d + Q])
-        self.streak[self.missed > 0] = 0
-        self.missed += 1
+        t = self.track
+        t[:, :4] += t[:, 4:8]
+        a, b, c, d = t[:, 8], t[:, 9], t[:, 10], t[:, 11]
+        bd = b + d
+        t[:, 8] = ((a + c) + bd) + Q
+        t[:, 9] = bd
+        t[:, 10] = c + d
+        t[:, 11] = d + Q
+        n = self.count
+        n[n[:, 0] > 0, 1] = 0
+        n[:, 0] += 1
 
     def _correct(self, rows: np.ndarray, boxes: np.ndarray) -> None:
         """Kalman update of tracks `rows` with their measured boxes (Joseph form)."""
-        a, b, c, d = self.cov[:, rows]
+        t = self.track[rows]
+        a, b, c, d = t[:, 8], t[:, 9], t[:, 10], t[:, 11]
         inv_s = 1.0 / (a + R)
         kp, kv = a * inv_s, c * inv_s
-        innovation = boxes.astype(np.float64) - self.box[rows]
-        self.box[rows] += kp[:, None] * innovation
-        self.velocity[rows] += kv[:, None] * innovation
+        innovation = boxes - t[:, :4]
         ikp = 1.0 - kp
         ap00, ap01, ap10, ap11 = ikp * a, ikp * b, -kv * a + c, -kv * b + d
-        self.cov[:, rows] = np.stack([ap00 * ikp + kp * R * kp, (ap00 * -kv + ap01) + kp * R * kv,
-                                      ap10 * ikp + kv * R * kp, (ap10 * -kv + ap11) + kv * R * kv])
-        self.missed[rows] = 0
-        self.streak[rows] += 1
-
-    def _confirm(self, rows: np.ndarray) -> None:
-        """Ids for the tracks among `rows` (in their order) that have just been matched often enough."""
-        new = rows[(self.streak[rows] >= self.minimum_consecutive_frames) & (self.ids[rows] == -1)]
+        cov = (ap00 * ikp + kp * R * kp, (ap00 * -kv + ap01) + kp * R * kv,
+               ap10 * ikp + kv * R * kp, (ap10 * -kv + ap11) + kv * R * kv)
+        t[:, :4] += kp[:, None] * innovation
+        t[:, 4:8] += kv[:, None] * innovation
+        t[:, 8], t[:, 9], t[:, 10], t[:, 11] = cov
+        self.track[rows] = t
+        n = self.count
+        n[rows, 0] = 0
+        n[rows, 1] += 1
+        # ids for the tracks just matched often enough, in the order of the matches
+        new = rows[(n[rows, 1] >= self.minimum_consecutive_frames) & (n[rows, 2] == -1)]
         if len(new):
-            self.ids[new] = np.arange(self._next_id, self._next_id + len(new))
+            n[new, 2] = np.arange(self._next_id, self._next_id + len(new))
             self._next_id += len(new)
 
     def update(self, xyxy: np.ndarray, confidence: np.ndarray) -> np.ndarray:
-        xyxy = np.asarray(xyxy, np.float32).reshape(-1, 4)
+        boxes = np.asarray(xyxy, np.float32).reshape(-1, 4).astype(np.float64)
         confidence = np.asarray(confidence, np.float32).reshape(-1)
-        out = np.full(len(xyxy), -1, np.int64)
-        if len(self.ids) == 0 and len(xyxy) == 0:
+        out = np.full(len(boxes), -1, np.int64)
+        if len(self.track) == 0 and len(boxes) == 0:
             return out
         self._predict()
-        predicted = self.box.copy()
+        predicted = self.track[:, :4].copy()
         is_high = confidence >= self.high_conf_det_threshold
-        high, low = np.flatnonzero(is_high), np.flatnonzero(~is_high)
-        boxes = xyxy.astype(np.float64)
+        high = np.flatnonzero(is_high)
         # 1. confident detections against every track; 2. the others against the tracks left over
         rows, cols = _assign(predicted, boxes[high], self.minimum_iou_threshold)
-        free = np.ones(len(self.ids), bool)
-        free[rows] = False
-        left = np.flatnonzero(free)
-        r2, c2 = _assign(predicted[left], boxes[low], self.minimum_iou_threshold)
-        r2 = left[r2]
-        # a track's update does not change the other associations: both stages are corrected at once
-        matched = np.concatenate([rows, r2])
-        if len(matched):
-            self._correct(matched, np.concatenate([xyxy[high[cols]], xyxy[low[c2]]]))
-        self._confirm(rows)
-        self._confirm(r2)
-        out[high[cols]] = self.ids[rows]
-        out[low[c2]] = self.ids[r2]
+        dets = high[cols]
+        if len(high) < len(boxes) and len(rows) < len(predicted):
+            low = np.flatnonzero(~is_high)
+            free = np.ones(len(predicted), bool)
+            free[rows] = False
+            left = np.flatnonzero(free)
+            r2, c2 = _assign(predicted[left], boxes[low], self.minimum_iou_threshold)
+            # a track's update leaves the other associations as they were: both stages are corrected
+            # at once, the first stage's matches first (their ids come first)
+            rows, dets = np.concatenate([rows, left[r2]]), np.concatenate([dets, low[c2]])
+        if len(rows):
+            self._correct(rows, boxes[dets])
+            out[dets] = self.count[rows, 2]
         # new tracks from the confident detections no track took
-        unclaimed = is_high.copy()
+        unclaimed = is_high & (confidence >= self.track_activation_threshold)
         unclaimed[high[cols]] = False
-        spawn = np.flatnonzero(unclaimed & (confidence >= self.track_activation_threshold))
+        spawn = np.flatnonzero(unclaimed)
         if len(spawn):
             n = len(spawn)
-            self.box = np.concatenate([self.box, boxes[spawn]])
-            self.velocity = np.concatenate([self.velocity, np.zeros((n, 4))])
-            self.cov = np.concatenate([self.cov, np.array([[1.0], [0.0], [0.0], [1.0]]).repeat(n, 1)], axis=1)
-            self.missed = np.concatenate([self.missed, np.zeros(n, np.int64)])
-            self.streak = np.concatenate([self.streak, np.ones(n, np.int64)])
-            self.ids = np.concatenate([self.ids, np.full(n, -1, np.int64)])
+            fresh = np.zeros((n, 12))
+            fresh[:, :4] = boxes[spawn]
+            fresh[:, 8] = fresh[:, 11] = 1.0
+            self.track = np.concatenate([self.track, fresh])
+            self.count = np.concatenate([self.count, np.repeat([[0, 1, -1]], n, axis=0)])
         # drop the tracks lost too long, and the unconfirmed ones that missed this frame
-        alive = (self.missed <= self.maximum_frames_without_update) & (
-            (self.ids != -1) | (self.streak >= self.minimum_consecutive_frames) | (self.missed == 0))
+        n = self.count
+        alive = (n[:, 0] <= self.maximum_frames_without_update) & (
+            (n[:, 2] != -1) | (n[:, 1] >= self.minimum_consecutive_frames) | (n[:, 0] == 0))
         if not alive.all():
-            self.box, self.velocity, self.cov = self.box[alive], self.velocity[alive], self.cov[:, alive]
-            self.missed, self.streak, self.ids = self.missed[alive], self.streak[alive], self.ids[alive]
+            self.track, self.count = self.track[alive], self.count[alive]
         return out
