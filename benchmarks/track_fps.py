@@ -2,9 +2,9 @@
 clip, through the CLI's video path (decode -> detect -> track -> draw -> encode, as `darknet_py
 detect clip.mp4 [--track]` runs it) and through Network.stream (decode -> detect -> track). The two
 variants alternate, --rounds times each, so that a change in the shared machine's load hits both;
-the table gives each one's median frames/s with the spread (min-max) and the ratio of the medians,
-and the process's CPU time per frame (all its threads: less sensitive than the wall clock to other
-work on a shared machine).
+the table gives each one's median frames/s with the spread (min-max), the median of the rounds'
+ratios to detection alone (each round's pair ran back to back) and the process's CPU time per frame
+(all its threads: less sensitive than the wall clock to other work on a shared machine).
 
     python benchmarks/track_fps.py [--frames 150] [--size 640x480] [--objects 20] [--rounds 9]
 """
@@ -75,14 +75,15 @@ def main(argv=None) -> int:
                 cpu[name].append((time.process_time() - c0) / args.frames * 1000)
     print(f"clip: {args.frames} frames {args.size[0]}x{args.size[1]}, {args.objects} objects, seed {args.seed}; "
           f"{args.rounds} rounds, demo model on the CPU")
-    print("| pipeline | frames/s: median (min-max) | against detection alone | CPU ms/frame: median | against "
-          "detection alone |")
+    print("| pipeline | frames/s: median (min-max) | frames/s against detection alone: median of the rounds | "
+          "CPU ms/frame: median | CPU against detection alone |")
     print("| --- | --- | --- | --- | --- |")
     alone = {"detect": "detect clip.mp4", "stream": "Network.stream(clip)"}
     for name, v in fps.items():
         ref = alone["stream" if name.startswith("Network") else "detect"]
         m, c = statistics.median(v), statistics.median(cpu[name])
-        print(f"| `{name}` | {m:.1f} ({min(v):.1f}-{max(v):.1f}) | {m / statistics.median(fps[ref]) * 100:.1f} % | "
+        paired = statistics.median(a / b for a, b in zip(v, fps[ref]))
+        print(f"| `{name}` | {m:.1f} ({min(v):.1f}-{max(v):.1f}) | {paired * 100:.1f} % | "
               f"{c:.2f} | {c / statistics.median(cpu[ref]) * 100:.1f} % |")
     return 0
 

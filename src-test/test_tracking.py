@@ -152,7 +152,7 @@ def test_tracking_picture_tool(tmp_path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     out = tmp_path / "frame.png"
-    assert module.main([str(out), "--frame", "30"]) == 0
+    assert module.main([str(out), "--frame", "30", "--frames", "40"]) == 0
     img = cv2.imread(str(out))
     assert img.shape == (360, 480, 3)
     # the count line (yellow, 0,255,255) is drawn down the middle

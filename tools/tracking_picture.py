@@ -1,9 +1,10 @@
 """The picture of docs/video_tracking.md: one frame of the synth clip as `detect --track
 --count-line` draws it (boxes with track ids, trails, the count line and its totals so far).
 
-    python tools/tracking_picture.py docs/tracking_frame.png [--frame 110]
+    python tools/tracking_picture.py docs/tracking_frame.png [--frame 100]
 
-It writes the clip (`synth --video`, 480x360, 8 objects, seed 0), decodes its first FRAME frames
+It writes the clip of docs/video_tracking.md (`synth --video clip.mp4 --frames 150 --size 480x360
+--objects 8 --seed 0`), decodes its first FRAME frames
 into a folder of PNGs and runs `darknet_py detect FOLDER --track --count-line 240,0,240,360` on it
 (a folder of frames is tracked in order, and its annotated copies are written without a video
 codec's loss), then copies the last annotated frame to OUT.
@@ -27,11 +28,14 @@ LINE = "240,0,240,360"
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", help="the PNG to write")
-    ap.add_argument("--frame", type=int, default=110, help="the frame shown (from 1)")
+    ap.add_argument("--frame", type=int, default=100, help="the frame shown (from 1)")
+    ap.add_argument("--frames", type=int, default=150, help="the clip's length")
     args = ap.parse_args(argv)
+    if not 1 <= args.frame <= args.frames:
+        raise SystemExit(f"--frame must be within the clip's {args.frames} frames")
     with tempfile.TemporaryDirectory() as d:
         clip = os.path.join(d, "clip.mp4")
-        write_video(clip, args.frame, (480, 360), 8, seed=0)
+        write_video(clip, args.frames, (480, 360), 8, seed=0)
         frames = os.path.join(d, "frames")
         os.makedirs(frames)
         cap = cv2.VideoCapture(clip)
