@@ -1,6 +1,7 @@
-"""Tracking detections from frame to frame: ByteTrack (the default) is our own vectorised port of
-Roboflow's `trackers` ByteTrackTracker (bytetrack.py, NumPy and scipy); SORT and OC-SORT are the
-library's own (Apache-2.0). Both come with the optional extra: `pip install "darknet-engine[track]"`.
+"""Tracking detections from frame to frame: ByteTrack (the default) is our own port of Roboflow's
+`trackers` ByteTrackTracker (bytetrack.py: the engine's core and scipy's assignment); SORT and
+OC-SORT are the library's own (Apache-2.0). Both come with the optional extra: `pip install
+"darknet-engine[track]"`.
 
 Why that library (the measurements are in docs/video_tracking.md): it has SORT, ByteTrack and
 OC-SORT behind one `update(detections)` call, is under our own licence and is actively maintained;
@@ -8,8 +9,8 @@ its ByteTrack was the most consistent across synth clips, OC-SORT the best throu
 the seed-0 clip. `supervision`'s sv.ByteTrack (MIT) is the same team's older tracker, gone from
 supervision 0.31 (it moved into `trackers`); `norfair` (BSD-3) pins NumPy below 2 (no wheel for
 CPython 3.13) and scored lowest. boxmot is AGPL-3.0: not an option for an Apache-2.0 package.
-Why ByteTrack is ours: the library runs one Kalman filter object per track, about 2 ms a frame at 50
-objects; the port runs them all as arrays, with the same ids (src-test/test_bytetrack.py).
+Why ByteTrack is ours: the library runs one Kalman filter object per track, 1.5 to 3 ms a frame at 50
+objects; the port runs them all in the engine, with the same ids (src-test/test_bytetrack.py).
 `Tracker(name, library=True)` runs the library's own ByteTrack.
 
 Track ids count from 1 (MOTChallenge's habit; the library counts from 0). A detection that no
