@@ -1,7 +1,9 @@
 """Where a tracker's time per frame goes, at 50 objects per frame (the load of compare_trackers.py):
 our wrapper's conversions (Detection list -> arrays -> Detection list), the association (IoU and
-scipy's linear_sum_assignment) and the rest of the update (Kalman predict and update, bookkeeping),
-for `trackers`' ByteTrackTracker and for darknet_py's own ByteTrack (tracking/bytetrack.py).
+scipy's linear_sum_assignment; for darknet_py's ByteTrack the solver alone: its IoU is computed in
+the engine's core, with the Kalman steps) and the rest of the update (Kalman predict and update,
+bookkeeping), for `trackers`' ByteTrackTracker and for darknet_py's own ByteTrack
+(tracking/bytetrack.py).
 Prints a Markdown table of medians over --repeats runs, with the spread (min-max).
 
     taskset -c 0 python benchmarks/tracker_profile.py [--frames 100] [--repeats 7]
@@ -90,7 +92,7 @@ def profile_ours(frames: List[list]) -> Dict[str, float]:
     t = Tracker("bytetrack")
     clock = Clock()
     core = t._tracker
-    # _assign is the IoU matrix and linear_sum_assignment together
+    # _assign: linear_sum_assignment, where the core needs it
     with patched(ours, "_assign", clock.wrap("assignment", ours._assign)), \
             patched(core, "update", clock.wrap("core update", core.update)):
         t0 = time.perf_counter()
