@@ -37,6 +37,7 @@ from typing import Tuple
 
 import numpy as np
 
+
 def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """IoU of each (x1, y1, x2, y2) box of `a` with each of `b`, in float64, returned as float32 (0
     where the union is empty): supervision's box_iou_batch, whose figures the library matches on."""
@@ -97,6 +98,7 @@ class ByteTrack:
     def update(self, xyxy: np.ndarray, confidence: np.ndarray) -> np.ndarray:
         core = self._core
         # 1. confident detections against every track; 2. the others against the tracks left over
-        rows, cols = _assign(core.begin(np.asarray(xyxy, np.float32).reshape(-1, 4), np.asarray(confidence, np.float32)))
+        boxes = np.asarray(xyxy, np.float32).reshape(-1, 4)
+        rows, cols = _assign(core.begin(boxes, np.asarray(confidence, np.float32)))
         rows, cols = _assign(core.second(rows, cols))
         return core.finish(rows, cols)
