@@ -33,6 +33,7 @@ void bind_ops(py::module_& m);  // _core_ops.cpp
 void bind_test_devices(py::module_& m);  // _core_test_devices.cpp
 void bind_distributed(py::module_& m);  // _core_distributed.cpp
 void bind_loader(py::module_& m);  // _core_loader.cpp
+void bind_tracking(py::module_& m);  // _core_tracking.cpp
 
 namespace {
 // update() and queue_update() take the same step arguments.
@@ -872,4 +873,5 @@ PYBIND11_MODULE(_core, m) {
     bind_ops(m);
     bind_distributed(m);
     bind_loader(m);
+    bind_tracking(m);
 }

@@ -5,7 +5,7 @@ import cv2
 import numpy as np
 import pytest
 
-from darknet_py.data.synth import SHAPES, _colours, _shape_mask, background
+from darknet_py.data.synth_large import large_image
 from darknet_py.evaluation.mot import box_iou
 from darknet_py.model_files.demo import demo_network
 from darknet_py.tiling import parse_tiles, tile_grid
@@ -13,22 +13,7 @@ from darknet_py.tiling import parse_tiles, tile_grid
 
 def big_image(seed=0, size=(1536, 1152), r=(16, 26), extra=()):
     """A large synth image with small shapes on a jittered grid (and at `extra` centres); their boxes."""
-    rng = np.random.default_rng(seed)
-    w, h = size
-    img = background(rng, w, h)
-    centres = [(x + rng.uniform(-20, 20), y + rng.uniform(-20, 20))
-               for y in range(110, h - 60, 160) for x in range(110, w - 60, 160)] + list(extra)
-    boxes, classes = [], []
-    colours = _colours(rng, len(centres), vivid=True)
-    for k, (cx, cy) in enumerate(centres):
-        cls = k % 4
-        (x0, y0, x1, y1), polys, mask = _shape_mask(SHAPES[cls], float(rng.uniform(*r)), float(rng.uniform(0, 6.3)),
-                                                    cx, cy, w, h)
-        cv2.fillPoly(img[y0:y1, x0:x1], polys, colours[k], lineType=cv2.LINE_8, shift=4)
-        ys, xs = np.nonzero(mask)
-        boxes.append((x0 + xs.min(), y0 + ys.min(), xs.max() - xs.min() + 1, ys.max() - ys.min() + 1))
-        classes.append(cls)
-    return img, np.array(boxes, float), classes
+    return large_image(seed, size, r, extra=extra)
 
 
 def recall(dets, boxes):

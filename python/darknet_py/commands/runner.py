@@ -53,6 +53,8 @@ class Tracking:
         self.tracker = Tracker(opt.track, fps, **opt.track_params)
         self.counters = make_counters(opt.count_lines, opt.count_zones)
         self.trails = Trails(opt.trail)
+        # the .tracks.txt lines, kept only where they are written: a long stream's memory stays flat
+        self.keep_mot = opt.save_labels
         self.mot: List[str] = []
 
     def update(self, frame_number: int, dets: List[Detection]) -> List[Detection]:
@@ -63,7 +65,8 @@ class Tracking:
         for c in self.counters:
             c.update(items)
         self.trails.update(dets)
-        self.mot.extend(mot_lines(frame_number, dets))
+        if self.keep_mot:
+            self.mot.extend(mot_lines(frame_number, dets))
         return dets
 
     def draw(self, image) -> None:

@@ -106,7 +106,9 @@ class Trails:
             del self._points[tid], self._last[tid]
 
     def draw(self, image: np.ndarray) -> None:
-        line, _, _ = _style(image)
+        # half the boxes' thickness: OpenCV's anti-aliased lines cost about 8 times more at 2 px than at
+        # 1 px (0.5 ms against 0.07 ms for 9 trails on a 640x480 frame), a tenth of the frame's detection
+        line = max(1, _style(image)[0] // 2)
         for tid, pts in self._points.items():
             if len(pts) > 1:
                 cv2.polylines(image, [np.array(pts, np.int32).reshape(-1, 1, 2)], False, track_color(tid), line,
