@@ -53,7 +53,7 @@ from .checkpoint import remove_stale_temporaries, save_weights_atomic
 from .lr_policy import LrSchedule
 from .phase_hook import phase
 from .queued_step import QueuedStep, read_at_once
-from .results_log import ResultsLog
+from .results_log import CSV_NAME, ResultsLog
 from .weights_transfer import load_start_weights, weights_layers_in_file  # noqa: F401 (public here too)
 from .train_rate import ThroughputMeter, default_train_workers, image_cache_summary, use_processes
 
@@ -340,7 +340,7 @@ def train(data: str, cfg: str, weights: Optional[str] = None, *, clear: bool = F
     base = os.path.splitext(os.path.basename(cfg))[0]
     # a run killed inside a save leaves its hidden temporary file; its complete files are intact
     if is_root:  # (another rank would race with rank 0's first writes)
-        remove_stale_temporaries(backup, [glob.escape(base) + "_*.weights", CHART_NAME])
+        remove_stale_temporaries(backup, [glob.escape(base) + "_*.weights", CHART_NAME, CSV_NAME])
         remove_stale_temporaries(os.path.join(backup, PLOTS_NAME), ["*.png"])
     if seed is None:
         seed = random.SystemRandom().randrange(2 ** 31)
