@@ -77,7 +77,9 @@ def test_quick_start_without_data_from_random_weights(tmp_path, monkeypatch, cap
     qcfg = open(run / "yolov3-tiny-quickstart-4classes.cfg").read()
     assert "classes=4" in qcfg and "width=64" in qcfg and "max_batches=2" in qcfg
     assert "anchors=20,20" not in qcfg  # the demo's anchors only go with the demo's weights
-    assert lines[-2] == "Detect with the new weights:" and f"--out {run / 'detections'}" in lines[-1]
+    assert lines[-2] == "Detect with the new weights:"  # with the cfg the weights were trained with
+    assert lines[-1].split()[3:8] == ["--cfg", str(run / "yolov3-tiny-quickstart-4classes.cfg"), "--weights",
+                                      str(run / "yolov3-tiny-quickstart-4classes_best.weights"), "--names"]
     assert sorted(os.listdir(tmp_path)) == ["cache", run.name]
     # the second time the dataset comes from the cache, and the run gets a folder of its own
     assert main(["train", "yolov3-tiny.cfg", "--max-batches", "1", "--workers", "0"]) == 0
