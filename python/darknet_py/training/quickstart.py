@@ -26,7 +26,7 @@ CLASSES = 4
 SIZE = 256  # the images' and the network's size: the demo model's
 BATCH = 16
 SEED = 1  # the dataset's, and the training's unless --seed gives another
-MAX_BATCHES = 100  # from the demo's start: mAP@0.5 0.98 in 4 minutes on 2 shared CPU cores (docs/training.md)
+MAX_BATCHES = 100  # from the demo's start: mAP@0.5 0.98 in 2.5 to 4 minutes on 2 shared CPU cores (docs/training.md)
 
 Say = Callable[[str], None]
 
