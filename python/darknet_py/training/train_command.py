@@ -13,10 +13,8 @@ from ..distributed import DEFAULT_TIMEOUT, RankInfo, init_process_group
 from ..distributed.launch import launch, report_peer_lost, watch_launcher
 from ..distributed.plan import BATCH_MODES, check_cfg_splits, split_devices
 from ..exit_codes import INTERRUPTED
+from . import quickstart
 from .train import train
-
-QUICK_MAX_BATCHES = 200  # `train CFG` without data: the demonstration's length (quickstart.py)
-
 
 TRAIN_EXAMPLES = """\
 Trains the detector CFG on the `train` list of DATA, as `darknet detector train` does: Darknet's
@@ -25,7 +23,10 @@ file or an Ultralytics dataset YAML (path, train, val, names); CFG and DATA may 
 order (Darknet's is DATA CFG): a cfg is the file with a [net] section.
 
 Without DATA it trains CFG for a few minutes on a synthetic dataset of shapes (made once in the
-cache folder), to show training work: the loss falling and a first mAP.
+cache folder), seed 1 unless --seed, into a new folder quickstart-<cfg>/ (--out: another), and
+prints the command that detects with the new weights. A cfg with the layers of the bundled demo
+model and k times its filters (yolov4-tiny) starts from the demo's weights widened to it; any
+other cfg from random weights, which a few minutes do not make a detector of.
 
 When DATA's class count differs from the cfg's, a copy of the cfg with `classes` of every [yolo]
 and `filters` of the convolution before each changed is written to the backup folder and
@@ -73,7 +74,8 @@ def add_parser(sub: Any, formatter: Any) -> argparse.ArgumentParser:
                    help="mAP every N iterations (default: Darknet's max(100, 4 epochs))")
     p.add_argument("--save-every", type=positive_int, metavar="N",
                    help="keep <cfg>_N.weights every N iterations (default: 1000, or 10000 past 10000 batches)")
-    p.add_argument("--out", metavar="DIR", help="backup folder (default: the .data file's backup, else ./backup)")
+    p.add_argument("--out", metavar="DIR", help="backup folder (default: the .data file's backup, else ./backup; "
+                        "without DATA: a new quickstart-<cfg> folder)")
     p.add_argument("--threads", type=positive_int, metavar="N", help="CPU threads (default: all cores)")
     p.add_argument("--workers", type=non_negative_int, metavar="N",
                    help="image loading workers (default: min(4, cores) on the CPU, min(8, cores - 1) on a GPU); "
@@ -86,7 +88,7 @@ def add_parser(sub: Any, formatter: Any) -> argparse.ArgumentParser:
                         "is decoded once instead of at every draw (the same batches; only what is stored takes memory). Default auto: "
                         "a quarter of the available memory (none on Windows); 0: off")
     p.add_argument("--max-batches", type=positive_int, metavar="N",
-                   help="train to iteration N (replaces the cfg's; without DATA: default %d)" % QUICK_MAX_BATCHES)
+                   help="train to iteration N (replaces the cfg's; without DATA: default %d)" % quickstart.MAX_BATCHES)
     p.add_argument("--seed", type=int, metavar="S", help="random seed: initialisation, data, augmentation")
     p.add_argument("--verbose", action="store_true", help="print the per-head statistics every iteration")
     p.add_argument("--device", "--backend", dest="device", type=_device_list_arg, default=None, metavar="DEVICE",
@@ -186,22 +188,24 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.gpus:
         devices = split_devices("cuda:" + args.gpus.strip())
     calc_map, map_every, max_batches, out = args.map, args.map_every, args.max_batches, args.out
+    plan = None
     if data is None:
         if len(devices) > 1:
             raise ValueError("the quick start (no DATA) trains on one device: give DATA to train on several")
-        from . import quickstart
         from ..model_files.cfgfiles import resolve_cfg
 
         def say(text: str) -> None:
             print(text, flush=True)
 
-        max_batches = max_batches or QUICK_MAX_BATCHES
+        max_batches = max_batches or quickstart.MAX_BATCHES
+        args.seed = quickstart.SEED if args.seed is None else args.seed
         say(f"No dataset given: training {cfg} for {max_batches} iterations on synthetic shapes "
-            f"({quickstart.CLASSES} classes, {quickstart.SIZE}x{quickstart.SIZE}) to show training work. "
+            f"({quickstart.CLASSES} classes, {quickstart.SIZE}x{quickstart.SIZE}), seed {args.seed}. "
             f"On your own data: darknet_py train {cfg} my.data (a Darknet .data file or an Ultralytics dataset YAML)")
-        data = quickstart.dataset(say)
-        out = os.path.abspath(out or "backup")
-        cfg = quickstart.quickstart_cfg(resolve_cfg(cfg), out, max_batches, say)
+        plan = quickstart.prepare(resolve_cfg(cfg), out, max_batches, args.seed, say, demo=not args.weights)
+        data, cfg, out = plan.data, plan.cfg, plan.folder
+        if plan.weights:  # another network's iteration count: this run counts from 0
+            args.weights, args.clear = plan.weights, True
         calc_map = True
         map_every = map_every or max(1, max_batches // 2)
     info = RankInfo.from_env()
@@ -245,4 +249,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"iteration {r.iteration} in {r.seconds:.1f} s ({r.images_per_second:.1f} images/s, "
               f"{100 * r.data_wait_share:.1f}% waiting for data); weights: {r.weights}"
               + (f"; best mAP@0.5 {r.best_map:.4f}: {r.best}" if r.best else ""), file=sys.stderr)
+        if plan is not None:
+            from .quickstart import detect_command
+
+            print(f"Detect with the new weights:\n  {detect_command(plan, r.best or r.weights)}", flush=True)
     return 0
