@@ -13,8 +13,9 @@ enum {
 
 // exp(x) and a / b as written (approx = 0), or the device's fast approximations (approx = 1: KFAST_EXP,
 // KFAST_DIV, a few ulp of float). The half storage types' kernels ask for them: their results are
-// rounded to 8 or 11 bits, far above those ulps, and mish's passes over yolov4's activations were
-// bound by the accurate forms' arithmetic, not by their bytes. fp32 storage keeps the accurate forms.
+// rounded to 8 or 11 bits, far above those ulps, and the accurate forms' arithmetic cost yolov4's mish
+// passes time (benchmarks/RESULTS_GPU.md). fp32 storage keeps the accurate forms: its results stay
+// those of the CPU backends.
 KFN float act_exp(float x, int approx) { return approx ? KFAST_EXP(x) : exp(x); }
 KFN float act_div(float a, float b, int approx) { return approx ? KFAST_DIV(a, b) : a / b; }
 
