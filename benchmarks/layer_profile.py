@@ -234,9 +234,9 @@ def _ratio(a: float, b: float) -> str:
 
 
 def table(layers: List[dict], res: dict, flops: List[float], nbytes: List[int]) -> str:
-    """One row per layer: its GFLOP and MB, each engine's ms, ours / peer, the kernels the peers ran."""
+    """One row per layer: its MFLOP and MB, each engine's ms, ours / peer, the kernels the peers ran."""
     ov, ort = res["ov"] or {}, res["ort"]
-    lines = ["| layer | type and shape | GFLOP | MB | ours ms | OpenVINO ms | ONNX Runtime ms | ours / OV | "
+    lines = ["| layer | type and shape | MFLOP | MB | ours ms | OpenVINO ms | ONNX Runtime ms | ours / OV | "
              "ours / ORT | OpenVINO kernel [layout] | ONNX Runtime op (provider) |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     ovk, ortk = res.get("ov_kernels", {}), res["ort_kernels"]
@@ -248,7 +248,7 @@ def table(layers: List[dict], res: dict, flops: List[float], nbytes: List[int]) 
 
     for i, l in enumerate(layers):
         mine = res["ours"][i]
-        lines.append(f"| {i} | {summary(l)} | {flops[i]:.3f} | {nbytes[i] / 1e6:.2f} | {mine:.3f} | {cell(ov, i)} | "
+        lines.append(f"| {i} | {summary(l)} | {flops[i] * 1e3:.1f} | {nbytes[i] / 1e6:.2f} | {mine:.3f} | {cell(ov, i)} | "
                      f"{cell(ort, i)} | {_ratio(mine, ov.get(i, 0.0))} | {_ratio(mine, ort.get(i, 0.0))} | "
                      f"{ovk.get(i, '-')} | {ortk.get(i, '-')} |")
     for key in sorted(k for k in ov if not isinstance(k, int)):
@@ -257,7 +257,7 @@ def table(layers: List[dict], res: dict, flops: List[float], nbytes: List[int]) 
         lines.append(f"| - | unattributed: {key[1]} (ONNX Runtime's own nodes) | | | - | - | {ort[key]:.3f} | | | | |")
     ovt = f"{res['ov_total']:.2f}" if res["ov"] else "-"
     ovw = f"{res['ov_wall']:.2f}" if res["ov"] else "-"
-    lines.append(f"| total | sum of the layers (median of per-run sums) | {sum(flops):.3f} | {sum(nbytes) / 1e6:.1f} | "
+    lines.append(f"| total | sum of the layers (median of per-run sums) | {sum(flops) * 1e3:.0f} | {sum(nbytes) / 1e6:.1f} | "
                  f"{res['ours_total']:.2f} | {ovt} | {res['ort_total']:.2f} | "
                  f"{_ratio(res['ours_total'], res.get('ov_total', 0.0))} | "
                  f"{_ratio(res['ours_total'], res['ort_total'])} | | |")
