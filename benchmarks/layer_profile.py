@@ -1,7 +1,7 @@
 """Per-layer milliseconds of our engine next to ONNX Runtime's and OpenVINO's per-node times, on the same network.
 
     python benchmarks/layer_profile.py [--model yolov4-tiny] [--threads 2] [--runs 20] [--batch 1]
-                                       [--rounds 2] [--cfg FILE.cfg]
+                                       [--rounds 2] [--cfg FILE.cfg] [--no-openvino] [--nodes]
 
 The network is built as compare.py builds it (the model's cfg at its benchmark size, seeded random
 weights, seeded input); ONNX Runtime runs our ONNX export of it (peer_engines: spinning off,
@@ -24,7 +24,8 @@ Runs alternate between the engines in --rounds blocks of --runs / --rounds forwa
 not single runs: one engine's idle threads then cannot steal the cores from the other's run). Every
 figure is the median over the timed runs; the totals are the medians of the per-run sums, and the
 wall time per forward of each engine is given too (profiling adds a little to ONNX Runtime's).
-Needs onnx and onnxruntime; OpenCV is not needed. --cfg profiles any cfg instead of a named model
+Needs onnx and onnxruntime (openvino for its column; --no-openvino leaves it out, --nodes lists
+OpenVINO's nodes of the last run with their kernels); OpenCV is not needed. --cfg profiles any cfg instead of a named model
 (at its own [net] size).
 """
 from __future__ import annotations
@@ -248,17 +249,17 @@ def table(layers: List[dict], res: dict, flops: List[float], nbytes: List[int]) 
 
     for i, l in enumerate(layers):
         mine = res["ours"][i]
-        lines.append(f"| {i} | {summary(l)} | {flops[i] * 1e3:.1f} | {nbytes[i] / 1e6:.2f} | {mine:.3f} | {cell(ov, i)} | "
-                     f"{cell(ort, i)} | {_ratio(mine, ov.get(i, 0.0))} | {_ratio(mine, ort.get(i, 0.0))} | "
-                     f"{ovk.get(i, '-')} | {ortk.get(i, '-')} |")
+        lines.append(f"| {i} | {summary(l)} | {flops[i] * 1e3:.1f} | {nbytes[i] / 1e6:.2f} | {mine:.3f} | "
+                     f"{cell(ov, i)} | {cell(ort, i)} | {_ratio(mine, ov.get(i, 0.0))} | "
+                     f"{_ratio(mine, ort.get(i, 0.0))} | {ovk.get(i, '-')} | {ortk.get(i, '-')} |")
     for key in sorted(k for k in ov if not isinstance(k, int)):
         lines.append(f"| - | unattributed: {key[1]} (OpenVINO's own nodes) | | | - | {ov[key]:.3f} | - | | | | |")
     for key in sorted(k for k in ort if not isinstance(k, int)):
         lines.append(f"| - | unattributed: {key[1]} (ONNX Runtime's own nodes) | | | - | - | {ort[key]:.3f} | | | | |")
     ovt = f"{res['ov_total']:.2f}" if res["ov"] else "-"
     ovw = f"{res['ov_wall']:.2f}" if res["ov"] else "-"
-    lines.append(f"| total | sum of the layers (median of per-run sums) | {sum(flops) * 1e3:.0f} | {sum(nbytes) / 1e6:.1f} | "
-                 f"{res['ours_total']:.2f} | {ovt} | {res['ort_total']:.2f} | "
+    lines.append(f"| total | sum of the layers (median of per-run sums) | {sum(flops) * 1e3:.0f} | "
+                 f"{sum(nbytes) / 1e6:.1f} | {res['ours_total']:.2f} | {ovt} | {res['ort_total']:.2f} | "
                  f"{_ratio(res['ours_total'], res.get('ov_total', 0.0))} | "
                  f"{_ratio(res['ours_total'], res['ort_total'])} | | |")
     lines.append(f"| wall | one forward, median | | | {res['ours_wall']:.2f} | {ovw} | {res['ort_wall']:.2f} | "
