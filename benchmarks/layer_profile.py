@@ -25,8 +25,8 @@ not single runs: one engine's idle threads then cannot steal the cores from the 
 figure is the median over the timed runs; the totals are the medians of the per-run sums, and the
 wall time per forward of each engine is given too (profiling adds a little to ONNX Runtime's).
 Needs onnx and onnxruntime (openvino for its column; --no-openvino leaves it out, --nodes lists
-OpenVINO's nodes of the last run with their kernels); OpenCV is not needed. --cfg profiles any cfg instead of a named model
-(at its own [net] size).
+OpenVINO's nodes of the last run with their kernels); OpenCV is not needed. --cfg profiles any cfg
+instead of a named model (at its own [net] size).
 """
 from __future__ import annotations
 
