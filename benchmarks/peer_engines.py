@@ -156,7 +156,9 @@ def _onnxruntime(files: ModelFiles, threads: int) -> Runner:
 OPENVINO_CONFIG = {"INFERENCE_NUM_THREADS": None, "INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}
 
 
-def _openvino(files: ModelFiles, threads: int) -> Runner:
+def openvino_model(onnx_path: str, threads: int, perf_count: bool = False):
+    """OpenVINO's CPU compiled model as the race runs it (OPENVINO_CONFIG at `threads`), checked to run
+    what was asked; with perf_count, its per-node counters on (PERF_COUNT)."""
     import openvino as ov
 
     core = ov.Core()
@@ -165,20 +167,31 @@ def _openvino(files: ModelFiles, threads: int) -> Runner:
     if absent:
         raise RuntimeError(f"OpenVINO {ov.get_version()}'s CPU plugin lacks the properties {absent}")
     config = {**OPENVINO_CONFIG, "INFERENCE_NUM_THREADS": threads}
-    compiled = core.compile_model(core.read_model(files.onnx), "CPU", config)
+    if perf_count:
+        config["PERF_COUNT"] = True
+    compiled = core.compile_model(core.read_model(onnx_path), "CPU", config)
     # the plugin may adjust a hint: check that it runs what was asked
     threads_got = compiled.get_property("INFERENCE_NUM_THREADS")
     precision = compiled.get_property("INFERENCE_PRECISION_HINT")
     if int(threads_got) != threads or precision != ov.Type.f32:
         raise RuntimeError(f"OpenVINO compiled the model for {threads_got} threads in {precision}, "
                            f"not {threads} in f32")
+    return compiled
+
+
+def openvino_runner(compiled):
+    """(infer request, a function blob -> outputs) for an OpenVINO compiled model."""
     req = compiled.create_infer_request()
     outs = list(compiled.outputs)
 
     def run(blob):
         req.infer({0: blob})
         return [req.get_tensor(o).data.copy() for o in outs]
-    return run
+    return req, run
+
+
+def _openvino(files: ModelFiles, threads: int) -> Runner:
+    return openvino_runner(openvino_model(files.onnx, threads))[1]
 
 
 def mismatch(engine: str, files: ModelFiles, ours: List[np.ndarray], theirs: List[np.ndarray]) -> Dict[str, float]:

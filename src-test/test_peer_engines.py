@@ -158,8 +158,9 @@ def test_missing_engine_has_a_reason():
 
 
 def test_layer_profile_maps_onnx_runtime_nodes_to_our_layers(model, capsys):
-    """benchmarks/layer_profile.py on the tiny cfg: one table row per layer, our time for each, ONNX
-    Runtime's for every layer that has a node (conv, maxpool, route, upsample, yolo), totals that add up."""
+    """benchmarks/layer_profile.py on the tiny cfg: one table row per layer with its FLOPs and bytes, our
+    time for each, ONNX Runtime's (and OpenVINO's, where it is installed) for every layer that has a node
+    (conv, maxpool, route, upsample, yolo) with the kernel it ran, totals that add up."""
     why = pe.missing("onnxruntime")
     if why:
         pytest.skip(f"onnxruntime: {why}")
@@ -170,20 +171,32 @@ def test_layer_profile_maps_onnx_runtime_nodes_to_our_layers(model, capsys):
     net, cfg, weights, d = model
     assert lp.main(["--cfg", cfg, "--threads", "2", "--runs", "2", "--rounds", "1"]) == 0
     out = capsys.readouterr().out
+    lines = out.splitlines()
+    header = [c.strip() for c in next(x for x in lines if x.startswith("| layer |")).strip().strip("|").split("|")]
+    col = {h: k for k, h in enumerate(header)}
     rows = {}
-    for line in out.splitlines():
+    for line in lines:
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 5 and cells[0].isdigit():
+        if len(cells) == len(header) and cells[0].isdigit():
             rows[int(cells[0])] = cells
     assert sorted(rows) == list(range(len(net.layers))), out
-    for i, (_, what, ours, theirs, _) in rows.items():
+    with_ov = pe.missing("openvino") is None
+    for i, cells in rows.items():
+        what = cells[col["type and shape"]]
         assert what.split()[0] == net.layers[i]["type"]
-        assert float(ours) >= 0
+        assert float(cells[col["ours ms"]]) >= 0 and float(cells[col["MB"]]) > 0
+        if net.layers[i]["type"] == "conv":
+            assert float(cells[col["MFLOP"]]) > 0
         if net.layers[i]["type"] in ("conv", "max", "yolo", "upsample"):
-            assert float(theirs) > 0, f"layer {i} ({what}) got no ONNX Runtime time: {out}"
-    total = next(line for line in out.splitlines() if line.startswith("| total |")).split("|")
-    ours_sum = sum(float(r[2]) for r in rows.values())
-    assert abs(float(total[3]) - ours_sum) <= 0.05 * ours_sum + 0.01 * len(rows)  # medians of sums vs sums of medians
+            assert float(cells[col["ONNX Runtime ms"]]) > 0, f"layer {i} ({what}) got no ONNX Runtime time: {out}"
+            assert cells[col["ONNX Runtime op (provider)"]] != "-"
+            if with_ov:
+                assert float(cells[col["OpenVINO ms"]]) > 0, f"layer {i} ({what}) got no OpenVINO time: {out}"
+                assert cells[col["OpenVINO kernel [layout]"]] != "-"
+    total = [c.strip() for c in next(x for x in lines if x.startswith("| total |")).strip().strip("|").split("|")]
+    ours_sum = sum(float(r[col["ours ms"]]) for r in rows.values())
+    # medians of sums vs sums of medians
+    assert abs(float(total[col["ours ms"]]) - ours_sum) <= 0.05 * ours_sum + 0.01 * len(rows)
 
 
 def test_layer_profile_says_when_onnx_runtime_is_missing(monkeypatch, capsys):
