@@ -27,6 +27,14 @@ bool one_to_one(const std::vector<float>& iou, size_t rows, size_t cols) {
     return true;
 }
 
+// The 4-value boxes of `boxes` at the positions `which`, packed in that order.
+std::vector<double> gather(const std::vector<double>& boxes, const std::vector<size_t>& which) {
+    std::vector<double> out;
+    out.reserve(4 * which.size());
+    for (size_t i : which) out.insert(out.end(), &boxes[4 * i], &boxes[4 * i] + 4);
+    return out;
+}
+
 }  // namespace
 
 std::vector<float> iou_matrix(const double* a, size_t na, const double* b, size_t nb) {
@@ -55,6 +63,8 @@ std::vector<float> ByteTrack::begin(const float* boxes, const float* confidence,
     predicted_.clear();
     solved_high_ = solved_low_ = false;
     first_stage_ = 0;
+    every_track_.resize(tracks_.size());
+    for (size_t i = 0; i < every_track_.size(); ++i) every_track_[i] = i;
     if (tracks_.empty() && n == 0) return {};
     for (Track& t : tracks_) {
         for (int k = 0; k < 4; ++k) t.box[k] += t.velocity[k];
@@ -70,25 +80,30 @@ std::vector<float> ByteTrack::begin(const float* boxes, const float* confidence,
         predicted_.insert(predicted_.end(), t.box, t.box + 4);
     }
     for (size_t i = 0; i < n; ++i) (confidence_[i] >= p_.high_conf_det_threshold ? high_ : low_).push_back(i);
-    std::vector<double> high_boxes;
-    for (size_t i : high_) high_boxes.insert(high_boxes.end(), &boxes_[4 * i], &boxes_[4 * i] + 4);
+    std::vector<double> high_boxes = gather(boxes_, high_);
     iou_high_ = iou_matrix(predicted_.data(), tracks_.size(), high_boxes.data(), high_.size());
-    solved_high_ = p_.minimum_iou_threshold > 0 && one_to_one(iou_high_, tracks_.size(), high_.size());
-    if (!solved_high_) return iou_high_;
-    for (size_t i = 0; i < tracks_.size(); ++i)
-        for (size_t j = 0; j < high_.size(); ++j)
-            if (iou_high_[i * high_.size() + j] >= p_.minimum_iou_threshold) match_track_.push_back(i), match_det_.push_back(high_[j]);
-    return {};
+    solved_high_ = keep_if_one_to_one(iou_high_, every_track_, high_);
+    return solved_high_ ? std::vector<float>() : iou_high_;
 }
 
-void ByteTrack::keep_matches(const std::vector<float>& iou, size_t cols_n, const std::vector<int64_t>& rows,
+bool ByteTrack::keep_if_one_to_one(const std::vector<float>& iou, const std::vector<size_t>& track_of,
+                                   const std::vector<size_t>& det_of) {
+    const size_t cols = det_of.size();
+    if (!(p_.minimum_iou_threshold > 0 && one_to_one(iou, track_of.size(), cols))) return false;
+    for (size_t i = 0; i < track_of.size(); ++i)
+        for (size_t j = 0; j < cols; ++j)
+            if (iou[i * cols + j] >= p_.minimum_iou_threshold) match_track_.push_back(track_of[i]), match_det_.push_back(det_of[j]);
+    return true;
+}
+
+void ByteTrack::keep_matches(const std::vector<float>& iou, const std::vector<int64_t>& rows,
                              const std::vector<int64_t>& cols, const std::vector<size_t>& track_of,
                              const std::vector<size_t>& det_of) {
     if (rows.size() != cols.size()) throw DarknetError("ByteTrack: rows and cols differ in length");
     for (size_t k = 0; k < rows.size(); ++k) {
         if (rows[k] < 0 || cols[k] < 0 || (size_t)rows[k] >= track_of.size() || (size_t)cols[k] >= det_of.size())
             throw DarknetError("ByteTrack: assignment out of range");
-        if (iou[(size_t)rows[k] * cols_n + (size_t)cols[k]] >= p_.minimum_iou_threshold) {
+        if (iou[(size_t)rows[k] * det_of.size() + (size_t)cols[k]] >= p_.minimum_iou_threshold) {
             match_track_.push_back(track_of[(size_t)rows[k]]);
             match_det_.push_back(det_of[(size_t)cols[k]]);
         }
@@ -96,27 +111,17 @@ void ByteTrack::keep_matches(const std::vector<float>& iou, size_t cols_n, const
 }
 
 std::vector<float> ByteTrack::second(const std::vector<int64_t>& rows, const std::vector<int64_t>& cols) {
-    if (!solved_high_) {
-        std::vector<size_t> all(tracks_.size());
-        for (size_t i = 0; i < all.size(); ++i) all[i] = i;
-        keep_matches(iou_high_, high_.size(), rows, cols, all, high_);
-    }
+    if (!solved_high_) keep_matches(iou_high_, rows, cols, every_track_, high_);
     first_stage_ = match_track_.size();
     std::vector<bool> taken(tracks_.size(), false);
     for (size_t t : match_track_) taken[t] = true;
     for (size_t i = 0; i < tracks_.size(); ++i)
         if (!taken[i]) left_.push_back(i);
     if (left_.empty() || low_.empty()) return {};
-    std::vector<double> a, b;
-    for (size_t i : left_) a.insert(a.end(), &predicted_[4 * i], &predicted_[4 * i] + 4);
-    for (size_t i : low_) b.insert(b.end(), &boxes_[4 * i], &boxes_[4 * i] + 4);
+    std::vector<double> a = gather(predicted_, left_), b = gather(boxes_, low_);
     iou_low_ = iou_matrix(a.data(), left_.size(), b.data(), low_.size());
-    solved_low_ = p_.minimum_iou_threshold > 0 && one_to_one(iou_low_, left_.size(), low_.size());
-    if (!solved_low_) return iou_low_;
-    for (size_t i = 0; i < left_.size(); ++i)
-        for (size_t j = 0; j < low_.size(); ++j)
-            if (iou_low_[i * low_.size() + j] >= p_.minimum_iou_threshold) match_track_.push_back(left_[i]), match_det_.push_back(low_[j]);
-    return {};
+    solved_low_ = keep_if_one_to_one(iou_low_, left_, low_);
+    return solved_low_ ? std::vector<float>() : iou_low_;
 }
 
 std::vector<int64_t> ByteTrack::finish(const std::vector<int64_t>& rows, const std::vector<int64_t>& cols) {
@@ -124,7 +129,7 @@ std::vector<int64_t> ByteTrack::finish(const std::vector<int64_t>& rows, const s
     std::vector<int64_t> out(n, -1);
     if (tracks_.empty() && n == 0) return out;
     const size_t first = first_stage_;
-    if (!solved_low_) keep_matches(iou_low_, low_.size(), rows, cols, left_, low_);
+    if (!solved_low_) keep_matches(iou_low_, rows, cols, left_, low_);
     for (size_t m = 0; m < match_track_.size(); ++m) {
         Track& t = tracks_[match_track_[m]];
         const double* z = &boxes_[4 * match_det_[m]];

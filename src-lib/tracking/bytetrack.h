@@ -59,9 +59,13 @@ public:
     const std::vector<Track>& tracks() const { return tracks_; }
 
 private:
-    void keep_matches(const std::vector<float>& iou, size_t cols_n, const std::vector<int64_t>& rows,
+    void keep_matches(const std::vector<float>& iou, const std::vector<int64_t>& rows,
                       const std::vector<int64_t>& cols, const std::vector<size_t>& track_of,
                       const std::vector<size_t>& det_of);
+    // Where one_to_one holds (and the threshold is positive), keeps the stage's pairs at or above the
+    // threshold without the solver and returns true; else false, nothing kept.
+    bool keep_if_one_to_one(const std::vector<float>& iou, const std::vector<size_t>& track_of,
+                            const std::vector<size_t>& det_of);
 
     ByteTrackParams p_;
     std::vector<Track> tracks_;
@@ -69,7 +73,7 @@ private:
     // the frame in hand
     std::vector<double> boxes_, predicted_;
     std::vector<float> confidence_;
-    std::vector<size_t> high_, low_, left_;
+    std::vector<size_t> high_, low_, left_, every_track_;  // every_track_: 0 .. tracks - 1
     std::vector<float> iou_high_, iou_low_;
     std::vector<size_t> match_track_, match_det_;  // both stages' matches, the first's first
     size_t first_stage_ = 0;                        // how many of them are the first stage's
