@@ -42,3 +42,6 @@ typedef unsigned int uint32_t;
 #define KBF16_T __nv_bfloat16
 #define KBF16_LOAD(p, i) __bfloat162float((p)[i])
 #define KBF16_STORE(p, i, v) ((p)[i] = __float2bfloat16_rn(v))
+// v rounded to the storage type and back: what a load of a stored v returns
+#define KF16_ROUND(v) __half2float(__float2half_rn(v))
+#define KBF16_ROUND(v) __bfloat162float(__float2bfloat16_rn(v))

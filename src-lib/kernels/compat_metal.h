@@ -68,3 +68,6 @@ inline ushort dn_bf16_bits(float f) {
     u += 0x7fffu + ((u >> 16) & 1u);
     return (ushort)(u >> 16);
 }
+// v rounded to the storage type and back: what a load of a stored v returns
+#define KF16_ROUND(v) ((float)(half)(v))
+#define KBF16_ROUND(v) as_type<float>(((uint)dn_bf16_bits(v)) << 16)

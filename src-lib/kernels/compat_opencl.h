@@ -61,3 +61,12 @@ inline ushort dn_bf16_bits(float f) {
     u += 0x7fffu + ((u >> 16) & 1u);
     return (ushort)(u >> 16);
 }
+// v rounded to the storage type and back: what a load of a stored v returns (fp16 through a private
+// word: OpenCL C 1.2 has half pointers but no half values)
+inline float dn_f16_round(float v) {
+    ushort r;
+    vstore_half_rte(v, 0, (half*)&r);
+    return vload_half(0, (const half*)&r);
+}
+#define KF16_ROUND(v) dn_f16_round(v)
+#define KBF16_ROUND(v) as_float(((uint)dn_bf16_bits(v)) << 16)

@@ -3,5 +3,6 @@
 #undef S_T
 #undef S_LD
 #undef S_ST
+#undef S_ROUND
 #undef S_NAME
 #undef S_FAST_MATH

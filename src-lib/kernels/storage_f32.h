@@ -4,5 +4,6 @@
 #define S_T float
 #define S_LD(p, i) ((p)[i])
 #define S_ST(p, i, v) ((p)[i] = (v))
+#define S_ROUND(v) (v)
 #define S_NAME(name) name##_f32
 #define S_FAST_MATH 0  // the activations' exp and division as written (activation_math.h)

@@ -4,6 +4,7 @@
 //   S_T            the element type of activation buffers (float, half, bf16 bits)
 //   S_LD(p, i)     element i of p as a float
 //   S_ST(p, i, v)  stores float v into element i of p, rounded to nearest even
+//   S_ROUND(v)     float v rounded as S_ST stores it: what S_LD of the stored v returns
 // Math is fp32 throughout; parameters (scale, shift, shortcut weights) stay fp32 buffers. Launch
 // geometry of every kernel here: one thread per element, threads = args.n rounded up to whole
 // groups of any size (each thread guards i < n), except shortcut (one launch per input) and gemm

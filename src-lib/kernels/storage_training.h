@@ -150,8 +150,8 @@ KERNEL(S_NAME(batchnorm_activate_backward_partial))(KBUF(S_T, dy, 0), KCBUF(S_T,
         for (int p = (int)KLID; p < a.plane; p += (int)KGROUP_SIZE) {
             int i = (n * a.channels + c) * a.plane + p;
             float xn = S_LD(x_norm, i), v = from_output ? S_LD(y, i) : xn * k + b;
-            S_ST(dy, i, S_LD(dy, i) * act_gradient(v, a.act, S_FAST_MATH));
-            float d = S_LD(dy, i);  // as stored: what batchnorm_backward_data reads
+            float d = S_ROUND(S_LD(dy, i) * act_gradient(v, a.act, S_FAST_MATH));
+            S_ST(dy, i, d);  // the sums take d as stored: what batchnorm_backward_data reads
             sdy += d;
             sdyx += d * xn;
         }
@@ -206,7 +206,7 @@ KERNEL(S_NAME(batchnorm_backward_data))(KBUF(S_T, dy, 0), KCBUF(S_T, x_norm, 1),
 // A thread's pixels LANE_UNROLL at a time: the batch's loads are issued together (one 2-byte load in
 // flight per thread leaves much of a large GPU's bandwidth unused). Pixel k of the batch at element i
 // is element LANE_AT(a, i, k); it exists when LANE_HAS(k).
-#define LANE_UNROLL 4
+#define LANE_UNROLL 8
 #define FOR_LANE_PIXEL_BATCHES(a, c, i)                                                  \
     if (c >= 0)                                                                          \
         for (int p_ = p0_ + row_, i = p_ * (a).channels + c; p_ < p1_;                   \
@@ -279,8 +279,8 @@ KERNEL(S_NAME(batchnorm_activate_backward_partial_nhwc))(KBUF(S_T, dy, 0), KCBUF
         }
         for (int k = 0; k < LANE_UNROLL; ++k) {
             if (!LANE_HAS(k)) continue;
-            S_ST(dy, LANE_AT(a, i, k), g[k] * act_gradient(v[k], a.act, S_FAST_MATH));
-            float d = S_LD(dy, LANE_AT(a, i, k));  // as stored, as in the NCHW kernel
+            float d = S_ROUND(g[k] * act_gradient(v[k], a.act, S_FAST_MATH));
+            S_ST(dy, LANE_AT(a, i, k), d);  // summed as stored, as in the NCHW kernel
             sdy += d;
             sdyx += d * xn[k];
         }
