@@ -28,6 +28,7 @@ SHAPES = [
     (2, 24, 9, 17, 40, 3, 1, 1),     # batch: vectors hold tiles of two images
     (1, 16, 3, 2, 24, 3, 1, 1),      # narrower than a tile: one partial tile per row
     (3, 33, 6, 6, 70, 3, 1, 1),      # few tiles, many filters: inputs transformed up front
+    (1, 32, 13, 13, 256, 3, 1, 1),   # few pixels, many filters: the GEMM splits the rows, not the pixels
     (1, 17, 20, 11, 9, 3, 1, 2),     # pad 2: output larger than the input
     (1, 32, 7, 5, 24, 3, 1, 0),      # pad 0
     (1, 19, 31, 29, 21, 3, 2, 1),    # stride 2: the GEMM's even-lane packing
@@ -105,13 +106,15 @@ def test_forcing_a_path_changes_the_arithmetic(monkeypatch):
 
 
 @pytest.mark.parametrize("threads", [1, 3])
-def test_thread_count_does_not_change_results(threads, monkeypatch):
-    """Jobs split the output differently per thread count; each output is still summed in the same
-    order, so results are bit-identical (and the pool survives being restarted)."""
+@pytest.mark.parametrize("n, cin, h, w, cout", [(2, 48, 21, 23, 56), (1, 32, 13, 13, 256)])
+def test_thread_count_does_not_change_results(threads, n, cin, h, w, cout, monkeypatch):
+    """Jobs split the output differently per thread count (a small image with many filters: by rows);
+    each output is still summed in the same order, so results are bit-identical (and the pool survives
+    being restarted)."""
     rng = np.random.default_rng(5)
-    x = rng.standard_normal((2, 48, 21, 23)).astype(np.float32)
-    wt = rng.standard_normal((56, 48, 3, 3)).astype(np.float32)
-    geom = (1, 1, 1, 1, 1, 21, 23)
+    x = rng.standard_normal((n, cin, h, w)).astype(np.float32)
+    wt = rng.standard_normal((cout, cin, 3, 3)).astype(np.float32)
+    geom = (1, 1, 1, 1, 1, h, w)
     old = _core.get_threads()
     try:
         _core.set_threads(2)

@@ -35,8 +35,12 @@ inline int gemm_kc(int K) {
 // by pack_a (lda = 0) or row-major with rows lda apart (lda > 0; see simd::tile), with
 // pack_b(b, k0, kc, j0, nr, dst) writing rows [k0, k0+kc) x columns [j0, j0+nr) of B_b into a
 // kc x NR panel (dst[k*NR + j]; columns past nr may hold anything finite). K >= 1.
-// Jobs are (batch, block of columns, block of rows); the rows are split only when there are too
-// few column blocks to keep every thread busy (each row block re-packs its B panels).
+// Jobs are (batch, block of columns, block of rows). With too few column blocks to keep every thread
+// busy, the rows are split first, into blocks of at least GEMM_MIN_ROW_PANELS panels: each row block
+// re-packs the B panels (kc x NB_PANELS*NR floats, from an image small enough to have few columns),
+// while each extra column block would stream all of A once more (A is the larger operand there: the
+// weights of a 13x13 or 26x26 layer). Only then are the column blocks narrowed.
+constexpr int GEMM_MIN_ROW_PANELS = 4;
 template <class PackB>
 void gemm_driver(int batches, int M, int N, int K, const float* A, long lda, PackB&& pack_b, float* C,
                  long c_stride, long ldc, const Epilogue& e) {
@@ -45,8 +49,12 @@ void gemm_driver(int batches, int M, int N, int K, const float* A, long lda, Pac
     const int m_panels = (M + MR - 1) / MR, n_panels = (N + NR - 1) / NR;
     const int want_jobs = threads > 1 ? 4 * threads : 1;
     int nbp = std::min(GEMM_NB_PANELS, n_panels);
-    if ((long)batches * ((n_panels + nbp - 1) / nbp) < want_jobs)
-        nbp = std::max(1, (int)(((long)n_panels * batches + want_jobs - 1) / want_jobs));
+    const long column_jobs = (long)batches * ((n_panels + nbp - 1) / nbp);
+    const int row_split = column_jobs >= want_jobs ? 1
+                          : std::min(std::max(1, m_panels / GEMM_MIN_ROW_PANELS),
+                                     (int)((want_jobs + column_jobs - 1) / column_jobs));
+    if (column_jobs * row_split < want_jobs)  // the rest from narrower column blocks
+        nbp = std::max(1, (int)(((long)n_panels * batches * row_split + want_jobs - 1) / want_jobs));
     const int n_blocks = (n_panels + nbp - 1) / nbp;
     int m_blocks = 1;
     if ((long)batches * n_blocks < want_jobs)
