@@ -50,7 +50,8 @@ def test_the_demo_weights_fit_their_cfg():
 
 
 def test_a_cfg_typo_names_the_first_layer_that_disagrees(typo_cfg):
-    net = Network(typo_cfg, device="cpu")
+    with pytest.warns(UserWarning, match="did you mean 'filters'"):  # the cfg's own warning, then the error
+        net = Network(typo_cfg, device="cpu")
     msg = check_fit(net, DEMO["weights"])
     assert msg is not None and "floats left over" in msg
     # the typo'd layer 0 reads its one filter's values out of the 8 filters' biases and scales: the
