@@ -58,9 +58,12 @@ inline py::array_t<float> to_numpy(const Tensor& t) {
 }
 
 // A live NumPy view of a host tensor; the array keeps the tensor's buffer alive.
-inline py::array_t<float> host_view(const Tensor& t, const std::vector<py::ssize_t>& shape) {
-    auto* keep = new std::shared_ptr<Buffer>(t.buffer());
-    py::capsule owner(keep, [](void* p) { delete static_cast<std::shared_ptr<Buffer>*>(p); });
+// `token`, where given, lives as long as the view (Network::param_view_token).
+inline py::array_t<float> host_view(const Tensor& t, const std::vector<py::ssize_t>& shape,
+                                    std::shared_ptr<const void> token = nullptr) {
+    using Keep = std::pair<std::shared_ptr<Buffer>, std::shared_ptr<const void>>;
+    auto* keep = new Keep(t.buffer(), std::move(token));
+    py::capsule owner(keep, [](void* p) { delete static_cast<Keep*>(p); });
     return py::array_t<float>(shape, const_cast<Tensor&>(t).data(), owner);
 }
 

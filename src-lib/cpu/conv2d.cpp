@@ -128,21 +128,21 @@ void pack_one_segment(const float* img, long plane, long row_step, int d, int kh
 
 }  // namespace
 
-const char* cpu_conv2d_path(const Shape& x, const Shape&, const ConvGeom& g, const Shape& y) {
-    if (int m = winograd_tile(x, g, y)) return m == 4 ? "winograd-f4" : "winograd-f2";
+const char* cpu_conv2d_path(const Shape& x, const Shape&, const ConvGeom& g, const Shape& y, bool filters_kept) {
+    if (int m = winograd_tile(x, g, y, filters_kept)) return m == 4 ? "winograd-f4" : "winograd-f2";
     return is_1x1_direct(g) ? "gemm-1x1" : "gemm";
 }
 
 void cpu_conv2d(const Tensor& x, const Tensor& w, const ConvGeom& g, const float* scale, const float* shift,
-                Activation act, Tensor& y, ConvWorkspace& ws) {
+                Activation act, Tensor& y, ConvWorkspace& ws, WinogradFilters* kept) {
     using namespace simd;
     const Shape &xs = x.shape(), &ys = y.shape();
     Epilogue e;
     e.scale = scale;
     e.shift = shift;
     e.act = act;
-    if (int m = winograd_tile(xs, g, ys)) {
-        winograd_conv3x3(m, x, w, g, e, y, ws.padded, ws.transformed);
+    if (int m = winograd_tile(xs, g, ys, kept != nullptr)) {
+        winograd_conv3x3(m, x, w, g, e, y, ws.padded, ws.transformed, kept);
         return;
     }
     const int cin_g = xs.c / g.groups, cout_g = ys.c / g.groups;

@@ -12,18 +12,21 @@
 namespace dn {
 inline namespace DARKNET_ISA {  // isa.h: one copy per instruction set
 
+struct WinogradFilters;  // winograd.h
+
 // Reusable buffers of one backend, grown as needed.
 struct ConvWorkspace {
     std::vector<float> padded, transformed;  // padded or split input; Winograd-transformed filters or inputs
 };
 
 // y = act(conv(x, w) * scale[c] + shift[c]); scale null = 1, shift null = no affine.
+// kept: where the caller keeps this layer's Winograd filters between calls (null: transformed every call).
 void cpu_conv2d(const Tensor& x, const Tensor& w, const ConvGeom& g, const float* scale, const float* shift,
-                Activation act, Tensor& y, ConvWorkspace& ws);
+                Activation act, Tensor& y, ConvWorkspace& ws, WinogradFilters* kept = nullptr);
 
 // Which path cpu_conv2d takes for this layer ("winograd-f4", "winograd-f2", "gemm-1x1", "gemm"):
 // for tests and profiles.
-const char* cpu_conv2d_path(const Shape& x, const Shape& w, const ConvGeom& g, const Shape& y);
+const char* cpu_conv2d_path(const Shape& x, const Shape& w, const ConvGeom& g, const Shape& y, bool filters_kept = false);
 
 }  // namespace DARKNET_ISA
 }  // namespace dn

@@ -3,6 +3,8 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <memory>
 #include <vector>
 
 #include "../backend.h"
@@ -18,6 +20,7 @@
 #include "simd.h"
 #include "thread_pool.h"
 #include "shortcut_weights.h"
+#include "winograd.h"
 #include "training_ops.h"
 
 namespace dn {
@@ -40,7 +43,7 @@ public:
     }
 
     void conv2d(const Tensor& x, const Tensor& w, const ConvGeom& g, Tensor& y) override {
-        cpu_conv2d(x, w, g, nullptr, nullptr, Activation::linear, y, conv_ws_);
+        cpu_conv2d(x, w, g, nullptr, nullptr, Activation::linear, y, conv_ws_, kept_filters(w));
     }
 
     // Batch norm (as scale/shift) and elementwise activations run in the GEMM epilogue; the two
@@ -48,7 +51,8 @@ public:
     void conv2d_affine_act(const Tensor& x, const Tensor& w, const ConvGeom& g, const Tensor* scale,
                            const Tensor& shift, Activation a, Tensor& y) override {
         bool fused = activation_is_elementwise(a);
-        cpu_conv2d(x, w, g, scale ? scale->data() : nullptr, shift.data(), fused ? a : Activation::linear, y, conv_ws_);
+        cpu_conv2d(x, w, g, scale ? scale->data() : nullptr, shift.data(), fused ? a : Activation::linear, y, conv_ws_,
+                   kept_filters(w));
         if (!fused) activate(y, a);
     }
 
@@ -420,6 +424,37 @@ public:
     }
 
 private:
+    // Winograd's transformed filters of each weights tensor, kept while the network's parameters keep
+    // their version (Backend::params_version; 0 = unknown: none kept). Transforming them on every call
+    // took a third of a 13x13 or 26x26 layer's time. Up to kKeptFilterBytes in all; layers past it
+    // transform their filters on every call, as before.
+    static constexpr size_t kKeptFilterBytes = size_t(512) << 20;
+    struct Kept {
+        std::weak_ptr<Buffer> of;
+        uint64_t version = 0;
+        WinogradFilters filters;
+    };
+    std::map<const Buffer*, Kept> kept_;
+    WinogradFilters* kept_filters(const Tensor& w) {
+        if (params_version_ == 0) return nullptr;
+        auto it = kept_.find(w.buffer().get());
+        if (it == kept_.end() || it->second.of.lock() != w.buffer()) {
+            size_t bytes = 0;
+            for (auto i = kept_.begin(); i != kept_.end();) {  // forget the filters of freed weights
+                if (i->second.of.expired()) {
+                    i = kept_.erase(i);
+                    continue;
+                }
+                bytes += i->second.filters.u.size() * sizeof(float);
+                ++i;
+            }
+            if (bytes + 4 * w.size() * sizeof(float) > kKeptFilterBytes) return nullptr;  // F(4,3): 36 / 9 = 4x
+            it = kept_.insert_or_assign(w.buffer().get(), Kept{w.buffer(), params_version_, {}}).first;
+        }
+        Kept& k = it->second;
+        if (k.version != params_version_) k.version = params_version_, k.filters.current = false;
+        return &k.filters;
+    }
     std::vector<float> col_;  // im2col workspace of the training ops, reused across calls
     ConvWorkspace conv_ws_;   // padded input and transformed weights of cpu_conv2d, reused across calls
 };

@@ -290,9 +290,11 @@ void multiply_panel(const float* U, long ustride, const float* V, const Tiling& 
 // few tiles and many channels (small images) the inputs are transformed once up front and each
 // job transforms the filters of MR output channels, which then stay in L2 (transforming every
 // filter up front would stream (m+2)^2/9 times the weights through memory on every call).
+// With kept filters (a layer whose weights stay as they are between calls: inference) every filter is
+// transformed once into kept->u, and both orders read their filters from there.
 template <int M>
 void run(const Tensor& x, const Tensor& w, const ConvGeom& g, const Epilogue& e, Tensor& y, std::vector<float>& splitbuf,
-         std::vector<float>& tbuf) {
+         std::vector<float>& tbuf, WinogradFilters* kept) {
     constexpr int A = Wino<M>::A, XI = A * A;
     const Shape &xs = x.shape(), &ys = y.shape();
     Tiling L;
@@ -309,17 +311,34 @@ void run(const Tensor& x, const Tensor& w, const ConvGeom& g, const Epilogue& e,
     const int panels = (L.tiles + NR - 1) / NR, m_panels = (L.cout + MR - 1) / MR;
     ThreadPool& pool = ThreadPool::instance();
     const int want = pool.threads() > 1 ? 4 * pool.threads() : 1;
-
-    if ((long)panels * NR >= L.cout) {
-        const long ustride = (long)L.cout * L.cin + PLANE_PAD;
-        tbuf.resize((size_t)XI * ustride);
-        float* U = tbuf.data();
+    const long ustride = (long)L.cout * L.cin + PLANE_PAD;  // of every filter transformed (U)
+    auto transform_all = [&](float* U) {
         pool.parallel_for((size_t)m_panels, [&](size_t b, size_t en) {
             for (size_t p = b; p < en; ++p) {
                 int co0 = (int)p * MR;
                 transform_filters<M>(w.data(), L.cin, co0, std::min(MR, L.cout - co0), U + (long)co0 * L.cin, ustride);
             }
         });
+    };
+    const float* kept_u = nullptr;
+    if (kept) {
+        if (kept->m != M || kept->u.size() != (size_t)XI * ustride) {
+            kept->u.assign((size_t)XI * ustride, 0.0f);
+            kept->m = M;
+            kept->current = false;
+        }
+        if (!kept->current) transform_all(kept->u.data());
+        kept->current = true;
+        kept_u = kept->u.data();
+    }
+
+    if ((long)panels * NR >= L.cout) {
+        const float* U = kept_u;
+        if (!U) {
+            tbuf.resize((size_t)XI * ustride);
+            transform_all(tbuf.data());
+            U = tbuf.data();
+        }
         int m_blocks = panels >= want ? 1 : std::min(m_panels, (want + panels - 1) / panels);
         const int mbp = (m_panels + m_blocks - 1) / m_blocks;
         m_blocks = (m_panels + mbp - 1) / mbp;
@@ -343,17 +362,22 @@ void run(const Tensor& x, const Tensor& w, const ConvGeom& g, const Epilogue& e,
     pool.run_jobs((size_t)m_panels, [&](size_t p) {
         thread_local std::vector<float> ubuf;
         int co0 = (int)p * MR, mr = std::min(MR, L.cout - co0);
-        const long ustride = (long)MR * L.cin + PLANE_PAD;
-        ubuf.resize((size_t)XI * ustride);
-        transform_filters<M>(w.data(), L.cin, co0, mr, ubuf.data(), ustride);
+        const float* u = kept_u + (long)co0 * L.cin;
+        long us = ustride;
+        if (!kept_u) {
+            us = (long)MR * L.cin + PLANE_PAD;
+            ubuf.resize((size_t)XI * us);
+            transform_filters<M>(w.data(), L.cin, co0, mr, ubuf.data(), us);
+            u = ubuf.data();
+        }
         for (int q = 0; q < panels; ++q)
-            multiply_panel<M>(ubuf.data(), ustride, V + q * pstride, L, &maps[(size_t)q * NV], co0, mr, e, y.data());
+            multiply_panel<M>(u, us, V + q * pstride, L, &maps[(size_t)q * NV], co0, mr, e, y.data());
     });
 }
 
 }  // namespace
 
-int winograd_tile(const Shape& x, const ConvGeom& g, const Shape& y) {
+int winograd_tile(const Shape& x, const ConvGeom& g, const Shape& y, bool filters_kept) {
     if (g.kh != 3 || g.kw != 3 || g.stride_x != 1 || g.stride_y != 1 || g.dilation != 1 || g.groups != 1) return 0;
     if (y.h != x.h + 2 * g.pad - 2 || y.w != x.w + 2 * g.pad - 2 || g.pad > 2) return 0;
     // read on every call (a getenv per layer is nothing next to a convolution), so tests can switch
@@ -373,16 +397,16 @@ int winograd_tile(const Shape& x, const ConvGeom& g, const Shape& y) {
     int choice = 0;
     for (int m : {2, 4}) {
         double tiles = (double)y.n * ((y.h + m - 1) / m) * ((y.w + m - 1) / m), a2 = (m + 2) * (m + 2);
-        double cost = a2 * (pairs * pad(tiles) + 10.0 * tiles * (cin + cout) + 40.0 * pairs);
+        double cost = a2 * (pairs * pad(tiles) + 10.0 * tiles * (cin + cout) + (filters_kept ? 0.0 : 40.0) * pairs);
         if (cost < best) best = cost, choice = m;
     }
     return choice;
 }
 
 void winograd_conv3x3(int m, const Tensor& x, const Tensor& w, const ConvGeom& g, const Epilogue& e, Tensor& y,
-                      std::vector<float>& padded, std::vector<float>& u) {
-    if (m == 4) run<4>(x, w, g, e, y, padded, u);
-    else run<2>(x, w, g, e, y, padded, u);
+                      std::vector<float>& padded, std::vector<float>& u, WinogradFilters* kept) {
+    if (m == 4) run<4>(x, w, g, e, y, padded, u, kept);
+    else run<2>(x, w, g, e, y, padded, u, kept);
 }
 
 }  // namespace DARKNET_ISA
