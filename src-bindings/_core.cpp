@@ -551,7 +551,7 @@ PYBIND11_MODULE(_core, m) {
                 for (int v : {s.n, s.c, s.h, s.w})
                     if (v != 1 || !shape.empty()) shape.push_back(v);
                 if (shape.empty()) shape.push_back(1);
-                if (p.value.on_host()) d[p.name.c_str()] = host_view(p.value, shape);
+                if (p.value.on_host()) d[p.name.c_str()] = host_view(p.value, shape, n.param_view_token());
                 else d[p.name.c_str()] = to_numpy(p.value).reshape(shape);
             }
             return d;
@@ -595,15 +595,25 @@ PYBIND11_MODULE(_core, m) {
         }, py::arg("path"), py::arg("max_layers") = -1)
         .def("forward", [](Network& n, const py::array& x, std::vector<int> which) { auto lk = lock_net(n);
             InputBatch in = input_batch(n, "forward", x);
-            for (int i : which) layer_arg(n, i, "forward");  // before the work, not after
+            std::vector<int> kept;  // checked before the work, not after
+            for (int i : which) kept.push_back(layer_arg(n, i, "forward"));
             const LayerOutputs* outs;
             {
                 py::gil_scoped_release nogil;
-                outs = &n.forward(in.array.data(), in.shape, in.type);  // straight from the array to the input
+                outs = &n.forward_kept(in.array.data(), in.shape, in.type, kept);  // straight from the array
             }
             return layer_outputs(n, *outs, which, "forward");
         }, py::arg("x"), py::arg("layers"), "Runs the network on x (NCHW float32, or a half batch: see "
-           "forward_train); returns the outputs of the given layers.")
+           "forward_train); returns the outputs of the given layers. On CUDA, with forward_part set, a batch "
+           "of two or more parts of forward_part images runs part by part, each part's upload beside the "
+           "last part's work.")
+        .def_property("forward_part", [](const Network& n) { auto lk = lock_net(n); return n.forward_part; },
+                      [](Network& n, int images) { auto lk = lock_net(n);
+                          if (images < 0) bad_arg("forward_part", "images", "0 (whole batches) or more", std::to_string(images));
+                          n.forward_part = images;
+                      }, "Images per part of forward()'s pipelined batches (CUDA): a batch of at least two "
+                         "equal parts runs part by part, each part's upload beside the last part's work; "
+                         "0 (the default; DARKNET_PY_FORWARD_PART sets another) runs every batch whole.")
         .def("forward_train", [](Network& n, const py::array& x, std::vector<int> which) { auto lk = lock_net(n);
             InputBatch in = input_batch(n, "forward_train", x);
             for (int i : which) layer_arg(n, i, "forward_train");

@@ -171,6 +171,7 @@ void Network::set_backend(std::unique_ptr<Backend> backend) {
         for (auto& per_layer : *state)
             for (Tensor& t : per_layer)
                 if (!t.empty()) t = backend_->adopt(t);
+    if (backend_->device()) param_views_ = std::make_shared<int>(0);  // the views left are of the old host copies
     outputs_.clear();
     deltas_.clear();
     input_ = train_input_ = spare_train_input_ = Tensor();
@@ -273,7 +274,7 @@ void Network::load_input(const Tensor* x, const void* host, DType host_type, con
         ahead = last_load_uploaded_ && dst.shape() == s && dst.dtype() == host_type;
     }
     // a batch from the host keeps its storage type on the device (a half one is what layer 0 reads)
-    backend_->resize(dst, s, host ? host_type : DType::f32);
+    backend_->resize(dst, s, host ? host_type : x->dtype());
     if (ahead)
         dev->upload_ahead(dst.memory(), 0, host, s.size() * dtype_size(host_type));
     else if (host && host_type != DType::f32)  // precision_ is half: a GPU device
@@ -293,6 +294,55 @@ const LayerOutputs& Network::forward(const Tensor& x) {
 const LayerOutputs& Network::forward(const void* x, const Shape& s, DType type) {
     load_input(nullptr, x, type, s);
     return forward_loaded();
+}
+
+int Network::default_forward_part() {
+    static const int part = [] {
+        const char* env = std::getenv("DARKNET_PY_FORWARD_PART");
+        return env && *env ? std::max(0, std::atoi(env)) : 0;
+    }();
+    return part;
+}
+
+// Equal parts only: the recorded forward is of one shape.
+static int part_count(int n, int part) {
+    if (part <= 0 || n < 2 * part) return 1;
+    int k = (n + part - 1) / part;
+    return n % k == 0 ? k : 1;
+}
+
+const LayerOutputs& Network::forward_kept(const void* x, const Shape& s, DType type, const std::vector<int>& keep) {
+    Device* dev = backend_->device().get();
+    int parts = dev && dev->can_upload_ahead() ? part_count(s.n, forward_part) : 1;
+    if (parts == 1) return forward(x, s, type);
+    check_input(s);
+    const Shape ps{s.n / parts, s.c, s.h, s.w};
+    const size_t part_bytes = ps.size() * dtype_size(type);
+    const char* host = static_cast<const char*>(x);
+    kept_outputs_.resize(layers.size());
+    LayerOutputs kept(layers.size());  // the last call's buffers, reused
+    for (int i : keep) kept[i] = std::move(kept_outputs_.at(i));
+    kept_outputs_.swap(kept);
+    // Both buffers before the first upload: upload_ahead may not go into memory allocated since the
+    // previous upload (the allocator may hand out memory that queued work still reads).
+    for (Tensor& t : staged_parts_) backend_->resize(t, ps, type);
+    dev->upload(staged_parts_[0].memory(), 0, host, part_bytes);
+    for (int k = 0; k < parts; ++k) {
+        load_input(&staged_parts_[k % 2], nullptr, type, ps);  // a copy on the device, queued
+        forward_loaded();
+        for (int i : keep) {
+            const Tensor& o = outputs_.at(i);
+            Tensor& whole = kept_outputs_[i];
+            if (k == 0) backend_->resize(whole, Shape{s.n, o.shape().c, o.shape().h, o.shape().w}, o.dtype(), o.layout());
+            const size_t bytes = o.size() * dtype_size(o.dtype());
+            dev->copy(o.memory(), 0, whole.memory(), k * bytes, bytes);
+        }
+        if (k + 1 == parts) break;
+        // Beside part k's work: upload_ahead waits only for the work queued before the previous upload,
+        // the part before (k - 1), which was the last to read this buffer.
+        dev->upload_ahead(staged_parts_[(k + 1) % 2].memory(), 0, host + (k + 1) * part_bytes, part_bytes);
+    }
+    return kept_outputs_;
 }
 
 const LayerOutputs& Network::forward_loaded() {

@@ -32,6 +32,18 @@ public:
     // `type`: fp32, or the network's precision (a half batch: uploaded as it is, half the bytes, and no
     // conversion on the device; DarknetError for another half type).
     const LayerOutputs& forward(const void* x, const Shape& s, DType type = DType::f32);
+    // forward() from host memory for callers that want only the outputs of layers `keep`: with
+    // forward_part > 0, on a device that uploads beside its work (Device::can_upload_ahead), a batch of
+    // at least two parts of forward_part images runs part by part, part k+1 going up while part k runs,
+    // so that the upload (a 64-image 416x416 fp32 batch is 133 MB: 2.4 ms of PCIe) hides behind the
+    // work. The returned outputs then hold the kept layers (whole batch) alone. Parts are equal (a
+    // recorded forward is of one shape); any other batch runs whole, as forward(). Off by default
+    // (DARKNET_PY_FORWARD_PART=<images> sets the default): on an H200 parts of 16 gave +15-31 % on the
+    // tiny models in most processes, but cuDNN's per-shape timing picks slow algorithms for 16-image
+    // convolutions in some (yolov7-tiny 8400 -> 5400-6600 images/s), benchmarks/RESULTS_GPU.md.
+    const LayerOutputs& forward_kept(const void* x, const Shape& s, DType type, const std::vector<int>& keep);
+    int forward_part = default_forward_part();
+    static int default_forward_part();
 
     // ---- training ----
     // Forward with training behaviour; zeroes every layer's delta for the following backward().
@@ -107,6 +119,10 @@ public:
     // backend derives from them is made again). Callers that write through a pointer to the
     // parameters (live NumPy views) call it first.
     void own_params();
+    // Held by every live NumPy view of the parameter values (the bindings' params() on a host backend):
+    // its holder may write them at any time, unseen, so while one lives every pass counts as a new
+    // version of the values (nothing derived from them is kept: tell_params_version).
+    std::shared_ptr<const int> param_view_token() const { return param_views_; }
     bool shares_params() const { return param_share_.use_count() > 1; }
     // Allocates the parameters' gradients (zeroed) where they are not yet: training does it itself;
     // a network that only detects never holds them.
@@ -188,6 +204,8 @@ private:
     std::vector<std::set<std::string>> fallback_ops_;
     Tensor input_;             // forward()'s input (a recorded forward reads it from here)
     Tensor input_converted_;   // input_ in precision_ and layout_, converted by the forward itself (recorded with it)
+    Tensor staged_parts_[2];   // forward_kept's parts as uploaded, in turn (one goes up while the other's part runs)
+    LayerOutputs kept_outputs_;  // forward_kept's kept layers, whole batch, when it ran in parts
     DType precision_ = DType::f32;
     DType output_type(size_t layer) const;  // precision_, but fp32 for the [yolo] heads
     Layout layout_ = Layout::nchw;             // of the activations held now: layout(batch) of the last pass
@@ -229,7 +247,11 @@ private:
     // (Backend::set_params_version), and a recording of a forward holds for the version it was made at.
     uint64_t params_version_ = 1;
     uint64_t recording_params_version_ = 0;
-    void tell_params_version() { backend_->set_params_version(params_version_); }
+    std::shared_ptr<int> param_views_ = std::make_shared<int>(0);  // param_view_token; new for a new backend
+    void tell_params_version() {
+        if (param_views_.use_count() > 1) ++params_version_;
+        backend_->set_params_version(params_version_);
+    }
 };
 
 }  // namespace dn
