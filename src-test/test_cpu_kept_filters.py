@@ -4,8 +4,10 @@ makes or is told of). Checked here, on a network whose 3x3 layers run Winograd (
 and the cost model's own choice):
 - a second forward (the kept filters) gives the first's bits;
 - after set_params, load_weights, a training step, and a write through a NumPy view of the values that
-  was taken before the forward and is still alive (the engine is never told of it), the forward gives the
-  bits of a fresh network holding the new values: nothing stale is used.
+  was taken before the forward and is still alive (the engine is never told of it), the forward gives what
+  a fresh network holding the new values gives (the same bits on a forced path; with the cost model's
+  choice, which counts the filter transform for weights that changed since the last call, within
+  rounding): nothing stale is used.
 """
 import numpy as np
 import pytest
@@ -69,9 +71,15 @@ def test_new_values_are_seen(cfg, monkeypatch, tmp_path, path):
     net, x = net_of(cfg), batch()
     heads(net, x)
 
+    def same(got, want, what):
+        if path:  # the same kernels on both sides: the same bits
+            np.testing.assert_array_equal(got, want, err_msg=what)
+        else:  # the cost model may pick another path for weights that just changed: rounding apart
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=what)
+
     def check(what):
         got = heads(net, x)
-        np.testing.assert_array_equal(got, heads(fresh_copy(cfg, net), x), err_msg=what)
+        same(got, heads(fresh_copy(cfg, net), x), what)
         return got
 
     before = heads(net, x)
@@ -83,7 +91,7 @@ def test_new_values_are_seen(cfg, monkeypatch, tmp_path, path):
     other = net_of(cfg, seed=11)
     other.save_weights(str(tmp_path / "other.weights"))
     net.load_weights(str(tmp_path / "other.weights"))
-    np.testing.assert_array_equal(check("load_weights"), heads(other, x))
+    same(check("load_weights"), heads(other, x), "load_weights, against the network saved")
 
     truths = [np.array([[0.5, 0.5, 0.3, 0.3, 1]], np.float32)] * 2
     net.forward_train(x, [])
@@ -97,4 +105,4 @@ def test_new_values_are_seen(cfg, monkeypatch, tmp_path, path):
     view *= -1.0
     after_view = check("a write through a live view")
     del view
-    np.testing.assert_array_equal(heads(net, x), after_view)  # kept again once no view lives
+    same(heads(net, x), after_view, "kept again once no view lives")

@@ -141,8 +141,9 @@ void cpu_conv2d(const Tensor& x, const Tensor& w, const ConvGeom& g, const float
     e.scale = scale;
     e.shift = shift;
     e.act = act;
-    if (int m = winograd_tile(xs, g, ys, kept != nullptr)) {
-        winograd_conv3x3(m, x, w, g, e, y, ws.padded, ws.transformed, kept);
+    WinogradFilters* keep = kept && kept->steady ? kept : nullptr;  // weights that change each call: as before
+    if (int m = winograd_tile(xs, g, ys, keep != nullptr)) {
+        winograd_conv3x3(m, x, w, g, e, y, ws.padded, ws.transformed, keep);
         return;
     }
     const int cin_g = xs.c / g.groups, cout_g = ys.c / g.groups;

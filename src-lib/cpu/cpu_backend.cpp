@@ -452,8 +452,10 @@ private:
             it = kept_.insert_or_assign(w.buffer().get(), Kept{w.buffer(), params_version_, {}}).first;
         }
         Kept& k = it->second;
-        if (k.version != params_version_) k.version = params_version_, k.filters.current = false;
-        return &k.filters;
+        WinogradFilters& f = k.filters;
+        f.steady = k.version == params_version_ || f.u.empty();  // changed since the last call: training
+        if (k.version != params_version_) k.version = params_version_, f.current = false;
+        return &f;
     }
     std::vector<float> col_;  // im2col workspace of the training ops, reused across calls
     ConvWorkspace conv_ws_;   // padded input and transformed weights of cpu_conv2d, reused across calls

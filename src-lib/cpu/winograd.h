@@ -21,11 +21,14 @@ inline namespace DARKNET_ISA {  // isa.h: one copy per instruction set
 int winograd_tile(const Shape& x, const ConvGeom& g, const Shape& y, bool filters_kept = false);
 
 // One layer's filters transformed for F(m x m, 3 x 3), kept between calls by a caller that knows when the
-// weights change: it clears `current` then, and the next call transforms them again.
+// weights change: it clears `current` then, and the next call transforms them again. `steady`: the
+// weights did not change since the last call (inference), so keeping them pays; in training they change
+// every step and the cost model counts the transform as before.
 struct WinogradFilters {
     std::vector<float> u;
     int m = 0;
     bool current = false;
+    bool steady = true;
 };
 
 // y = epilogue(conv3x3(x, w)) with Winograd F(m x m, 3 x 3); winograd_tile must have allowed it.
