@@ -141,9 +141,11 @@ void cpu_conv2d(const Tensor& x, const Tensor& w, const ConvGeom& g, const float
     e.scale = scale;
     e.shift = shift;
     e.act = act;
-    WinogradFilters* keep = kept && kept->steady ? kept : nullptr;  // weights that change each call: as before
-    if (int m = winograd_tile(xs, g, ys, keep != nullptr)) {
-        winograd_conv3x3(m, x, w, g, e, y, ws.padded, ws.transformed, keep);
+    // The path depends on the shapes and on whether filters can be kept, never on what ran before (the
+    // same weights give the same bits); weights that changed since the last call (training) have their
+    // filters transformed in the call, in the order that keeps them in L2, with the same bits.
+    if (int m = winograd_tile(xs, g, ys, kept != nullptr)) {
+        winograd_conv3x3(m, x, w, g, e, y, ws.padded, ws.transformed, kept && kept->steady ? kept : nullptr);
         return;
     }
     const int cin_g = xs.c / g.groups, cout_g = ys.c / g.groups;

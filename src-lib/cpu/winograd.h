@@ -23,7 +23,7 @@ int winograd_tile(const Shape& x, const ConvGeom& g, const Shape& y, bool filter
 // One layer's filters transformed for F(m x m, 3 x 3), kept between calls by a caller that knows when the
 // weights change: it clears `current` then, and the next call transforms them again. `steady`: the
 // weights did not change since the last call (inference), so keeping them pays; in training they change
-// every step and the cost model counts the transform as before.
+// every step and each call transforms them itself (cpu_conv2d).
 struct WinogradFilters {
     std::vector<float> u;
     int m = 0;
