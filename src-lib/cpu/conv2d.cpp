@@ -128,11 +128,6 @@ void pack_one_segment(const float* img, long plane, long row_step, int d, int kh
 
 }  // namespace
 
-const char* cpu_conv2d_path(const Shape& x, const Shape&, const ConvGeom& g, const Shape& y, bool filters_kept) {
-    if (int m = winograd_tile(x, g, y, filters_kept)) return m == 4 ? "winograd-f4" : "winograd-f2";
-    return is_1x1_direct(g) ? "gemm-1x1" : "gemm";
-}
-
 void cpu_conv2d(const Tensor& x, const Tensor& w, const ConvGeom& g, const float* scale, const float* shift,
                 Activation act, Tensor& y, ConvWorkspace& ws, WinogradFilters* kept) {
     using namespace simd;

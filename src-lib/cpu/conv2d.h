@@ -24,9 +24,5 @@ struct ConvWorkspace {
 void cpu_conv2d(const Tensor& x, const Tensor& w, const ConvGeom& g, const float* scale, const float* shift,
                 Activation act, Tensor& y, ConvWorkspace& ws, WinogradFilters* kept = nullptr);
 
-// Which path cpu_conv2d takes for this layer ("winograd-f4", "winograd-f2", "gemm-1x1", "gemm"):
-// for tests and profiles.
-const char* cpu_conv2d_path(const Shape& x, const Shape& w, const ConvGeom& g, const Shape& y, bool filters_kept = false);
-
 }  // namespace DARKNET_ISA
 }  // namespace dn
