@@ -613,7 +613,7 @@ PYBIND11_MODULE(_core, m) {
                           n.forward_part = images;
                       }, "Images per part of forward()'s pipelined batches (CUDA): a batch of at least two "
                          "equal parts runs part by part, each part's upload beside the last part's work; "
-                         "0 (the default; DARKNET_PY_FORWARD_PART sets another) runs every batch whole.")
+                         "16 by default (DARKNET_PY_FORWARD_PART sets another); 0 runs every batch whole.")
         .def("forward_train", [](Network& n, const py::array& x, std::vector<int> which) { auto lk = lock_net(n);
             InputBatch in = input_batch(n, "forward_train", x);
             for (int i : which) layer_arg(n, i, "forward_train");

@@ -562,7 +562,7 @@ private:
         if (failed_capture()) return true;
         // Choosing an algorithm (timed ones run on the GPU) and growing the workspace happen outside
         // recordings; a shape's first forward always runs before it is recorded.
-        long long need = cudnn_->workspace_for(p, pass, /*may_choose=*/!capturing_);
+        long long need = cudnn_->workspace_for(p, pass, /*may_choose=*/!capturing_, to_ptr(a), to_ptr(b));
         if (need < 0) return false;
         if ((size_t)need > conv_workspace_bytes_) {
             if (capturing_) return false;

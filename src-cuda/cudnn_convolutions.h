@@ -19,8 +19,9 @@ enum class ConvPass { forward = 0, backward_data = 1, backward_weights = 2 };
 
 class CudnnConvolutions {
 public:
-    // How an algorithm is chosen: by timing every algorithm once per shape and pass (the default;
-    // yolov4-tiny batch 64 on an H100: training 977 img/s, heuristics 839), or by cuDNN's heuristics
+    // How an algorithm is chosen: by timing the algorithms per shape and pass (the default;
+    // yolov4-tiny batch 64 on an H100: training 977 img/s, heuristics 839): cudnnFind's list, its
+    // usable candidates timed again in CUDA graphs (retime()); or by cuDNN's heuristics
     // (DARKNET_PY_CUDNN=heuristic: no GPU work).
     enum class Choice { heuristic, measured };
 
@@ -31,8 +32,10 @@ public:
     // The workspace bytes the pass's algorithm needs, or -1 where cuDNN has none for it (or it is
     // not chosen yet and !may_choose). Chosen on the first call per shape and pass (a choice whose
     // workspace exceeds kMaxWorkspace is skipped); choosing may run work on the GPU
-    // (Choice::measured), so never while recording.
-    long long workspace_for(const ConvParams& p, ConvPass pass, bool may_choose);
+    // (Choice::measured), so never while recording. in_a and in_b are the pass's inputs (as for
+    // run()), read by the timed choice; null: cudnnFind's own times decide.
+    long long workspace_for(const ConvParams& p, ConvPass pass, bool may_choose, const void* in_a = nullptr,
+                            const void* in_b = nullptr);
     // Runs a pass whose workspace_for() was asked before. Inputs: forward (x, w) -> y;
     // backward_data (dy, w) -> dx; backward_weights (x, dy) -> dw.
     void run(const ConvParams& p, ConvPass pass, const void* in_a, const void* in_b, void* out, void* workspace,
@@ -47,13 +50,20 @@ public:
 
 private:
     struct Shape;  // the descriptors and choices of one convolution shape
-    CudnnConvolutions(const CudnnApi* api, CudnnApi::Handle handle, bool tf32, Choice choice);
+    CudnnConvolutions(const CudnnApi* api, CudnnApi::Handle handle, cudaStream_t stream, bool tf32, Choice choice);
     Shape& shape(const ConvParams& p);
+    void enqueue(Shape& s, const ConvParams& p, ConvPass pass, int algo, int math, const void* in_a, const void* in_b,
+                 void* out, void* workspace, size_t workspace_bytes);
+    // cudnnFind's usable candidates timed again and perf sorted by those times; returns how many
+    // (cudnn_convolutions.cpp)
+    int retime(const ConvParams& p, ConvPass pass, const void* in_a, const void* in_b, CudnnApi::AlgoPerf* perf,
+                int n, const std::function<bool(const CudnnApi::AlgoPerf&)>& usable);
     void check(int status, const char* what) const;
-    void trace(const ConvParams& p, ConvPass pass, const CudnnApi::AlgoPerf* perf, int n, int pick);
+    void trace(const ConvParams& p, ConvPass pass, const CudnnApi::AlgoPerf* perf, int n, int pick, int retimed);
 
     const CudnnApi* api_;
     CudnnApi::Handle handle_;
+    cudaStream_t stream_;
     bool tf32_;
     Choice choice_;
     std::map<std::array<int, 17>, std::unique_ptr<Shape>> shapes_;

@@ -299,7 +299,7 @@ const LayerOutputs& Network::forward(const void* x, const Shape& s, DType type) 
 int Network::default_forward_part() {
     static const int part = [] {
         const char* env = std::getenv("DARKNET_PY_FORWARD_PART");
-        return env && *env ? std::max(0, std::atoi(env)) : 0;
+        return env && *env ? std::max(0, std::atoi(env)) : 16;
     }();
     return part;
 }

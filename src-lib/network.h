@@ -37,10 +37,9 @@ public:
     // at least two parts of forward_part images runs part by part, part k+1 going up while part k runs,
     // so that the upload (a 64-image 416x416 fp32 batch is 133 MB: 2.4 ms of PCIe) hides behind the
     // work. The returned outputs then hold the kept layers (whole batch) alone. Parts are equal (a
-    // recorded forward is of one shape); any other batch runs whole, as forward(). Off by default
-    // (DARKNET_PY_FORWARD_PART=<images> sets the default): on an H200 parts of 16 gave +15-31 % on the
-    // tiny models in most processes, but cuDNN's per-shape timing picks slow algorithms for 16-image
-    // convolutions in some (yolov7-tiny 8400 -> 5400-6600 images/s), benchmarks/RESULTS_GPU.md.
+    // recorded forward is of one shape); any other batch runs whole, as forward(). Parts of 16 by
+    // default (DARKNET_PY_FORWARD_PART=<images> sets another, 0 runs whole batches): on an H200 the
+    // batch-64 forward of the tiny models gained 2-30 %, yolov4's none (benchmarks/RESULTS_GPU.md).
     const LayerOutputs& forward_kept(const void* x, const Shape& s, DType type, const std::vector<int>& keep);
     int forward_part = default_forward_part();
     static int default_forward_part();

@@ -208,3 +208,36 @@ def test_detect_on_cuda_from_the_command_line(tmp_path):
     r = cli("detect", "--device", "cuda", "--out", str(tmp_path / "out"), "--json", str(tmp_path / "d.json"))
     assert r.returncode == 0, r.stderr
     assert json.loads((tmp_path / "d.json").read_text()), "the demo image holds detections"
+
+
+def test_cudnn_runs_the_fastest_candidate_timed_in_a_graph(tmp_path):
+    """cudnnFind's one host-timed launch per algorithm mostly measures launch overhead on short
+    convolutions; each usable candidate is timed again in a CUDA graph and the fastest of those runs
+    (DARKNET_PY_CUDNN_TRACE prints every choice)."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    cfg = tmp_path / "net.cfg"
+    cfg.write_text(small_cfg(classes=2, size=128, batch=16, filters=(16, 32, 64), head=64))
+    script = ("import sys, numpy as np; from darknet_py import _core; from darknet_py.training.init_weights "
+              "import darknet_init; net = _core.Net(sys.argv[1], 'cuda'); darknet_init(net, 1); "
+              "net.precision = 'fp16'; net.forward(np.random.default_rng(0).uniform(0, 1, (16, 3, 128, 128))"
+              ".astype(np.float32), list(net.yolo_layers)); net.synchronize()")
+    r = subprocess.run([sys.executable, "-c", script, str(cfg)], capture_output=True, text=True, timeout=300,
+                       env={**{k: v for k, v in os.environ.items() if k != "DARKNET_PY_CUDNN"},
+                            "DARKNET_PY_CUDNN_TRACE": "1"})
+    assert r.returncode == 0, r.stderr
+    choices = [line for line in r.stderr.splitlines() if line.startswith("cuDNN forward")]
+    assert choices, r.stderr
+    compared = 0
+    for line in choices:
+        offers = line.split(":", 1)[1].split("|")
+        timed = [float(re.search(r"([\d.]+) ms \(graph\)", o).group(1)) for o in offers if "(graph)" in o]
+        assert "(chosen)" in offers[0], line  # the first offer is the fastest usable one
+        if len(timed) >= 2:
+            compared += 1
+            assert "(graph)" in offers[0] and timed == sorted(timed), line
+            assert 0 < timed[0] < 5, line  # milliseconds of one 16-image convolution, not of launches
+    assert compared, "no convolution had two candidates to time:\n" + "\n".join(choices)

@@ -9,6 +9,8 @@ allocated since), and on CUDA where there is one:
   in fp32 and fp16, with the network in NCHW and NHWC, and from a half batch;
 - forward_part = 0, a batch of fewer than two parts and a batch that does not split evenly run whole.
 """
+import os
+
 import numpy as np
 import pytest
 
@@ -93,7 +95,7 @@ def test_batches_that_do_not_split_run_whole(cfg, n, part):
 
 def test_forward_part_refuses_a_negative_count(cfg):
     net = _core.Net(cfg, "cpu")
-    assert net.forward_part == 0  # off unless asked for (DARKNET_PY_FORWARD_PART)
+    assert net.forward_part == int(os.environ.get("DARKNET_PY_FORWARD_PART") or 16)
     with pytest.raises(ValueError, match="forward_part: images must be 0 \\(whole batches\\) or more, got -1"):
         net.forward_part = -1
 
