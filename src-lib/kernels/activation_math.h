@@ -33,9 +33,12 @@ KFN float act_forward(float x, int a, int approx) {
             // Darknet's form takes three special functions, which left the mish layers' passes bound by
             // arithmetic on GPUs (the CPU backend's vector form is this one too, cpu/simd.h). Darknet's
             // softplus is x above 20, where tanh is 1 in float.
-            if (x > 20.0f) return x;
-            float e = act_exp(x, approx), n = e * (e + 2.0f);
-            return act_div(x * n, n + 2.0f, approx);
+            // No early return, and the formula's value kept live on both sides of the select (0 * r, r
+            // finite there): the compiler then computes it unguarded instead of branching around it per
+            // element, and a thread's elements overlap (ACT_SPECIALIZED). xs: x clamped, NaN kept.
+            float xs = x > 20.0f ? 20.0f : x, e = act_exp(xs, approx), n = e * (e + 2.0f);
+            float r = act_div(xs * n, n + 2.0f, approx);
+            return x > 20.0f ? x + 0.0f * r : r;
         }
         case ACT_HARD_MISH:
             if (x > 0) return x;
@@ -74,9 +77,9 @@ KFN float act_gradient(float x, int a, int approx) {
             // tanh(sp) + x (1 - tanh(sp)^2) sigmoid(x), sp = softplus(x), from one exp as act_forward:
             // tanh(sp) = n / (n + 2), 1 - tanh(sp)^2 = 4 (n + 1) / (n + 2)^2 (no cancellation near 1),
             // sigmoid(x) = e / (1 + e). Above Darknet's threshold (20) tanh(sp) is 1 in float: 1.
-            if (x > 20.0f) return 1.0f;
-            float e = act_exp(x, approx), n = e * (e + 2.0f), d = n + 2.0f;
-            return act_div(n, d, approx) + x * act_div(4.0f * (n + 1.0f), d * d, approx) * act_div(e, 1.0f + e, approx);
+            float xs = x > 20.0f ? 20.0f : x, e = act_exp(xs, approx), n = e * (e + 2.0f), d = n + 2.0f;  // as above
+            float g = act_div(n, d, approx) + xs * act_div(4.0f * (n + 1.0f), d * d, approx) * act_div(e, 1.0f + e, approx);
+            return x > 20.0f ? 1.0f + 0.0f * g : g;
         }
         case ACT_HARD_MISH:
             if (x > 0) return 1.0f;
@@ -91,5 +94,29 @@ KFN float act_gradient(float x, int a, int approx) {
         default: return 1.0f;  // linear, and the channel-mixing activations
     }
 }
+
+// ACT_SPECIALIZED(act, body...): body with `act_` bound to act, written once per activation the shipped
+// cfgs use with act_ a constant (so act_forward / act_gradient inline to that activation alone) and once
+// more for the rest. For the kernels that take several elements a thread (the NHWC passes): with the
+// switch per element their elements' arithmetic sat in blocks of their own, one after another, and the
+// activations' exp and reciprocal latencies were not overlapped (benchmarks/RESULTS_GPU.md).
+#define ACT_CASE_(code, ...) \
+    case code: {             \
+        const int act_ = code; \
+        __VA_ARGS__          \
+    } break;
+#define ACT_SPECIALIZED(act, ...)                 \
+    switch (act) {                                \
+        ACT_CASE_(ACT_LINEAR, __VA_ARGS__)        \
+        ACT_CASE_(ACT_LEAKY, __VA_ARGS__)         \
+        ACT_CASE_(ACT_RELU, __VA_ARGS__)          \
+        ACT_CASE_(ACT_LOGISTIC, __VA_ARGS__)      \
+        ACT_CASE_(ACT_SWISH, __VA_ARGS__)         \
+        ACT_CASE_(ACT_MISH, __VA_ARGS__)          \
+        default: {                                \
+            const int act_ = (act);               \
+            __VA_ARGS__                           \
+        }                                         \
+    }
 
 KNAMESPACE_END

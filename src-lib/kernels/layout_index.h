@@ -43,6 +43,10 @@ KFN int relayout_at(int i, int channels, int plane, int to_nhwc) {
 #define FOR_NHWC_ROW(k)                                                                                   \
     for (int k = 0; k < NHWC_PASS_ELEMENTS; ++k) /* a constant count: unrolled, arrays in registers */ \
         if (NHWC_ROW(k) < nhwc_rows_)
+// Every k, rows past the end included: the arithmetic between a pass's loads and its stores runs on all
+// its elements unguarded (the missing rows' are computed and not stored), in one block the compiler
+// can interleave, where a guard per element made a branch per element.
+#define FOR_NHWC_ELEMENT(k) for (int k = 0; k < NHWC_PASS_ELEMENTS; ++k)
 
 // The channels-last max pooling kernels (storage_kernels.h, storage_training.h) over NHWC tensors of
 // `rows` rows (images * height) of `width` pixels of `channels` channels: this thread takes channel

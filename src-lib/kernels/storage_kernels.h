@@ -55,9 +55,10 @@ KERNEL(S_NAME(affine_act_nhwc))(KBUF(S_T, y, 0), KCBUF(float, scale, 1), KCBUF(f
                                 KARGS(AffineActArgs, a, 3) KTHREAD_IDS) {
     NHWC_PASS(a.channels, a.n / a.channels, c)
     float k = a.has_scale ? scale[c] : 1.0f, b = shift[c];
-    float v[NHWC_PASS_ELEMENTS];
+    float v[NHWC_PASS_ELEMENTS] = {0};
     FOR_NHWC_ROW(e) v[e] = S_LD(y, NHWC_ROW(e) * (uint)a.channels + c);
-    FOR_NHWC_ROW(e) S_ST(y, NHWC_ROW(e) * (uint)a.channels + c, act_forward((a.has_scale ? v[e] * k : v[e]) + b, a.act, S_FAST_MATH));
+    ACT_SPECIALIZED(a.act, FOR_NHWC_ELEMENT(e) v[e] = act_forward((a.has_scale ? v[e] * k : v[e]) + b, act_, S_FAST_MATH);)
+    FOR_NHWC_ROW(e) S_ST(y, NHWC_ROW(e) * (uint)a.channels + c, v[e]);
 }
 
 // y[:, dst_c0 + c] = (or += with accumulate) x[:, src_c0 + c] for c < count: copy_channels and

@@ -278,12 +278,12 @@ KERNEL(S_NAME(batchnorm_activate_backward_partial_nhwc))(KBUF(S_T, dy, 0), KCBUF
             xn[k] = LANE_HAS(k) ? S_LD(x_norm, LANE_AT(a, i, k)) : 0.0f;
             v[k] = !from_output ? xn[k] * kc + bc : (LANE_HAS(k) ? S_LD(y, LANE_AT(a, i, k)) : 0.0f);
         }
+        // every k's gradient unguarded (a missing pixel's g is 0, its d 0), in one block: see FOR_NHWC_ELEMENT
+        ACT_SPECIALIZED(a.act, for (int k = 0; k < LANE_UNROLL; ++k) g[k] = S_ROUND(g[k] * act_gradient(v[k], act_, S_FAST_MATH));)
         for (int k = 0; k < LANE_UNROLL; ++k) {
-            if (!LANE_HAS(k)) continue;
-            float d = S_ROUND(g[k] * act_gradient(v[k], a.act, S_FAST_MATH));
-            S_ST(dy, LANE_AT(a, i, k), d);  // summed as stored, as in the NCHW kernel
-            sdy += d;
-            sdyx += d * xn[k];
+            if (LANE_HAS(k)) S_ST(dy, LANE_AT(a, i, k), g[k]);  // summed as stored, as in the NCHW kernel
+            sdy += g[k];
+            sdyx += g[k] * xn[k];
         }
     }
     LANE_SUM(shared, sdy, a.lanes)
@@ -299,13 +299,18 @@ KERNEL(S_NAME(batchnorm_normalize_nhwc))(KBUF(S_T, y, 0), KBUF(S_T, x_norm, 1), 
                                          KCBUF(float, var, 3), KCBUF(float, scale, 4), KCBUF(float, bias, 5),
                                          KARGS(BatchnormTrainArgs, a, 6) KTHREAD_IDS) {
     NHWC_PASS(a.channels, a.batch * a.plane, c)
-    float m = mean[c], sd = sqrt(var[c] + a.eps), k = scale[c], b = bias[c];
-    float v[NHWC_PASS_ELEMENTS];
+    float m = mean[c], sd = sqrt(var[c] + a.eps), inv = 1.0f / sd, k = scale[c], b = bias[c];
+    float v[NHWC_PASS_ELEMENTS] = {0}, xn[NHWC_PASS_ELEMENTS];
     FOR_NHWC_ROW(e) v[e] = S_LD(y, BN_AT(e));
+    ACT_SPECIALIZED(a.act, FOR_NHWC_ELEMENT(e) {
+        // normalize_at's division in fp32 storage; half storage multiplies by the reciprocal (an ulp
+        // of float apart, under a half's rounding) instead of an IEEE division per element
+        xn[e] = S_FAST_MATH ? (v[e] - m) * inv : (v[e] - m) / sd;
+        v[e] = act_forward(xn[e] * k + b, act_, S_FAST_MATH);
+    })
     FOR_NHWC_ROW(e) {
-        float xn = (v[e] - m) / sd;  // normalize_at's arithmetic
-        S_ST(x_norm, BN_AT(e), xn);
-        S_ST(y, BN_AT(e), act_forward(xn * k + b, a.act, S_FAST_MATH));
+        S_ST(x_norm, BN_AT(e), xn[e]);
+        S_ST(y, BN_AT(e), v[e]);
     }
 }
 
