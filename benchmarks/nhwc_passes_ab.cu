@@ -15,6 +15,8 @@
 struct AffineActArgs { int32_t n, channels, plane, has_scale, act; };
 struct BatchnormTrainArgs { int32_t batch, channels, plane; float eps; int32_t act, chunks; };
 
+// act_forward's mish in half storage (activation_math.h), written out: the kernel text's helpers need the
+// embedded text's CUDA prelude, not this file's headers
 __device__ __forceinline__ float mish_fast(float x) {
     float xs = x > 20.f ? 20.f : x, e = __expf(xs), n = e * (e + 2.f);
     float r = __fdividef(xs * n, n + 2.f);
@@ -54,7 +56,7 @@ int main(int argc, char** argv) {
     const char* types[] = {"f16", "bf16"};
     int acts[] = {7, 1, 6};  // mish, leaky, swish
     const char* actn[] = {"mish", "leaky", "swish"};
-    double total[3][2][2] = {};  // [kernel][act mish/leaky][old/new]
+    double total[3][2][2] = {};  // [affine, normalize, half2 affine][mish, leaky][before, after]; fp16
     for (auto s : shapes) {
         size_t n = (size_t)s.rows * s.c;
         double floor_ms = 2.0 * n * 2 / 4.8e12 * 1e3, floor_bn = 3.0 * n * 2 / 4.8e12 * 1e3;
