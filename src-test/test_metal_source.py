@@ -93,7 +93,7 @@ def _plant(text, old, new, count=1):
 
 # (what is planted, text to replace, replacement, a fragment of the error it must cause)
 PLANTS = [
-    ("undeclared name", "return act_div(x * n, n + 2.0f, approx);", "return act_div(x * n, log1p_typo(n + 2.0f), approx);", "undeclared identifier 'log1p_typo'"),
+    ("undeclared name", "float r = act_div(xs * n, n + 2.0f, approx);", "float r = act_div(xs * n, log1p_typo(n + 2.0f), approx);", "undeclared identifier 'log1p_typo'"),
     ("wrong vector type", "    rolling[i] = a.keep * rolling[i] + (1.0f - a.keep) * batch_value[i];\n", "    float2 v2 = (float2)(a.keep);\n    rolling[i] = v2.z;\n",
      "vector component access exceeds type"),
     ("write through a constant reference", "    rolling[i] = a.keep * rolling[i] + (1.0f - a.keep) * batch_value[i];\n", "    a.n = 0;\n    rolling[i] = a.keep * rolling[i] + (1.0f - a.keep) * batch_value[i];\n",
